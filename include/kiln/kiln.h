@@ -1,0 +1,18 @@
+// kiln: eager tensors in C++, compiled when you ask.
+//
+//   #include <kiln/kiln.h>
+//   using namespace kiln;
+//   auto x = randn({8, 16});
+//   auto w = randn({16, 4});
+//   std::cout << relu(matmul(x, w)).sum(1) << "\n";
+#pragma once
+
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/ops/factory.h"
+#include "kiln/ops/pointwise.h"
+#include "kiln/ops/shape.h"
+#include "kiln/runtime.h"
+#include "kiln/scalar.h"
+#include "kiln/tensor.h"

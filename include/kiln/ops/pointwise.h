@@ -1,0 +1,85 @@
+// Elementwise math with broadcasting and PyTorch's type promotion.
+//
+//   auto y = kiln::where(x > 0, x, 0.1 * x);      // leaky relu
+//   auto z = kiln::clamp(kiln::exp(x), 0.0, 6.0);
+//   kiln::relu_(x);                               // in place
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+// approximate: "none" (the erf form) or "tanh".
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor silu(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);  // halves to even, as PyTorch
+Tensor logical_not(const Tensor& x);
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);  // a + alpha * b
+Tensor add(const Tensor& a, Scalar b, Scalar alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);  // a - alpha * b
+Tensor sub(const Tensor& a, Scalar b, Scalar alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, Scalar b);
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
+Tensor div(const Tensor& a, Scalar b);
+Tensor pow(const Tensor& a, const Tensor& exponent);
+Tensor pow(const Tensor& a, Scalar exponent);
+Tensor pow(Scalar a, const Tensor& exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);  // propagates NaN
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);  // result has the sign of b (Python's %)
+Tensor remainder(const Tensor& a, Scalar b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, Scalar b);
+Tensor where(const Tensor& condition, Scalar a, const Tensor& b);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+
+// In-place forms: write into x (any view) and bump its version.
+Tensor& neg_(Tensor& x);
+Tensor& exp_(Tensor& x);
+Tensor& sqrt_(Tensor& x);
+Tensor& sigmoid_(Tensor& x);
+Tensor& tanh_(Tensor& x);
+Tensor& relu_(Tensor& x);
+Tensor& clamp_(Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, Scalar value);
+Tensor& fill_(Tensor& x, Scalar value);
+Tensor& zero_(Tensor& x);
+Tensor& copy_(Tensor& dst, const Tensor& src);  // broadcasts src and converts its dtype
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+// Shape, view and indexing ops. Views share storage with their input.
+//
+//   auto v = x.view({2, -1});              // a view; ShapeError if strides forbid it
+//   auto r = kiln::reshape(x.t(), {-1});   // a view when possible, else a copy
+//   auto [a, b] = kiln::chunk(x, 2, 0);    // views too
+//   auto c = kiln::cat({a, b}, 0);         // a new tensor
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor squeeze(const Tensor& x);
+Tensor squeeze(const Tensor& x, const Shape& dims);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor expand(const Tensor& x, const Shape& shape);  // -1 keeps a dim
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
+             std::optional<int64_t> stop, int64_t step = 1);
+// The shape all inputs broadcast to; ShapeError naming op when they don't.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadcast_shapes");
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors);
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Pieces of split_size along dim (the last may be smaller); views.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// chunks pieces of equal size (the last may be smaller), as torch.chunk; views.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// A copy of x with src's values written at index along dim.
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor repeat(const Tensor& x, const Shape& repeats);
+Tensor flip(const Tensor& x, const Shape& dims);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// int64 class indices -> int64 one-hot rows; num_classes -1 means max + 1.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+}  // namespace kiln

@@ -1,0 +1,30 @@
+// Process-wide runtime settings and statistics.
+//
+//   kiln::set_num_threads(4);
+//   auto stats = kiln::memory_stats(kiln::Device::cpu());
+//   std::cout << stats.peak_allocated_bytes << "\n";
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kiln/device.h"
+
+namespace kiln {
+
+// Threads used by CPU kernels (OpenMP and oneDNN).
+void set_num_threads(int n);
+int get_num_threads();
+
+struct MemoryStats {
+  size_t allocated_bytes = 0;
+  size_t peak_allocated_bytes = 0;
+  size_t num_allocations = 0;
+};
+MemoryStats memory_stats(Device device);
+void reset_peak_memory_stats(Device device);
+
+// "kiln 0.1.0 (commit abc1234)".
+std::string version_string();
+
+}  // namespace kiln

@@ -1,0 +1,255 @@
+// kiln::Tensor: a handle to reference-counted storage plus a strided view of it.
+//
+//   auto x = kiln::randn({2, 3});               // float32 on the CPU
+//   auto y = (x * 2 + 1).relu().sum(1);         // ops run eagerly, line by line
+//   auto row = x.index({1, kiln::Slice(0, 2)}); // a view sharing x's storage
+//   row.fill_(0);                               // writes into x, bumps its version
+//   std::cout << x << "\n";                     // prints like PyTorch
+//
+// A tensor can be *meta*: shape, dtype and device but no data. Every op accepts
+// meta tensors and returns meta tensors, running only its shape rule.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/scalar.h"
+
+namespace kiln {
+
+using Shape = std::vector<int64_t>;
+
+// A device allocation (or, for meta tensors, none) shared by every view of it.
+// The version counter lives here so that every view sees in-place writes.
+class Storage {
+ public:
+  using Deleter = std::function<void(void*)>;
+  Storage(void* data, size_t nbytes, Device device, Deleter deleter) noexcept
+      : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+  // A meta storage: a size but no bytes.
+  Storage(size_t nbytes, Device device) noexcept : nbytes_(nbytes), device_(device) {}
+  ~Storage() {
+    if (deleter_ && data_) deleter_(data_);
+  }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const noexcept { return data_; }
+  size_t nbytes() const noexcept { return nbytes_; }
+  Device device() const noexcept { return device_; }
+  bool is_meta() const noexcept { return data_ == nullptr && !deleter_; }
+  uint64_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
+  void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Deleter deleter_;
+  std::atomic<uint64_t> version_{0};
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;   // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = kFloat32;
+  // A number the user wrote (x * 2.0): it takes part in type promotion below tensors.
+  bool wrapped_number = false;
+};
+
+// One entry of Tensor::index: an integer, a Slice, kiln::None (new axis) or kiln::Ellipsis.
+struct Slice {
+  std::optional<int64_t> start, stop;
+  int64_t step = 1;
+  Slice() = default;
+  Slice(std::optional<int64_t> start_, std::optional<int64_t> stop_ = std::nullopt,
+        int64_t step_ = 1)
+      : start(start_), stop(stop_), step(step_) {}
+};
+struct NoneIndex {};
+struct EllipsisIndex {};
+inline constexpr NoneIndex None{};
+inline constexpr EllipsisIndex Ellipsis{};
+using TensorIndex = std::variant<int64_t, Slice, NoneIndex, EllipsisIndex>;
+
+class Tensor;
+using TensorList = std::vector<Tensor>;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) noexcept : impl_(std::move(impl)) {}
+
+  // --- metadata -------------------------------------------------------------
+  bool defined() const noexcept { return impl_ != nullptr; }
+  const Shape& sizes() const { return impl().sizes; }
+  const Shape& shape() const { return impl().sizes; }
+  int64_t size(int64_t dim) const;
+  const Shape& strides() const { return impl().strides; }
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
+  int64_t numel() const;
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  bool is_meta() const { return impl().storage->is_meta(); }
+  bool is_wrapped_number() const { return impl().wrapped_number; }
+  int64_t storage_offset() const { return impl().offset; }
+  size_t element_size() const { return dtype_size(dtype()); }
+  bool is_contiguous() const;
+  // True when both tensors view the same storage.
+  bool shares_storage(const Tensor& other) const;
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  TensorImpl& impl() const;
+
+  // The version counter shared by all views; in-place ops bump it.
+  uint64_t version() const { return impl().storage->version(); }
+  void bump_version() const { impl().storage->bump_version(); }
+
+  // --- data access (CPU tensors) ---------------------------------------------
+  void* data_ptr() const;  // first element of this view; DeviceError for meta tensors
+  template <typename T>
+  T* data() const;
+  // The one value of a one-element tensor, converted to T.
+  template <typename T>
+  T item() const;
+  Scalar item() const;
+  // All values in row-major order, converted to T.
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // --- conversion and copies -------------------------------------------------
+  Tensor contiguous() const;  // this tensor when already contiguous
+  Tensor clone() const;       // always a new contiguous copy
+  Tensor to(DType dtype) const;  // this tensor when dtype already matches
+  Tensor to(Device device) const;
+
+  // --- views ------------------------------------------------------------------
+  Tensor view(const Shape& shape) const;     // must be expressible as a view
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // transpose of a matrix (<= 2 dims)
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop,
+               int64_t step = 1) const;
+  Tensor index(std::initializer_list<TensorIndex> indices) const;
+  Tensor index(const std::vector<TensorIndex>& indices) const;
+  Tensor operator[](int64_t i) const { return select(0, i); }
+
+  // --- math (see kiln/ops.h for the full list as free functions) ------------
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor square() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor matmul(const Tensor& other) const;
+
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+
+  // --- in place: write into this tensor's storage and bump its version -------
+  Tensor& add_(const Tensor& other, Scalar alpha = 1);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& relu_();
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
+  Tensor& fill_(Scalar value);
+  Tensor& zero_();
+  Tensor& copy_(const Tensor& src);
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Arithmetic and comparison operators, with broadcasting and PyTorch's type promotion.
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& a);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, Scalar b);
+Tensor& operator-=(Tensor& a, Scalar b);
+Tensor& operator*=(Tensor& a, Scalar b);
+Tensor& operator/=(Tensor& a, Scalar b);
+
+// Prints like PyTorch: tensor([[1.0000, 2.5000], ...], dtype=float64).
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
+std::ostream& operator<<(std::ostream& os, const Shape& s);
+
+// A 0-dim tensor holding a number written in user code (it promotes like a Python number).
+Tensor wrapped_scalar(Scalar value);
+
+}  // namespace kiln

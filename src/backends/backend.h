@@ -1,0 +1,70 @@
+// The small interface every backend implements (DESIGN.md decision 3): memory,
+// copies, synchronization, statistics and one eager kernel per op.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "kiln/tensor.h"
+#include "ops/attrs.h"
+#include "ops/op_table.h"
+
+namespace kiln::backend {
+
+// One kernel invocation. Outputs are allocated by dispatch with the shapes the
+// shape rule gave; inputs already have the dtypes the rule asked for.
+struct KernelCall {
+  const ops::OpSchema& schema;
+  std::span<const Tensor> inputs;
+  std::span<Tensor> outputs;
+  const ops::Attrs& attrs;
+
+  const Tensor& in(size_t i) const { return inputs[i]; }
+  Tensor& out(size_t i = 0) const { return outputs[i]; }
+};
+
+// A function object so that kernel families can be built from parameterized lambdas.
+using KernelFn = std::function<void(const KernelCall&)>;
+
+class KernelTable {
+ public:
+  void set(ops::OpId op, KernelFn fn) { fns_[static_cast<size_t>(op)] = std::move(fn); }
+  const KernelFn& get(ops::OpId op) const noexcept { return fns_[static_cast<size_t>(op)]; }
+
+ private:
+  std::array<KernelFn, ops::kNumOps> fns_{};
+};
+
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // held by live tensors now
+  size_t peak_allocated_bytes = 0;  // since the last reset_peak
+  size_t num_allocations = 0;       // calls into the system allocator
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const noexcept = 0;
+  virtual std::shared_ptr<Storage> allocate(size_t nbytes, Device device) = 0;
+  // Copies nbytes between two allocations of this backend's device or the host.
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                          size_t nbytes) = 0;
+  virtual void synchronize(Device device) = 0;
+  virtual MemoryStats memory_stats(Device device) const = 0;
+  virtual void reset_peak_memory_stats(Device device) = 0;
+  const KernelTable& kernels() const noexcept { return kernels_; }
+
+ protected:
+  KernelTable kernels_;
+};
+
+// The backend for a device kind; DeviceError when kiln was built without it.
+Backend& backend_for(DeviceKind kind);
+// The naive kernels (plain loops, double accumulation) the tests use as their oracle.
+const KernelTable& reference_kernels();
+
+}  // namespace kiln::backend

@@ -1,0 +1,236 @@
+// Reference kernels of the elementwise ops: double for floating types, int64
+// for integers, one element at a time.
+#include <cmath>
+#include <limits>
+
+#include "backends/reference/ref_util.h"
+#include "backends/reference/reference.h"
+
+namespace kiln::backend {
+namespace {
+
+using ops::OpId;
+using Args = std::vector<double>;
+using IArgs = std::vector<int64_t>;
+
+std::vector<Tensor> inputs_of(const KernelCall& c) {
+  return std::vector<Tensor>(c.inputs.begin(), c.inputs.end());
+}
+
+// f on doubles for floating outputs, g on int64 for integer and bool outputs.
+template <typename F, typename G>
+void map_typed(const KernelCall& c, F f, G g) {
+  if (is_floating(c.out().dtype())) ref::map<double>(c.out(), inputs_of(c), f);
+  else ref::map<int64_t>(c.out(), inputs_of(c), g);
+}
+
+// A float-only op (the shape rule promotes its inputs to floating types).
+template <typename F>
+void map_float(const KernelCall& c, F f) {
+  ref::map<double>(c.out(), inputs_of(c), [&](const Args& a) { return f(a[0]); });
+}
+
+// A predicate over the input's values: doubles for floating inputs, int64 otherwise.
+template <typename F>
+void map_predicate(const KernelCall& c, F f) {
+  if (is_floating(c.in(0).dtype())) {
+    ref::map<double>(c.out(), inputs_of(c), [&](const Args& a) { return f(a) ? 1.0 : 0.0; });
+  } else {
+    ref::map<int64_t>(c.out(), inputs_of(c), [&](const IArgs& a) { return int64_t(f(a)); });
+  }
+}
+
+double python_fmod(double a, double b) {
+  double r = std::fmod(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+int64_t python_imod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+int64_t ipow(int64_t base, int64_t e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e % 2) ? -1 : 1) : 0;
+  int64_t r = 1;
+  for (int64_t i = 0; i < e; ++i) r *= base;
+  return r;
+}
+
+// Integers are stored back wrapped to the output's width, as a cast would.
+void register_unary(KernelTable& t) {
+  t.set(OpId::neg, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return -a[0]; }, [](const IArgs& a) { return -a[0]; });
+  });
+  t.set(OpId::abs, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return std::fabs(a[0]); },
+              [](const IArgs& a) { return a[0] < 0 ? -a[0] : a[0]; });
+  });
+  t.set(OpId::exp, [](const KernelCall& c) { map_float(c, [](double x) { return std::exp(x); }); });
+  t.set(OpId::log, [](const KernelCall& c) { map_float(c, [](double x) { return std::log(x); }); });
+  t.set(OpId::log1p, [](const KernelCall& c) { map_float(c, [](double x) { return std::log1p(x); }); });
+  t.set(OpId::expm1, [](const KernelCall& c) { map_float(c, [](double x) { return std::expm1(x); }); });
+  t.set(OpId::sqrt, [](const KernelCall& c) { map_float(c, [](double x) { return std::sqrt(x); }); });
+  t.set(OpId::rsqrt, [](const KernelCall& c) { map_float(c, [](double x) { return 1 / std::sqrt(x); }); });
+  t.set(OpId::reciprocal, [](const KernelCall& c) { map_float(c, [](double x) { return 1 / x; }); });
+  t.set(OpId::square, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return a[0] * a[0]; }, [](const IArgs& a) { return a[0] * a[0]; });
+  });
+  t.set(OpId::sin, [](const KernelCall& c) { map_float(c, [](double x) { return std::sin(x); }); });
+  t.set(OpId::cos, [](const KernelCall& c) { map_float(c, [](double x) { return std::cos(x); }); });
+  t.set(OpId::tanh, [](const KernelCall& c) { map_float(c, [](double x) { return std::tanh(x); }); });
+  t.set(OpId::sigmoid, [](const KernelCall& c) {
+    map_float(c, [](double x) { return 1 / (1 + std::exp(-x)); });
+  });
+  t.set(OpId::relu, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return a[0] < 0 ? 0.0 : a[0]; },
+              [](const IArgs& a) { return a[0] < 0 ? int64_t{0} : a[0]; });
+  });
+  t.set(OpId::gelu, [](const KernelCall& c) {
+    if (c.attrs.str(0) == "tanh") {
+      map_float(c, [](double x) {
+        return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+      });
+    } else {
+      map_float(c, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
+    }
+  });
+  t.set(OpId::silu, [](const KernelCall& c) { map_float(c, [](double x) { return x / (1 + std::exp(-x)); }); });
+  t.set(OpId::erf, [](const KernelCall& c) { map_float(c, [](double x) { return std::erf(x); }); });
+  t.set(OpId::sign, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return double((0 < a[0]) - (a[0] < 0)); },
+              [](const IArgs& a) { return int64_t((0 < a[0]) - (a[0] < 0)); });
+  });
+  auto same_for_integers = [](auto f) {
+    return [f](const KernelCall& c) {
+      map_typed(c, [&](const Args& a) { return f(a[0]); }, [](const IArgs& a) { return a[0]; });
+    };
+  };
+  t.set(OpId::floor, same_for_integers([](double x) { return std::floor(x); }));
+  t.set(OpId::ceil, same_for_integers([](double x) { return std::ceil(x); }));
+  t.set(OpId::round, same_for_integers([](double x) { return std::nearbyint(x); }));
+  t.set(OpId::logical_not, [](const KernelCall& c) {
+    map_predicate(c, [](const auto& a) { return a[0] == 0; });
+  });
+  t.set(OpId::isnan, [](const KernelCall& c) {
+    map_predicate(c, [](const auto& a) { return a[0] != a[0]; });
+  });
+  t.set(OpId::isinf, [](const KernelCall& c) {
+    map_predicate(c, [](const auto& a) { return std::isinf(static_cast<double>(a[0])); });
+  });
+}
+
+void register_binary(KernelTable& t) {
+  auto add_like = [](double sign) {
+    return [sign](const KernelCall& c) {
+      const Scalar alpha = c.attrs.scalar(0);
+      if (c.out().dtype() == kBool) {
+        ref::map<int64_t>(c.out(), inputs_of(c), [&](const IArgs& a) {
+          return int64_t(a[0] || (alpha.to<bool>() && a[1]));
+        });
+        return;
+      }
+      map_typed(c, [&](const Args& a) { return a[0] + sign * alpha.to_double() * a[1]; },
+                [&](const IArgs& a) { return a[0] + int64_t(sign) * alpha.to_int() * a[1]; });
+    };
+  };
+  t.set(OpId::add, add_like(1.0));
+  t.set(OpId::sub, add_like(-1.0));
+  t.set(OpId::mul, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return a[0] * a[1]; }, [](const IArgs& a) { return a[0] * a[1]; });
+  });
+  t.set(OpId::div, [](const KernelCall& c) {
+    ref::map<double>(c.out(), inputs_of(c), [](const Args& a) { return a[0] / a[1]; });
+  });
+  t.set(OpId::pow, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return std::pow(a[0], a[1]); },
+              [](const IArgs& a) { return ipow(a[0], a[1]); });
+  });
+  auto nan_or = [](auto pick) {
+    return [pick](const Args& a) { return a[0] != a[0] ? a[0] : a[1] != a[1] ? a[1] : pick(a[0], a[1]); };
+  };
+  t.set(OpId::maximum, [nan_or](const KernelCall& c) {
+    map_typed(c, nan_or([](double x, double y) { return std::max(x, y); }),
+              [](const IArgs& a) { return std::max(a[0], a[1]); });
+  });
+  t.set(OpId::minimum, [nan_or](const KernelCall& c) {
+    map_typed(c, nan_or([](double x, double y) { return std::min(x, y); }),
+              [](const IArgs& a) { return std::min(a[0], a[1]); });
+  });
+  t.set(OpId::remainder, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return python_fmod(a[0], a[1]); },
+              [](const IArgs& a) {
+                if (a[1] == 0) throw ValueError("remainder: integer division by zero");
+                return python_imod(a[0], a[1]);
+              });
+  });
+  auto compare = [](auto pred) {
+    return [pred](const KernelCall& c) { map_predicate(c, [&](const auto& a) { return pred(a[0], a[1]); }); };
+  };
+  t.set(OpId::eq, compare([](auto x, auto y) { return x == y; }));
+  t.set(OpId::ne, compare([](auto x, auto y) { return x != y; }));
+  t.set(OpId::lt, compare([](auto x, auto y) { return x < y; }));
+  t.set(OpId::le, compare([](auto x, auto y) { return x <= y; }));
+  t.set(OpId::gt, compare([](auto x, auto y) { return x > y; }));
+  t.set(OpId::ge, compare([](auto x, auto y) { return x >= y; }));
+  t.set(OpId::logical_and, compare([](auto x, auto y) { return x != 0 && y != 0; }));
+  t.set(OpId::logical_or, compare([](auto x, auto y) { return x != 0 || y != 0; }));
+  t.set(OpId::logical_xor, compare([](auto x, auto y) { return (x != 0) != (y != 0); }));
+}
+
+void register_misc(KernelTable& t) {
+  t.set(OpId::where, [](const KernelCall& c) {
+    map_typed(c, [](const Args& a) { return a[0] != 0 ? a[1] : a[2]; },
+              [](const IArgs& a) { return a[0] != 0 ? a[1] : a[2]; });
+  });
+  t.set(OpId::clamp, [](const KernelCall& c) {
+    const bool has_lo = c.attrs.has(0), has_hi = c.attrs.has(1);
+    const Scalar lo = has_lo ? c.attrs.scalar(0) : Scalar(0), hi = has_hi ? c.attrs.scalar(1) : Scalar(0);
+    map_typed(c,
+              [&](const Args& a) {
+                double v = a[0];
+                if (has_lo && v < lo.to_double()) v = lo.to_double();
+                if (has_hi && v > hi.to_double()) v = hi.to_double();
+                return v;
+              },
+              [&](const IArgs& a) {
+                int64_t v = a[0];
+                if (has_lo && v < lo.to_int()) v = lo.to_int();
+                if (has_hi && v > hi.to_int()) v = hi.to_int();
+                return v;
+              });
+  });
+  t.set(OpId::masked_fill, [](const KernelCall& c) {
+    const Scalar v = c.attrs.scalar(0);
+    map_typed(c, [&](const Args& a) { return a[1] != 0 ? v.to_double() : a[0]; },
+              [&](const IArgs& a) { return a[1] != 0 ? v.to_int() : a[0]; });
+  });
+  t.set(OpId::copy, [](const KernelCall& c) {
+    // Read exactly (double holds every floating value, int64 every integer) and
+    // round once on the write.
+    if (is_floating(c.in(0).dtype())) {
+      ref::map<double>(c.out(), inputs_of(c), [](const Args& a) { return a[0]; });
+    } else {
+      ref::map<int64_t>(c.out(), inputs_of(c), [](const IArgs& a) { return a[0]; });
+    }
+  });
+  t.set(OpId::fill, [](const KernelCall& c) {
+    const Scalar v = c.attrs.scalar(0);
+    if (c.out().dtype() == kBool) {
+      ref::map<int64_t>(c.out(), {}, [&](const IArgs&) { return int64_t(v.to<bool>()); });
+    } else {
+      map_typed(c, [&](const Args&) { return v.to_double(); },
+                [&](const IArgs&) { return v.to_int(); });
+    }
+  });
+}
+
+}  // namespace
+
+void register_reference_pointwise_kernels(KernelTable& table) {
+  register_unary(table);
+  register_binary(table);
+  register_misc(table);
+}
+
+}  // namespace kiln::backend

@@ -1,0 +1,16 @@
+// Reference kernels: the oracle of the op-consistency test. Plain loops over any
+// strides, double precision, no cleverness. Never a production path.
+#pragma once
+
+#include "backends/backend.h"
+
+namespace kiln::backend {
+
+void register_reference_pointwise_kernels(KernelTable& table);
+void register_reference_factory_kernels(KernelTable& table);
+void register_reference_shape_kernels(KernelTable& table);
+void register_reference_reduce_kernels(KernelTable& table);
+void register_reference_linalg_kernels(KernelTable& table);
+void register_reference_nn_kernels(KernelTable& table);
+
+}  // namespace kiln::backend

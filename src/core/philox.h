@@ -1,0 +1,71 @@
+// Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+// SC 2011): a counter-based generator, so value i of a random op depends only on
+// (seed, offset + i). Every backend and thread count gives the same numbers.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KILN_HOST_DEVICE __host__ __device__
+#else
+#define KILN_HOST_DEVICE
+#endif
+
+namespace kiln::philox {
+
+struct Block {
+  uint32_t v[4];
+};
+
+KILN_HOST_DEVICE inline Block block(uint64_t seed, uint64_t counter) {
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(p1);
+    c3 = static_cast<uint32_t>(p0);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return Block{{c0, c1, c2, c3}};
+}
+
+// The index-th 32-bit value of the stream.
+KILN_HOST_DEVICE inline uint32_t u32(uint64_t seed, uint64_t index) {
+  return block(seed, index >> 2).v[index & 3];
+}
+
+// A 64-bit value from the two 32-bit values at 2*index and 2*index + 1.
+KILN_HOST_DEVICE inline uint64_t u64(uint64_t seed, uint64_t index) {
+  const Block b = block(seed, index >> 1);
+  const int lane = static_cast<int>(index & 1) * 2;
+  return (static_cast<uint64_t>(b.v[lane]) << 32) | b.v[lane + 1];
+}
+
+// Uniform in [0, 1): 24 bits for float, 53 for double.
+KILN_HOST_DEVICE inline float uniform_f32(uint64_t seed, uint64_t index) {
+  return static_cast<float>(u32(seed, index) >> 8) * 5.9604644775390625e-8f;
+}
+KILN_HOST_DEVICE inline double uniform_f64(uint64_t seed, uint64_t index) {
+  return static_cast<double>(u64(seed, index) >> 11) * 1.1102230246251565e-16;
+}
+
+// Standard normal by Box-Muller over the uniform pair (2k, 2k+1): even indices
+// take the cosine branch, odd ones the sine branch.
+KILN_HOST_DEVICE inline double normal(uint64_t seed, uint64_t index) {
+  const uint64_t pair = index & ~uint64_t{1};
+  const double u1 = 1.0 - uniform_f64(seed, pair);  // (0, 1]: log is finite
+  const double u2 = uniform_f64(seed, pair + 1);
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  const double angle = 6.283185307179586 * u2;
+  return (index & 1) ? r * std::sin(angle) : r * std::cos(angle);
+}
+
+}  // namespace kiln::philox

@@ -1,0 +1,37 @@
+#include "kiln/runtime.h"
+
+#include <omp.h>
+
+#include "backends/backend.h"
+#include "kiln/error.h"
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.0.0"
+#endif
+#ifndef KILN_GIT_COMMIT
+#define KILN_GIT_COMMIT "unknown"
+#endif
+
+namespace kiln {
+
+void set_num_threads(int n) {
+  if (n < 1) throw ValueError(detail::str_cat("set_num_threads: n must be >= 1, got ", n));
+  omp_set_num_threads(n);
+}
+
+int get_num_threads() { return omp_get_max_threads(); }
+
+MemoryStats memory_stats(Device device) {
+  auto s = backend::backend_for(device.kind()).memory_stats(device);
+  return {s.allocated_bytes, s.peak_allocated_bytes, s.num_allocations};
+}
+
+void reset_peak_memory_stats(Device device) {
+  backend::backend_for(device.kind()).reset_peak_memory_stats(device);
+}
+
+std::string version_string() {
+  return std::string("kiln ") + KILN_VERSION + " (commit " + KILN_GIT_COMMIT + ")";
+}
+
+}  // namespace kiln

@@ -1,0 +1,182 @@
+#include "kiln/tensor.h"
+
+#include <cstring>
+
+#include "core/shape_util.h"
+#include "kiln/ops/factory.h"
+#include "kiln/ops/pointwise.h"
+#include "kiln/ops/shape.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+TensorImpl& Tensor::impl() const {
+  if (!impl_) throw Error("tensor: use of an undefined tensor");
+  return *impl_;
+}
+
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::numel() const { return shape_numel(sizes()); }
+
+bool Tensor::is_contiguous() const {
+  const auto& sz = sizes();
+  const auto& st = strides();
+  int64_t expected = 1;
+  for (size_t i = sz.size(); i-- > 0;) {
+    if (sz[i] == 0) return true;
+    if (sz[i] != 1 && st[i] != expected) return false;
+    expected *= sz[i];
+  }
+  return true;
+}
+
+bool Tensor::shares_storage(const Tensor& other) const {
+  return defined() && other.defined() && impl_->storage == other.impl_->storage;
+}
+
+void* Tensor::data_ptr() const {
+  const auto& st = *impl().storage;
+  if (st.is_meta()) throw DeviceError("data_ptr: a meta tensor has no data");
+  return static_cast<char*>(st.data()) + impl_->offset * static_cast<int64_t>(element_size());
+}
+
+template <typename T>
+T* Tensor::data() const {
+  if (dtype() != dtype_of<T>()) {
+    throw DTypeError(detail::str_cat("data<", dtype_of<T>(), ">: the tensor's dtype is ", dtype()));
+  }
+  return static_cast<T*>(data_ptr());
+}
+
+template <typename T>
+T Tensor::item() const {
+  return item().to<T>();
+}
+
+Scalar Tensor::item() const {
+  if (numel() != 1) {
+    throw ShapeError(detail::str_cat("item: a tensor with ", numel(), " elements (shape ", sizes(),
+                                     ") cannot be converted to a scalar"));
+  }
+  if (!device().is_cpu()) return to(Device::cpu()).item();
+  const void* p = data_ptr();
+  return visit_dtype(dtype(), [&]<typename T>() -> Scalar { return Scalar(*static_cast<const T*>(p)); });
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(Device::cpu()).to(dtype_of<T>()).contiguous();
+  std::vector<T> out(static_cast<size_t>(c.numel()));
+  if constexpr (std::is_same_v<T, bool>) {
+    const bool* p = static_cast<const bool*>(c.data_ptr());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  } else {
+    if (!out.empty()) std::memcpy(out.data(), c.data_ptr(), out.size() * sizeof(T));
+  }
+  return out;
+}
+
+#define KILN_INSTANTIATE_ACCESSORS(T)                \
+  template T* Tensor::data<T>() const;              \
+  template T Tensor::item<T>() const;               \
+  template std::vector<T> Tensor::to_vector<T>() const;
+KILN_INSTANTIATE_ACCESSORS(bool)
+KILN_INSTANTIATE_ACCESSORS(uint8_t)
+KILN_INSTANTIATE_ACCESSORS(int8_t)
+KILN_INSTANTIATE_ACCESSORS(int16_t)
+KILN_INSTANTIATE_ACCESSORS(int32_t)
+KILN_INSTANTIATE_ACCESSORS(int64_t)
+KILN_INSTANTIATE_ACCESSORS(Half)
+KILN_INSTANTIATE_ACCESSORS(BFloat16)
+KILN_INSTANTIATE_ACCESSORS(float)
+KILN_INSTANTIATE_ACCESSORS(double)
+#undef KILN_INSTANTIATE_ACCESSORS
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const { return ops::dispatch1(ops::OpId::copy, {*this}, {dtype()}); }
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  return ops::dispatch1(ops::OpId::copy, {*this}, {t});
+}
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  throw DeviceError(detail::str_cat("to: copying from ", device(), " to ", d,
+                                    " needs the CUDA backend, which this build lacks"));
+}
+
+Tensor Tensor::view(const Shape& shape) const { return kiln::view(*this, shape); }
+Tensor Tensor::reshape(const Shape& shape) const { return kiln::reshape(*this, shape); }
+Tensor Tensor::permute(const Shape& dims) const { return kiln::permute(*this, dims); }
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return kiln::transpose(*this, d0, d1); }
+Tensor Tensor::t() const {
+  if (dim() > 2) {
+    throw ShapeError(detail::str_cat("t: expects a tensor with <= 2 dims, got shape ", sizes()));
+  }
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+Tensor Tensor::squeeze() const { return kiln::squeeze(*this); }
+Tensor Tensor::squeeze(int64_t d) const { return kiln::squeeze(*this, {d}); }
+Tensor Tensor::unsqueeze(int64_t d) const { return kiln::unsqueeze(*this, d); }
+Tensor Tensor::expand(const Shape& shape) const { return kiln::expand(*this, shape); }
+Tensor Tensor::expand_as(const Tensor& other) const { return kiln::expand(*this, other.sizes()); }
+Tensor Tensor::flatten(int64_t s, int64_t e) const { return kiln::flatten(*this, s, e); }
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t len) const {
+  return kiln::narrow(*this, d, start, len);
+}
+Tensor Tensor::select(int64_t d, int64_t i) const { return kiln::select(*this, d, i); }
+Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> stop,
+                     int64_t step) const {
+  return kiln::slice(*this, d, start, stop, step);
+}
+
+Tensor Tensor::index(std::initializer_list<TensorIndex> indices) const {
+  return index(std::vector<TensorIndex>(indices));
+}
+
+Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
+  int64_t consumed = 0, ellipses = 0;
+  for (const auto& ix : indices) {
+    if (std::holds_alternative<int64_t>(ix) || std::holds_alternative<Slice>(ix)) ++consumed;
+    if (std::holds_alternative<EllipsisIndex>(ix)) ++ellipses;
+  }
+  if (ellipses > 1) throw IndexError("index: at most one Ellipsis is allowed");
+  if (consumed > dim()) {
+    throw IndexError(detail::str_cat("index: too many indices (", consumed,
+                                     ") for a tensor of shape ", sizes()));
+  }
+  Tensor out = *this;
+  int64_t d = 0;  // the dim of out the next index applies to
+  for (const auto& ix : indices) {
+    if (auto* i = std::get_if<int64_t>(&ix)) {
+      out = out.select(d, *i);
+    } else if (auto* s = std::get_if<Slice>(&ix)) {
+      out = out.slice(d, s->start, s->stop, s->step);
+      ++d;
+    } else if (std::holds_alternative<NoneIndex>(ix)) {
+      out = out.unsqueeze(d);
+      ++d;
+    } else {
+      d += dim() - consumed;
+    }
+  }
+  return out;
+}
+
+Tensor wrapped_scalar(Scalar value) {
+  // Floats keep double precision; promotion still treats them as float32 (see result_type).
+  Tensor t = scalar_tensor(value, {.dtype = value.is_floating() ? kFloat64 : value.default_dtype()});
+  t.impl().wrapped_number = true;
+  return t;
+}
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  return os << ']';
+}
+
+}  // namespace kiln

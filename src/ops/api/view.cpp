@@ -1,0 +1,95 @@
+// The public view functions: reshaping, permuting, slicing, broadcasting.
+#include <limits>
+
+#include "core/shape_util.h"
+#include "kiln/ops/shape.h"
+#include "ops/dispatch.h"
+#include "ops/shape_rules/view.h"
+
+namespace kiln {
+
+using ops::dispatch1;
+using ops::OpId;
+
+Tensor view(const Tensor& x, const Shape& shape) { return dispatch1(OpId::view, {x}, {shape}); }
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  const Shape target = ops::infer_view_shape("reshape", x.sizes(), shape);
+  if (ops::view_possible(x, target)) return view(x, target);
+  return view(x.clone(), target);
+}
+
+Tensor permute(const Tensor& x, const Shape& dims) { return dispatch1(OpId::permute, {x}, {dims}); }
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  const int64_t n = x.dim();
+  if (n == 0) {
+    wrap_dim(dim0, n, "transpose");
+    wrap_dim(dim1, n, "transpose");
+    return x;
+  }
+  Shape dims(n);
+  for (int64_t i = 0; i < n; ++i) dims[i] = i;
+  std::swap(dims[wrap_dim(dim0, n, "transpose")], dims[wrap_dim(dim1, n, "transpose")]);
+  return permute(x, dims);
+}
+
+Tensor squeeze(const Tensor& x) { return dispatch1(OpId::squeeze, {x}, {Shape{}}); }
+Tensor squeeze(const Tensor& x, const Shape& dims) {
+  if (dims.empty()) return x;  // an explicit empty list squeezes nothing, as torch.squeeze(x, ())
+  return dispatch1(OpId::squeeze, {x}, {dims});
+}
+Tensor unsqueeze(const Tensor& x, int64_t dim) { return dispatch1(OpId::unsqueeze, {x}, {dim}); }
+Tensor expand(const Tensor& x, const Shape& shape) { return dispatch1(OpId::expand, {x}, {shape}); }
+
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  if (x.dim() == 0) return reshape(x, {1});
+  const int64_t s = wrap_dim(start_dim, x.dim(), "flatten");
+  const int64_t e = wrap_dim(end_dim, x.dim(), "flatten");
+  if (s > e) {
+    throw IndexError(detail::str_cat("flatten: start_dim ", start_dim, " comes after end_dim ", end_dim));
+  }
+  if (s == e) return x;
+  Shape shape(x.sizes().begin(), x.sizes().begin() + s);
+  int64_t merged = 1;
+  for (int64_t d = s; d <= e; ++d) merged *= x.sizes()[d];
+  shape.push_back(merged);
+  shape.insert(shape.end(), x.sizes().begin() + e + 1, x.sizes().end());
+  return reshape(x, shape);
+}
+
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  if (x.dim() == 0) throw IndexError("narrow: cannot narrow a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "narrow");
+  const int64_t n = x.sizes()[d];
+  const int64_t s = start < 0 ? start + n : start;
+  if (s < 0 || length < 0 || s + length > n) {
+    throw IndexError(detail::str_cat("narrow: start ", start, " and length ", length,
+                                     " exceed dim ", d, " of size ", n));
+  }
+  return slice(x, d, s, s + length);
+}
+
+Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  return dispatch1(OpId::select, {x}, {dim, index});
+}
+
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop,
+             int64_t step) {
+  return dispatch1(OpId::slice, {x},
+                   {dim, start.value_or(0), stop.value_or(std::numeric_limits<int64_t>::max()), step});
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  return broadcast_pair(a, b, op);
+}
+
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors) {
+  Shape shape;
+  for (const auto& t : tensors) shape = broadcast_pair(shape, t.sizes(), "broadcast_tensors");
+  std::vector<Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.sizes() == shape ? t : expand(t, shape));
+  return out;
+}
+
+}  // namespace kiln

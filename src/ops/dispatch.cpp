@@ -1,0 +1,184 @@
+#include "ops/dispatch.h"
+
+#include <cassert>
+
+#include "backends/backend.h"
+
+namespace kiln::ops {
+namespace {
+
+// Whether reference kernels replace the CPU kernels on this thread (tests only).
+thread_local bool t_reference_mode = false;
+
+void check_arity(const OpSchema& schema, std::span<const Tensor> inputs) {
+  if (schema.variadic()) return;
+  if (inputs.size() < schema.min_inputs() || inputs.size() > schema.inputs.size()) {
+    throw Error(detail::str_cat(schema.name, ": expected ", schema.min_inputs(), " to ",
+                                schema.inputs.size(), " tensor inputs, got ", inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() && !schema.inputs[i].optional) {
+      throw Error(detail::str_cat(schema.name, ": input '", schema.inputs[i].name,
+                                  "' is an undefined tensor"));
+    }
+  }
+}
+
+ShapeCtx run_shape_rule(const OpSchema& schema, std::span<const Tensor> inputs, Attrs& attrs) {
+  check_arity(schema, inputs);
+  assert(attrs.size() == schema.attrs.size() && "attribute count differs from the op table");
+  if (!schema.shape_rule) throw Error(detail::str_cat(schema.name, ": op has no shape rule"));
+  ShapeCtx ctx{schema, inputs, attrs, {}, {}};
+  schema.shape_rule(ctx);
+  assert(static_cast<int>(ctx.outputs.size()) == schema.num_outputs);
+  return ctx;
+}
+
+bool any_meta(std::span<const Tensor> inputs) {
+  for (const auto& t : inputs)
+    if (t.defined() && t.is_meta()) return true;
+  return false;
+}
+
+Tensor make_view(const Tensor& base, const TensorMeta& meta) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = meta.sizes;
+  impl->strides = meta.strides;
+  impl->offset = meta.offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+const backend::KernelFn& find_kernel(const OpSchema& schema, Device device) {
+  const backend::KernelFn& fn = t_reference_mode && device.is_cpu()
+                                    ? backend::reference_kernels().get(schema.id)
+                                    : backend::backend_for(device.kind()).kernels().get(schema.id);
+  if (!fn) throw Error(detail::str_cat(schema.name, ": no kernel for device ", device));
+  return fn;
+}
+
+// Inputs converted to the dtypes the shape rule asked for.
+std::span<const Tensor> cast_inputs(const ShapeCtx& ctx, std::span<const Tensor> inputs,
+                                    TensorList& storage) {
+  bool any = false;
+  for (const auto& c : ctx.input_casts) any = any || c.has_value();
+  if (!any) return inputs;
+  storage.assign(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < ctx.input_casts.size(); ++i)
+    if (ctx.input_casts[i]) storage[i] = storage[i].to(*ctx.input_casts[i]);
+  return storage;
+}
+
+}  // namespace
+
+ReferenceModeGuard::ReferenceModeGuard() noexcept : previous_(t_reference_mode) {
+  t_reference_mode = true;
+}
+ReferenceModeGuard::~ReferenceModeGuard() { t_reference_mode = previous_; }
+bool ReferenceModeGuard::enabled() noexcept { return t_reference_mode; }
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape strides(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta) {
+  int64_t numel = 1;
+  for (int64_t s : sizes) {
+    if (s < 0) throw ShapeError(detail::str_cat("empty: negative size in ", sizes));
+    numel *= s;
+  }
+  const size_t nbytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = meta ? std::make_shared<Storage>(nbytes, device)
+                       : backend::backend_for(device.kind()).allocate(nbytes, device);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+bool can_cast(DType from, DType to) noexcept {
+  if (is_floating(from) && is_integral(to, /*include_bool=*/false)) return false;
+  if (from != kBool && to == kBool) return false;
+  return true;
+}
+
+TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
+  const OpSchema& schema = op_schema(op);
+  ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
+  TensorList outputs;
+  outputs.reserve(ctx.outputs.size());
+  if (schema.has_flag(kView)) {
+    for (const auto& meta : ctx.outputs) outputs.push_back(make_view(inputs[0], meta));
+    return outputs;
+  }
+  const bool meta = any_meta(inputs);
+  for (const auto& m : ctx.outputs) outputs.push_back(make_tensor(m.sizes, m.dtype, m.device, meta));
+  if (meta) return outputs;
+  TensorList cast_storage;
+  auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
+  const Device device = ctx.outputs.empty() ? Device::cpu() : ctx.outputs[0].device;
+  find_kernel(schema, device)(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
+  return outputs;
+}
+
+Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs) {
+  return std::move(dispatch(op, std::span<const Tensor>(inputs.begin(), inputs.size()),
+                            std::move(attrs))[0]);
+}
+
+Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs) {
+  const OpSchema& schema = op_schema(op);
+  assert(schema.has_flag(kInplace) && schema.num_outputs == 1);
+  ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
+  const TensorMeta& result = ctx.outputs[0];
+  if (result.sizes != self.sizes()) {
+    throw ShapeError(detail::str_cat(schema.name, "_: result shape ", result.sizes,
+                                     " does not match the shape of self ", self.sizes()));
+  }
+  if (!can_cast(result.dtype, self.dtype())) {
+    throw DTypeError(detail::str_cat(schema.name, "_: result type ", result.dtype,
+                                     " can't be cast to the type of self, ", self.dtype()));
+  }
+  if (self.is_meta() || any_meta(inputs)) {
+    self.bump_version();
+    return self;
+  }
+  // Write straight into self when the kernel can. Kernels of in-place ops accept
+  // an input that is exactly self; pointwise kernels also write any strides.
+  // Partial overlap, a dtype change or a strided self for another kernel goes
+  // through a temporary.
+  bool direct = result.dtype == self.dtype() && (schema.has_flag(kPointwise) || self.is_contiguous());
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.shares_storage(self) &&
+        (t.storage_offset() != self.storage_offset() || t.strides() != self.strides() ||
+         t.sizes() != self.sizes() || t.dtype() != self.dtype())) {
+      direct = false;
+    }
+  }
+  if (!direct) {
+    Tensor tmp = dispatch(op, inputs, attrs)[0];
+    return dispatch_inplace(OpId::copy, self, {tmp}, Attrs{self.dtype()});
+  }
+  TensorList cast_storage;
+  auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
+  Tensor outputs[1] = {self};
+  find_kernel(schema, self.device())(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
+  self.bump_version();
+  return self;
+}
+
+Tensor& dispatch_inplace(OpId op, Tensor& self, std::initializer_list<Tensor> inputs,
+                         Attrs attrs) {
+  return dispatch_inplace(op, self, std::span<const Tensor>(inputs.begin(), inputs.size()),
+                          std::move(attrs));
+}
+
+}  // namespace kiln::ops

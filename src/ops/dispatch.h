@@ -1,0 +1,43 @@
+// Eager dispatch: shape rule, output allocation, input casts, kernel. Every
+// public op goes through here, so this is also where tracing will hook in.
+#pragma once
+
+#include <initializer_list>
+#include <span>
+
+#include "kiln/tensor.h"
+#include "ops/attrs.h"
+#include "ops/op_table.h"
+
+namespace kiln::ops {
+
+// Runs op out of place and returns its outputs.
+TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs = {});
+Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs = {});
+
+// Runs op with self (its first input) as the output: the result must have self's
+// shape and be castable to self's dtype. Bumps self's version.
+Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs = {});
+Tensor& dispatch_inplace(OpId op, Tensor& self, std::initializer_list<Tensor> inputs,
+                         Attrs attrs = {});
+
+// While alive on a thread, CPU ops on that thread run their reference kernels.
+class ReferenceModeGuard {
+ public:
+  ReferenceModeGuard() noexcept;
+  ~ReferenceModeGuard();
+  ReferenceModeGuard(const ReferenceModeGuard&) = delete;
+  ReferenceModeGuard& operator=(const ReferenceModeGuard&) = delete;
+  static bool enabled() noexcept;
+
+ private:
+  bool previous_;
+};
+
+// A new contiguous tensor (meta when meta is true) on device.
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta = false);
+Shape contiguous_strides(const Shape& sizes);
+// PyTorch's casting rule for in-place results: no float -> integer, no number -> bool.
+bool can_cast(DType from, DType to) noexcept;
+
+}  // namespace kiln::ops

@@ -1,0 +1,75 @@
+// Shape and dtype rules of the factories: everything comes from attributes.
+#include <cmath>
+
+#include "ops/op_table.h"
+
+namespace kiln::ops {
+namespace {
+
+void check_sizes(const ShapeCtx& ctx, const Shape& sizes) {
+  for (int64_t s : sizes) {
+    if (s < 0) {
+      throw ShapeError(detail::str_cat(ctx.name(), ": sizes must be non-negative, got ", sizes));
+    }
+  }
+}
+
+// The attributes dtype, device follow the op's leading attributes at these positions.
+void push_output(ShapeCtx& ctx, Shape sizes, size_t dtype_attr) {
+  check_sizes(ctx, sizes);
+  ctx.outputs.push_back({std::move(sizes), ctx.attrs.dtype(dtype_attr), ctx.attrs.device(dtype_attr + 1)});
+}
+
+}  // namespace
+
+void infer_factory(ShapeCtx& ctx) {
+  const size_t dtype_attr = ctx.schema.id == OpId::full ? 2 : 1;
+  push_output(ctx, ctx.attrs.ints(0), dtype_attr);
+}
+
+void infer_randint(ShapeCtx& ctx) {
+  const int64_t low = ctx.attrs.i(5), high = ctx.attrs.i(6);
+  if (high <= low) {
+    throw ValueError(detail::str_cat("randint: low (", low, ") must be less than high (", high, ")"));
+  }
+  if (ctx.attrs.dtype(1) == kBool) throw DTypeError("randint: dtype bool is not supported");
+  push_output(ctx, ctx.attrs.ints(0), 1);
+}
+
+void infer_arange(ShapeCtx& ctx) {
+  const double start = ctx.attrs.scalar(0).to_double(), end = ctx.attrs.scalar(1).to_double();
+  const double step = ctx.attrs.scalar(2).to_double();
+  if (step == 0) throw ValueError("arange: step must be nonzero");
+  if (!std::isfinite(start) || !std::isfinite(end)) {
+    throw ValueError(detail::str_cat("arange: start (", start, ") and end (", end, ") must be finite"));
+  }
+  if ((step > 0 && end < start) || (step < 0 && end > start)) {
+    throw ValueError(detail::str_cat("arange: the step ", step, " moves away from end (start ",
+                                     start, ", end ", end, ")"));
+  }
+  int64_t n;
+  const Scalar& s0 = ctx.attrs.scalar(0);
+  const Scalar& s1 = ctx.attrs.scalar(1);
+  const Scalar& s2 = ctx.attrs.scalar(2);
+  if (!s0.is_floating() && !s1.is_floating() && !s2.is_floating()) {
+    const int64_t a = s0.to_int(), b = s1.to_int(), st = s2.to_int();
+    n = st > 0 ? (b - a + st - 1) / st : (a - b - st - 1) / -st;
+  } else {
+    n = static_cast<int64_t>(std::ceil((end - start) / step));
+  }
+  push_output(ctx, {n}, 3);
+}
+
+void infer_linspace(ShapeCtx& ctx) {
+  const int64_t steps = ctx.attrs.i(2);
+  if (steps < 0) throw ValueError(detail::str_cat("linspace: steps must be >= 0, got ", steps));
+  push_output(ctx, {steps}, 3);
+}
+
+void infer_eye(ShapeCtx& ctx) {
+  const int64_t n = ctx.attrs.i(0), m = ctx.attrs.i(1);
+  if (n < 0 || m < 0) throw ShapeError(detail::str_cat("eye: n and m must be >= 0, got ", n, ", ", m));
+  push_output(ctx, {n, m}, 2);
+}
+
+}  // namespace kiln::ops

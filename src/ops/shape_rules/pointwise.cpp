@@ -1,0 +1,123 @@
+// Shape and dtype rules of the elementwise ops.
+#include <algorithm>
+
+#include "core/shape_util.h"
+#include "ops/op_table.h"
+#include "ops/type_promotion.h"
+
+namespace kiln::ops {
+namespace {
+
+Shape broadcast_inputs(const ShapeCtx& ctx) {
+  Shape out;
+  for (const auto& t : ctx.inputs) out = broadcast_pair(out, t.sizes(), ctx.name());
+  return out;
+}
+
+// Broadcast output of dtype `out`, with every input cast to `compute`.
+void elementwise(ShapeCtx& ctx, DType compute, DType out) {
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) ctx.cast_input(i, compute);
+  ctx.outputs.push_back({broadcast_inputs(ctx), out, ctx.common_device()});
+}
+
+void reject_bool(const ShapeCtx& ctx, DType t) {
+  if (t == kBool) {
+    throw DTypeError(detail::str_cat(ctx.name(), ": not supported for bool tensors"));
+  }
+}
+
+DType float_of(DType t) { return is_floating(t) ? t : kFloat32; }
+
+}  // namespace
+
+void infer_unary_same(ShapeCtx& ctx) {
+  const DType t = ctx.input(0).dtype();
+  const auto op = ctx.schema.id;
+  if (op == OpId::neg || op == OpId::abs || op == OpId::square || op == OpId::relu) {
+    reject_bool(ctx, t);
+  }
+  elementwise(ctx, t, t);
+}
+
+void infer_unary_float(ShapeCtx& ctx) {
+  if (ctx.schema.id == OpId::gelu) {
+    const auto& mode = ctx.attrs.str(0);
+    if (mode != "none" && mode != "tanh") {
+      throw ValueError(detail::str_cat("gelu: approximate must be 'none' or 'tanh', got '", mode,
+                                       "'"));
+    }
+  }
+  const DType t = float_of(ctx.input(0).dtype());
+  elementwise(ctx, t, t);
+}
+
+void infer_unary_bool(ShapeCtx& ctx) {
+  ctx.outputs.push_back({ctx.input(0).sizes(), kBool, ctx.common_device()});
+}
+
+void infer_binary_arith(ShapeCtx& ctx) {
+  const DType t = result_type(ctx.inputs);
+  const auto op = ctx.schema.id;
+  if (t == kBool && op == OpId::sub) {
+    throw DTypeError("sub: subtracting bool tensors is not supported; use logical_xor");
+  }
+  if (t == kBool && (op == OpId::pow || op == OpId::remainder)) reject_bool(ctx, t);
+  if ((op == OpId::add || op == OpId::sub) && !is_floating(t) && ctx.attrs.scalar(0).is_floating()) {
+    throw DTypeError(detail::str_cat(ctx.name(), ": alpha ", ctx.attrs.scalar(0),
+                                     " is a floating value but the inputs are ", t));
+  }
+  elementwise(ctx, t, t);
+}
+
+void infer_binary_float(ShapeCtx& ctx) {
+  const DType t = float_of(result_type(ctx.inputs));
+  elementwise(ctx, t, t);
+}
+
+void infer_binary_compare(ShapeCtx& ctx) { elementwise(ctx, result_type(ctx.inputs), kBool); }
+
+void infer_binary_logical(ShapeCtx& ctx) {
+  ctx.outputs.push_back({broadcast_inputs(ctx), kBool, ctx.common_device()});
+}
+
+void infer_where(ShapeCtx& ctx) {
+  if (ctx.input(0).dtype() != kBool) {
+    throw DTypeError(detail::str_cat("where: condition must be a bool tensor, got ",
+                                     ctx.input(0).dtype()));
+  }
+  const DType t = result_type(ctx.inputs.subspan(1));
+  ctx.cast_input(1, t);
+  ctx.cast_input(2, t);
+  ctx.outputs.push_back({broadcast_inputs(ctx), t, ctx.common_device()});
+}
+
+void infer_clamp(ShapeCtx& ctx) {
+  if (!ctx.attrs.has(0) && !ctx.attrs.has(1)) {
+    throw ValueError("clamp: at least one of min and max must be given");
+  }
+  DType t = ctx.input(0).dtype();
+  reject_bool(ctx, t);
+  for (size_t k = 0; k < 2; ++k) {
+    if (ctx.attrs.has(k) && ctx.attrs.scalar(k).is_floating() && !is_floating(t)) t = kFloat32;
+  }
+  elementwise(ctx, t, t);
+}
+
+void infer_masked_fill(ShapeCtx& ctx) {
+  if (ctx.input(1).dtype() != kBool) {
+    throw DTypeError(detail::str_cat("masked_fill: mask must be a bool tensor, got ",
+                                     ctx.input(1).dtype()));
+  }
+  const DType t = ctx.input(0).dtype();
+  ctx.outputs.push_back({broadcast_inputs(ctx), t, ctx.common_device()});
+}
+
+void infer_copy(ShapeCtx& ctx) {
+  ctx.outputs.push_back({ctx.input(0).sizes(), ctx.attrs.dtype(0), ctx.common_device()});
+}
+
+void infer_fill(ShapeCtx& ctx) {
+  ctx.outputs.push_back({ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device()});
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,69 @@
+// The op-consistency test (after ggml's test-backend-ops): every op, every dtype
+// it supports, awkward shapes, run on each backend present and compared with the
+// reference kernels under a normalized-error bound, with guard bytes around
+// every CPU allocation.
+//
+// A group of ops registers its cases from its own file:
+//
+//   static const CaseRegistration kCases([](CaseList& cases) {
+//     cases.push_back({.name = "exp/odd", .ops = {OpId::exp}, .dtypes = kFloatTypes,
+//                      .make = [](DType t, Generator& g) { return TensorList{uniform({7, 13}, t, g)}; },
+//                      .run = [](const TensorList& in) { return TensorList{kiln::exp(in[0])}; }});
+//   });
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "ops/op_table.h"
+
+namespace kiln::testing {
+
+using ops::OpId;
+
+inline const std::vector<DType> kFloatTypes = {kFloat32, kFloat64, kFloat16, kBFloat16};
+inline const std::vector<DType> kIntTypes = {kUInt8, kInt8, kInt16, kInt32, kInt64};
+inline const std::vector<DType> kNumericTypes = {kFloat32, kFloat64, kFloat16, kBFloat16, kUInt8,
+                                                 kInt8,    kInt16,   kInt32,   kInt64};
+inline const std::vector<DType> kAllTypes = {kFloat32, kFloat64, kFloat16, kBFloat16, kUInt8,
+                                             kInt8,    kInt16,   kInt32,   kInt64,    kBool};
+
+struct OpCase {
+  std::string name;            // "<op>/<what is awkward about it>", unique
+  std::vector<OpId> ops;       // the op-table rows this case exercises
+  std::vector<DType> dtypes;   // run once per dtype
+  // Inputs for one dtype; built once per case and dtype, cloned for each run.
+  std::function<TensorList(DType, Generator&)> make;
+  // Calls the public API; returns every tensor to compare (in-place ops return
+  // the mutated input).
+  std::function<TensorList(TensorList&)> run;
+  // Upper bound on the normalized mean squared error per dtype; 0 picks the
+  // default for the dtype. Integer and bool outputs must match exactly.
+  double max_nmse = 0;
+};
+
+using CaseList = std::vector<OpCase>;
+
+CaseList& all_cases();
+
+struct CaseRegistration {
+  explicit CaseRegistration(const std::function<void(CaseList&)>& add) { add(all_cases()); }
+};
+
+// --- input makers -------------------------------------------------------------
+// Values uniform in [lo, hi), converted to dtype (integers: rounded toward zero).
+Tensor uniform(const Shape& shape, DType dtype, Generator& g, double lo = -2, double hi = 2);
+// The same values as uniform(), laid out non-contiguously: the view of a larger
+// tensor with the last two dims transposed back (a transposed buffer).
+Tensor uniform_transposed(const Shape& shape, DType dtype, Generator& g, double lo = -2,
+                          double hi = 2);
+// Every other element of a tensor twice as wide in the last dim.
+Tensor uniform_strided(const Shape& shape, DType dtype, Generator& g, double lo = -2, double hi = 2);
+// Random bools.
+Tensor random_mask(const Shape& shape, Generator& g, double p_true = 0.5);
+
+double default_max_nmse(DType dtype);
+
+}  // namespace kiln::testing

@@ -1,0 +1,194 @@
+// Runs every registered case on the CPU backend against the reference kernels,
+// and checks that every op of the table has a shape rule, kernels and cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_backend.h"
+#include "ops/consistency.h"
+#include "ops/dispatch.h"
+
+namespace kiln::testing {
+
+CaseList& all_cases() {
+  static CaseList cases;
+  return cases;
+}
+
+Tensor uniform(const Shape& shape, DType dtype, Generator& g, double lo, double hi) {
+  Tensor u = rand(shape, {.dtype = kFloat64}, &g) * (hi - lo) + lo;
+  if (dtype == kBool) return u > (lo + hi) / 2;
+  if (!is_floating(dtype)) {
+    if (dtype == kUInt8) u = abs(u);
+    return u.to(dtype);  // truncation toward zero
+  }
+  return u.to(dtype);
+}
+
+Tensor uniform_transposed(const Shape& shape, DType dtype, Generator& g, double lo, double hi) {
+  if (shape.size() < 2) return uniform_strided(shape, dtype, g, lo, hi);
+  Shape swapped = shape;
+  std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+  Tensor base = uniform(swapped, dtype, g, lo, hi);
+  return base.transpose(-1, -2);
+}
+
+Tensor uniform_strided(const Shape& shape, DType dtype, Generator& g, double lo, double hi) {
+  if (shape.empty()) return uniform(shape, dtype, g, lo, hi);
+  Shape wide = shape;
+  wide.back() *= 2;
+  return uniform(wide, dtype, g, lo, hi).slice(-1, 0, std::nullopt, 2);
+}
+
+Tensor random_mask(const Shape& shape, Generator& g, double p_true) {
+  return rand(shape, {.dtype = kFloat64}, &g) < p_true;
+}
+
+double default_max_nmse(DType dtype) {
+  switch (dtype) {
+    case kFloat64: return 1e-20;
+    case kFloat32: return 1e-10;
+    case kFloat16: return 1e-6;
+    case kBFloat16: return 1e-4;
+    default: return 0;
+  }
+}
+
+namespace {
+
+struct Comparison {
+  bool ok = true;
+  std::string message;
+};
+
+// NaNs must sit in the same places, infinities must be equal, the rest must
+// meet the NMSE bound (exact equality for integers and bools).
+Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse) {
+  Comparison c;
+  if (expected.sizes() != actual.sizes() || expected.dtype() != actual.dtype()) {
+    c.ok = false;
+    c.message = detail::str_cat("shape/dtype differ: expected ", expected.sizes(), " ",
+                                expected.dtype(), ", got ", actual.sizes(), " ", actual.dtype());
+    return c;
+  }
+  auto e = expected.to_vector<double>();
+  auto a = actual.to_vector<double>();
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (std::isnan(e[i]) || std::isnan(a[i]) || std::isinf(e[i]) || std::isinf(a[i])) {
+      const bool same = (std::isnan(e[i]) && std::isnan(a[i])) || e[i] == a[i];
+      if (!same) {
+        c.ok = false;
+        c.message = detail::str_cat("element ", i, ": expected ", e[i], ", got ", a[i]);
+        return c;
+      }
+      continue;
+    }
+    if (max_nmse == 0 && e[i] != a[i]) {
+      c.ok = false;
+      c.message = detail::str_cat("element ", i, ": expected ", e[i], ", got ", a[i]);
+      return c;
+    }
+    err += (e[i] - a[i]) * (e[i] - a[i]);
+    ref += e[i] * e[i];
+  }
+  const double nmse = ref > 0 ? err / ref : err;
+  if (nmse > max_nmse) {
+    c.ok = false;
+    c.message = detail::str_cat("NMSE ", nmse, " exceeds ", max_nmse);
+  }
+  return c;
+}
+
+TensorList clone_all(const TensorList& in) {
+  TensorList out;
+  for (const auto& t : in) {
+    if (!t.defined()) {
+      out.push_back(t);
+      continue;
+    }
+    // Keep the layout (strides) of non-contiguous inputs: clone the base and re-view it.
+    if (t.is_contiguous()) {
+      out.push_back(t.clone());
+    } else {
+      Tensor base = empty({static_cast<int64_t>(t.storage()->nbytes() / t.element_size())},
+                          {.dtype = t.dtype()});
+      std::memcpy(base.data_ptr(), t.storage()->data(), t.storage()->nbytes());
+      auto impl = std::make_shared<TensorImpl>(t.impl());
+      impl->storage = base.storage();
+      out.push_back(Tensor(impl));
+    }
+  }
+  return out;
+}
+
+class OpConsistency : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpConsistency, MatchesReference) {
+  const OpCase& op_case = all_cases()[GetParam()];
+  backend::cpu_set_guard_bytes(true);
+  const size_t violations_before = backend::cpu_guard_violations();
+  for (DType dtype : op_case.dtypes) {
+    SCOPED_TRACE(detail::str_cat(op_case.name, " dtype=", dtype));
+    Generator g(1234);
+    TensorList inputs = op_case.make(dtype, g);
+    TensorList ref_inputs = clone_all(inputs);
+    TensorList expected;
+    {
+      ops::ReferenceModeGuard reference;
+      expected = op_case.run(ref_inputs);
+    }
+    TensorList actual = op_case.run(inputs);
+    ASSERT_EQ(expected.size(), actual.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const double bound = op_case.max_nmse > 0 && is_floating(expected[i].dtype())
+                               ? op_case.max_nmse
+                               : default_max_nmse(expected[i].dtype());
+      auto result = compare(expected[i], actual[i], bound);
+      EXPECT_TRUE(result.ok) << "output " << i << ": " << result.message;
+    }
+  }
+  EXPECT_EQ(backend::cpu_guard_violations(), violations_before)
+      << "a kernel wrote outside its output";
+  backend::cpu_set_guard_bytes(false);
+}
+
+std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
+  std::string name = all_cases()[info.param].name;
+  for (auto& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, OpConsistency, ::testing::Range<size_t>(0, all_cases().size()),
+                         case_name);
+
+TEST(OpCoverage, EveryOpHasShapeRuleKernelsAndCases) {
+  std::set<OpId> covered;
+  for (const auto& c : all_cases()) covered.insert(c.ops.begin(), c.ops.end());
+  const auto& reference = backend::reference_kernels();
+  const auto& cpu = backend::backend_for(DeviceKind::CPU).kernels();
+  std::vector<std::string> missing;
+  for (const auto& s : ops::all_op_schemas()) {
+    if (!s.shape_rule) missing.push_back(std::string(s.name) + " (shape rule)");
+    if (!s.has_flag(ops::kView)) {
+      if (!reference.get(s.id)) missing.push_back(std::string(s.name) + " (reference kernel)");
+      if (!cpu.get(s.id)) missing.push_back(std::string(s.name) + " (cpu kernel)");
+    }
+    if (!covered.count(s.id)) missing.push_back(std::string(s.name) + " (consistency cases)");
+  }
+  std::string list;
+  for (const auto& m : missing) list += "\n  " + m;
+  EXPECT_TRUE(missing.empty()) << missing.size() << " gaps in the op table:" << list;
+}
+
+TEST(OpCoverage, CaseNamesAreUnique) {
+  std::set<std::string> names;
+  for (const auto& c : all_cases()) EXPECT_TRUE(names.insert(c.name).second) << c.name;
+}
+
+}  // namespace
+}  // namespace kiln::testing
