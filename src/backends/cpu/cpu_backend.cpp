@@ -46,6 +46,7 @@ CpuBackend::CpuBackend() {
   register_cpu_shape_kernels(kernels_);
   register_cpu_reduce_kernels(kernels_);
   register_cpu_linalg_kernels(kernels_);
+  register_cpu_conv_pool_kernels(kernels_);
   register_cpu_nn_kernels(kernels_);
 }
 
@@ -104,6 +105,7 @@ const KernelTable& reference_kernels() {
     register_reference_shape_kernels(t);
     register_reference_reduce_kernels(t);
     register_reference_linalg_kernels(t);
+    register_reference_conv_pool_kernels(t);
     register_reference_nn_kernels(t);
     return t;
   }();

@@ -24,6 +24,7 @@ void register_cpu_factory_kernels(KernelTable& table);
 void register_cpu_shape_kernels(KernelTable& table);
 void register_cpu_reduce_kernels(KernelTable& table);
 void register_cpu_linalg_kernels(KernelTable& table);
+void register_cpu_conv_pool_kernels(KernelTable& table);
 void register_cpu_nn_kernels(KernelTable& table);
 
 // Test support: surround every CPU allocation with guard bytes and count the

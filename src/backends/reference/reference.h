@@ -11,6 +11,7 @@ void register_reference_factory_kernels(KernelTable& table);
 void register_reference_shape_kernels(KernelTable& table);
 void register_reference_reduce_kernels(KernelTable& table);
 void register_reference_linalg_kernels(KernelTable& table);
+void register_reference_conv_pool_kernels(KernelTable& table);
 void register_reference_nn_kernels(KernelTable& table);
 
 }  // namespace kiln::backend
