@@ -63,6 +63,10 @@ struct ShapeCtx {
   // The device all defined inputs share; DeviceError naming the op when they differ.
   Device common_device() const;
   void cast_input(size_t i, DType t);
+  // Describes the next output (a new contiguous tensor).
+  void add_output(Shape sizes, DType dtype, Device device) {
+    outputs.push_back(TensorMeta{std::move(sizes), dtype, device, {}, 0});
+  }
 };
 
 using ShapeRule = void (*)(ShapeCtx&);

@@ -33,18 +33,22 @@ void binary_to_bool(const KernelCall& c, F f) {
 
 template <typename C>
 C integer_pow(C base, C exp) {
-  if (exp < C(0)) {
-    if (base == C(1)) return C(1);
-    if (base == C(-1)) return (exp % 2) ? C(-1) : C(1);
-    return C(0);
+  if constexpr (std::is_same_v<C, bool>) {
+    return base || !exp;
+  } else {
+    if (exp < C(0)) {
+      if (base == C(1)) return C(1);
+      if (base == C(-1)) return (exp % 2) ? C(-1) : C(1);
+      return C(0);
+    }
+    C result = 1;
+    while (exp) {
+      if (exp & 1) result = static_cast<C>(result * base);
+      base = static_cast<C>(base * base);
+      exp = static_cast<C>(exp >> 1);
+    }
+    return result;
   }
-  C result = 1;
-  while (exp) {
-    if (exp & 1) result = static_cast<C>(result * base);
-    base = static_cast<C>(base * base);
-    exp = static_cast<C>(exp >> 1);
-  }
-  return result;
 }
 
 template <typename C>
@@ -99,16 +103,21 @@ void register_cpu_binary_kernels(KernelTable& t) {
   t.set(OpId::sub, [](const KernelCall& c) { add_kernel(c, -1.0); });
   t.set(OpId::mul, [](const KernelCall& c) {
     binary_same(c, [](auto a, auto b) {
-      if constexpr (std::is_same_v<decltype(a), bool>) return a && b;
-      else return a * b;
+      if constexpr (std::is_same_v<decltype(a), bool>)
+        return a && b;
+      else
+        return a * b;
     });
   });
-  t.set(OpId::div, [](const KernelCall& c) { binary_same(c, [](auto a, auto b) { return a / b; }); });
+  t.set(OpId::div,
+        [](const KernelCall& c) { binary_same(c, [](auto a, auto b) { return a / b; }); });
   t.set(OpId::pow, [](const KernelCall& c) {
     binary_same(c, [](auto a, auto b) {
       using C = decltype(a);
-      if constexpr (std::is_floating_point_v<C>) return std::pow(a, b);
-      else return integer_pow(a, b);
+      if constexpr (std::is_floating_point_v<C>)
+        return std::pow(a, b);
+      else
+        return integer_pow(a, b);
     });
   });
   t.set(OpId::maximum, [](const KernelCall& c) {
@@ -121,12 +130,18 @@ void register_cpu_binary_kernels(KernelTable& t) {
     check_no_integer_zero(c, c.in(1));
     binary_same(c, [](auto a, auto b) { return python_remainder(a, b); });
   });
-  t.set(OpId::eq, [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a == b; }); });
-  t.set(OpId::ne, [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a != b; }); });
-  t.set(OpId::lt, [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a < b; }); });
-  t.set(OpId::le, [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a <= b; }); });
-  t.set(OpId::gt, [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a > b; }); });
-  t.set(OpId::ge, [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a >= b; }); });
+  t.set(OpId::eq,
+        [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a == b; }); });
+  t.set(OpId::ne,
+        [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a != b; }); });
+  t.set(OpId::lt,
+        [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a < b; }); });
+  t.set(OpId::le,
+        [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a <= b; }); });
+  t.set(OpId::gt,
+        [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a > b; }); });
+  t.set(OpId::ge,
+        [](const KernelCall& c) { binary_to_bool(c, [](auto a, auto b) { return a >= b; }); });
   t.set(OpId::logical_and, [](const KernelCall& c) {
     binary_to_bool(c, [](auto a, auto b) { return a != decltype(a)(0) && b != decltype(b)(0); });
   });
@@ -134,7 +149,8 @@ void register_cpu_binary_kernels(KernelTable& t) {
     binary_to_bool(c, [](auto a, auto b) { return a != decltype(a)(0) || b != decltype(b)(0); });
   });
   t.set(OpId::logical_xor, [](const KernelCall& c) {
-    binary_to_bool(c, [](auto a, auto b) { return (a != decltype(a)(0)) != (b != decltype(b)(0)); });
+    binary_to_bool(c,
+                   [](auto a, auto b) { return (a != decltype(a)(0)) != (b != decltype(b)(0)); });
   });
 }
 

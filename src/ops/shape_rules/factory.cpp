@@ -17,7 +17,7 @@ void check_sizes(const ShapeCtx& ctx, const Shape& sizes) {
 // The attributes dtype, device follow the op's leading attributes at these positions.
 void push_output(ShapeCtx& ctx, Shape sizes, size_t dtype_attr) {
   check_sizes(ctx, sizes);
-  ctx.outputs.push_back({std::move(sizes), ctx.attrs.dtype(dtype_attr), ctx.attrs.device(dtype_attr + 1)});
+  ctx.add_output(std::move(sizes), ctx.attrs.dtype(dtype_attr), ctx.attrs.device(dtype_attr + 1));
 }
 
 }  // namespace
@@ -30,7 +30,8 @@ void infer_factory(ShapeCtx& ctx) {
 void infer_randint(ShapeCtx& ctx) {
   const int64_t low = ctx.attrs.i(5), high = ctx.attrs.i(6);
   if (high <= low) {
-    throw ValueError(detail::str_cat("randint: low (", low, ") must be less than high (", high, ")"));
+    throw ValueError(
+        detail::str_cat("randint: low (", low, ") must be less than high (", high, ")"));
   }
   if (ctx.attrs.dtype(1) == kBool) throw DTypeError("randint: dtype bool is not supported");
   push_output(ctx, ctx.attrs.ints(0), 1);
@@ -41,7 +42,8 @@ void infer_arange(ShapeCtx& ctx) {
   const double step = ctx.attrs.scalar(2).to_double();
   if (step == 0) throw ValueError("arange: step must be nonzero");
   if (!std::isfinite(start) || !std::isfinite(end)) {
-    throw ValueError(detail::str_cat("arange: start (", start, ") and end (", end, ") must be finite"));
+    throw ValueError(
+        detail::str_cat("arange: start (", start, ") and end (", end, ") must be finite"));
   }
   if ((step > 0 && end < start) || (step < 0 && end > start)) {
     throw ValueError(detail::str_cat("arange: the step ", step, " moves away from end (start ",
@@ -68,7 +70,8 @@ void infer_linspace(ShapeCtx& ctx) {
 
 void infer_eye(ShapeCtx& ctx) {
   const int64_t n = ctx.attrs.i(0), m = ctx.attrs.i(1);
-  if (n < 0 || m < 0) throw ShapeError(detail::str_cat("eye: n and m must be >= 0, got ", n, ", ", m));
+  if (n < 0 || m < 0)
+    throw ShapeError(detail::str_cat("eye: n and m must be >= 0, got ", n, ", ", m));
   push_output(ctx, {n, m}, 2);
 }
 

@@ -17,7 +17,7 @@ Shape broadcast_inputs(const ShapeCtx& ctx) {
 // Broadcast output of dtype `out`, with every input cast to `compute`.
 void elementwise(ShapeCtx& ctx, DType compute, DType out) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) ctx.cast_input(i, compute);
-  ctx.outputs.push_back({broadcast_inputs(ctx), out, ctx.common_device()});
+  ctx.add_output(broadcast_inputs(ctx), out, ctx.common_device());
 }
 
 void reject_bool(const ShapeCtx& ctx, DType t) {
@@ -43,8 +43,8 @@ void infer_unary_float(ShapeCtx& ctx) {
   if (ctx.schema.id == OpId::gelu) {
     const auto& mode = ctx.attrs.str(0);
     if (mode != "none" && mode != "tanh") {
-      throw ValueError(detail::str_cat("gelu: approximate must be 'none' or 'tanh', got '", mode,
-                                       "'"));
+      throw ValueError(
+          detail::str_cat("gelu: approximate must be 'none' or 'tanh', got '", mode, "'"));
     }
   }
   const DType t = float_of(ctx.input(0).dtype());
@@ -52,7 +52,7 @@ void infer_unary_float(ShapeCtx& ctx) {
 }
 
 void infer_unary_bool(ShapeCtx& ctx) {
-  ctx.outputs.push_back({ctx.input(0).sizes(), kBool, ctx.common_device()});
+  ctx.add_output(ctx.input(0).sizes(), kBool, ctx.common_device());
 }
 
 void infer_binary_arith(ShapeCtx& ctx) {
@@ -62,7 +62,8 @@ void infer_binary_arith(ShapeCtx& ctx) {
     throw DTypeError("sub: subtracting bool tensors is not supported; use logical_xor");
   }
   if (t == kBool && (op == OpId::pow || op == OpId::remainder)) reject_bool(ctx, t);
-  if ((op == OpId::add || op == OpId::sub) && !is_floating(t) && ctx.attrs.scalar(0).is_floating()) {
+  if ((op == OpId::add || op == OpId::sub) && !is_floating(t) &&
+      ctx.attrs.scalar(0).is_floating()) {
     throw DTypeError(detail::str_cat(ctx.name(), ": alpha ", ctx.attrs.scalar(0),
                                      " is a floating value but the inputs are ", t));
   }
@@ -77,18 +78,18 @@ void infer_binary_float(ShapeCtx& ctx) {
 void infer_binary_compare(ShapeCtx& ctx) { elementwise(ctx, result_type(ctx.inputs), kBool); }
 
 void infer_binary_logical(ShapeCtx& ctx) {
-  ctx.outputs.push_back({broadcast_inputs(ctx), kBool, ctx.common_device()});
+  ctx.add_output(broadcast_inputs(ctx), kBool, ctx.common_device());
 }
 
 void infer_where(ShapeCtx& ctx) {
   if (ctx.input(0).dtype() != kBool) {
-    throw DTypeError(detail::str_cat("where: condition must be a bool tensor, got ",
-                                     ctx.input(0).dtype()));
+    throw DTypeError(
+        detail::str_cat("where: condition must be a bool tensor, got ", ctx.input(0).dtype()));
   }
   const DType t = result_type(ctx.inputs.subspan(1));
   ctx.cast_input(1, t);
   ctx.cast_input(2, t);
-  ctx.outputs.push_back({broadcast_inputs(ctx), t, ctx.common_device()});
+  ctx.add_output(broadcast_inputs(ctx), t, ctx.common_device());
 }
 
 void infer_clamp(ShapeCtx& ctx) {
@@ -105,19 +106,19 @@ void infer_clamp(ShapeCtx& ctx) {
 
 void infer_masked_fill(ShapeCtx& ctx) {
   if (ctx.input(1).dtype() != kBool) {
-    throw DTypeError(detail::str_cat("masked_fill: mask must be a bool tensor, got ",
-                                     ctx.input(1).dtype()));
+    throw DTypeError(
+        detail::str_cat("masked_fill: mask must be a bool tensor, got ", ctx.input(1).dtype()));
   }
   const DType t = ctx.input(0).dtype();
-  ctx.outputs.push_back({broadcast_inputs(ctx), t, ctx.common_device()});
+  ctx.add_output(broadcast_inputs(ctx), t, ctx.common_device());
 }
 
 void infer_copy(ShapeCtx& ctx) {
-  ctx.outputs.push_back({ctx.input(0).sizes(), ctx.attrs.dtype(0), ctx.common_device()});
+  ctx.add_output(ctx.input(0).sizes(), ctx.attrs.dtype(0), ctx.common_device());
 }
 
 void infer_fill(ShapeCtx& ctx) {
-  ctx.outputs.push_back({ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device()});
+  ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device());
 }
 
 }  // namespace kiln::ops

@@ -60,7 +60,8 @@ Shape infer_view_shape(std::string_view op, const Shape& from, const Shape& shap
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      if (infer_at >= 0) throw ShapeError(detail::str_cat(op, ": only one dim can be -1 in ", shape));
+      if (infer_at >= 0)
+        throw ShapeError(detail::str_cat(op, ": only one dim can be -1 in ", shape));
       infer_at = static_cast<int64_t>(i);
     } else if (out[i] < 0) {
       throw ShapeError(detail::str_cat(op, ": invalid size ", out[i], " in ", shape));
@@ -104,14 +105,15 @@ void infer_permute(ShapeCtx& ctx) {
   const Tensor& x = ctx.input(0);
   auto& dims = ctx.attrs.ints(0);
   if (static_cast<int64_t>(dims.size()) != x.dim()) {
-    throw ShapeError(detail::str_cat("permute: dims ", dims, " do not match a tensor with ",
-                                     x.dim(), " dims"));
+    throw ShapeError(
+        detail::str_cat("permute: dims ", dims, " do not match a tensor with ", x.dim(), " dims"));
   }
   std::vector<bool> seen(dims.size(), false);
   Shape sizes(dims.size()), strides(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {
     dims[i] = wrap_dim(dims[i], x.dim(), "permute");
-    if (seen[dims[i]]) throw IndexError(detail::str_cat("permute: dim ", dims[i], " repeats in ", dims));
+    if (seen[dims[i]])
+      throw IndexError(detail::str_cat("permute: dim ", dims[i], " repeats in ", dims));
     seen[dims[i]] = true;
     sizes[i] = x.sizes()[dims[i]];
     strides[i] = x.strides()[dims[i]];
@@ -167,7 +169,9 @@ void infer_expand(ShapeCtx& ctx) {
   for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
     const int64_t d = i - lead;
     if (d < 0) {
-      if (shape[i] < 0) throw ShapeError(detail::str_cat("expand: size -1 is not allowed for the new leading dim ", i, " of ", shape));
+      if (shape[i] < 0)
+        throw ShapeError(detail::str_cat("expand: size -1 is not allowed for the new leading dim ",
+                                         i, " of ", shape));
       continue;
     }
     const int64_t have = x.sizes()[d];
@@ -175,8 +179,9 @@ void infer_expand(ShapeCtx& ctx) {
     if (have == shape[i]) {
       strides[i] = x.strides()[d];
     } else if (have != 1) {
-      throw ShapeError(detail::str_cat("expand: the size ", have, " of dim ", d, " (shape ", x.sizes(),
-                                       ") must match ", shape[i], " or be 1 (target ", shape, ")"));
+      throw ShapeError(detail::str_cat("expand: the size ", have, " of dim ", d, " (shape ",
+                                       x.sizes(), ") must match ", shape[i], " or be 1 (target ",
+                                       shape, ")"));
     }
   }
   push_view(ctx, shape, strides, x.storage_offset());
