@@ -53,7 +53,9 @@ C integer_pow(C base, C exp) {
 
 template <typename C>
 C python_remainder(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return a;  // never reached: the shape rule rejects bool
+  } else if constexpr (std::is_floating_point_v<C>) {
     C r = std::fmod(a, b);
     return (r != C(0) && ((r < C(0)) != (b < C(0)))) ? r + b : r;
   } else {
