@@ -86,7 +86,7 @@ void print_dims(std::ostream& os, const Tensor& t, const Format& f, bool summari
     size_t on_line = 0;
     for (int64_t i = 0; i < n; ++i) {
       if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-        os << " ...,";
+        os << "  ...,";
         i = n - kEdgeItems;
       }
       if (on_line == per_line) {

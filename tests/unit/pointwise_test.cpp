@@ -1,0 +1,135 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+// The exception's message must name the op.
+template <typename E, typename F>
+void expect_error_naming(F f, const std::string& op) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception naming " << op;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(TypePromotion, FollowsPyTorchLattice) {
+  EXPECT_EQ(promote_types(kUInt8, kInt8), kInt16);
+  EXPECT_EQ(promote_types(kFloat16, kBFloat16), kFloat32);
+  EXPECT_EQ(promote_types(kInt64, kFloat16), kFloat16);
+  EXPECT_EQ(promote_types(kBool, kInt8), kInt8);
+  EXPECT_EQ(promote_types(kInt32, kInt64), kInt64);
+  EXPECT_EQ(promote_types(kFloat32, kFloat64), kFloat64);
+}
+
+TEST(TypePromotion, NumbersAndZeroDimTensorsRankBelowTensors) {
+  auto h = ones({2}, {.dtype = kFloat16});
+  EXPECT_EQ((h * 2.5).dtype(), kFloat16);
+  EXPECT_EQ((h + scalar_tensor(1.0, {.dtype = kFloat64})).dtype(), kFloat16);
+  auto i = ones({2}, {.dtype = kInt32});
+  EXPECT_EQ((i + 1).dtype(), kInt32);
+  EXPECT_EQ((i + 1.5).dtype(), kFloat32);
+  EXPECT_EQ((i + scalar_tensor(1, {.dtype = kInt64})).dtype(), kInt32);
+  EXPECT_EQ((i + ones({2}, {.dtype = kInt64})).dtype(), kInt64);
+  EXPECT_EQ(div(i, i).dtype(), kFloat32);
+  auto b = full({2}, true);
+  EXPECT_EQ((b + 1).dtype(), kInt64);
+  EXPECT_EQ((b + b).dtype(), kBool);
+}
+
+TEST(TypePromotion, WrappedFloatsKeepDoublePrecisionForFloat64) {
+  auto d = zeros({1}, {.dtype = kFloat64});
+  EXPECT_EQ((d + 0.1).item<double>(), 0.1);
+}
+
+TEST(Pointwise, MatchesHandComputedValues) {
+  auto x = from_vector<float>({-2.f, -0.5f, 0.f, 1.5f});
+  EXPECT_EQ(relu(x).to_vector<float>(), (std::vector<float>{0, 0, 0, 1.5f}));
+  EXPECT_EQ(sign(x).to_vector<float>(), (std::vector<float>{-1, -1, 0, 1}));
+  EXPECT_EQ(round(from_vector<float>({0.5f, 1.5f, 2.5f, -0.5f})).to_vector<float>(),
+            (std::vector<float>{0, 2, 2, -0}));
+  EXPECT_EQ(remainder(from_vector<int32_t>({-7, 7, -7}), from_vector<int32_t>({3, -3, -3}))
+                .to_vector<int32_t>(),
+            (std::vector<int32_t>{2, -2, -1}));
+  EXPECT_NEAR(gelu(from_vector<float>({1.f})).item<float>(), 0.8413447f, 1e-6);
+  EXPECT_NEAR(gelu(from_vector<float>({1.f}), "tanh").item<float>(), 0.8411920f, 1e-6);
+  EXPECT_NEAR(sigmoid(from_vector<float>({0.f})).item<float>(), 0.5f, 1e-7);
+  EXPECT_TRUE(std::isnan(maximum(from_vector<float>({NAN}), from_vector<float>({1.f})).item<float>()));
+  EXPECT_EQ(pow(from_vector<int64_t>({2, 3}), 10).to_vector<int64_t>(),
+            (std::vector<int64_t>{1024, 59049}));
+  EXPECT_EQ(clamp(from_vector<uint8_t>({0, 5, 200}), -3, 100).to_vector<uint8_t>(),
+            (std::vector<uint8_t>{0, 5, 100}));
+}
+
+TEST(Pointwise, ExpIsAccurateAcrossTheFloatRange) {
+  auto x = linspace(-103, 88.5, 2001);
+  auto got = exp(x).to_vector<float>();
+  auto in = x.to_vector<float>();
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double want = std::exp(static_cast<double>(in[i]));
+    EXPECT_NEAR(got[i], want, std::max(want * 4e-7, 1e-44)) << "x=" << in[i];
+  }
+  EXPECT_EQ(exp(from_vector<float>({INFINITY})).item<float>(), INFINITY);
+  EXPECT_EQ(exp(from_vector<float>({-INFINITY})).item<float>(), 0.f);
+  EXPECT_EQ(exp(from_vector<float>({100.f})).item<float>(), INFINITY);
+  EXPECT_TRUE(std::isnan(exp(from_vector<float>({NAN})).item<float>()));
+}
+
+TEST(Pointwise, RejectsShapesThatDoNotBroadcast) {
+  expect_error_naming<ShapeError>([] { add(ones({2, 3}), ones({4})); }, "add");
+  expect_error_naming<ShapeError>([] { where(full({2}, true), ones({3}), ones({2})); }, "where");
+}
+
+TEST(Pointwise, RejectsBadDtypes) {
+  auto b = full({2}, true);
+  expect_error_naming<DTypeError>([&] { neg(b); }, "neg");
+  expect_error_naming<DTypeError>([&] { sub(b, b); }, "sub");
+  expect_error_naming<DTypeError>([&] { where(ones({2}), ones({2}), ones({2})); }, "where");
+  expect_error_naming<DTypeError>([&] { masked_fill(ones({2}), ones({2}), 0); }, "masked_fill");
+  expect_error_naming<DTypeError>([] { add(ones({2}, {.dtype = kInt32}), ones({2}, {.dtype = kInt32}), 0.5); },
+                                  "add");
+}
+
+TEST(Pointwise, RejectsBadArguments) {
+  expect_error_naming<ValueError>([] { gelu(ones({2}), "fast"); }, "gelu");
+  expect_error_naming<ValueError>([] { clamp(ones({2}), std::nullopt, std::nullopt); }, "clamp");
+  expect_error_naming<ValueError>(
+      [] { remainder(ones({2}, {.dtype = kInt32}), zeros({2}, {.dtype = kInt32})); }, "remainder");
+}
+
+TEST(Pointwise, InPlaceChecksShapeAndCast) {
+  auto x = ones({2, 3});
+  expect_error_naming<ShapeError>([&] { x.add_(ones({4, 2, 3})); }, "add_");
+  auto i = ones({2}, {.dtype = kInt64});
+  expect_error_naming<DTypeError>([&] { i.mul_(1.5); }, "mul_");
+  expect_error_naming<DTypeError>([&] { i.div_(2); }, "div_");
+  auto v = x.version();
+  x.add_(1);
+  EXPECT_GT(x.version(), v);
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(6, 2.f));
+}
+
+TEST(Pointwise, InPlaceConvertsIntoSelfDtype) {
+  auto x = zeros({3}, {.dtype = kFloat16});
+  x.add_(from_vector<float>({1.f, 2.f, 3.f}));
+  EXPECT_EQ(x.dtype(), kFloat16);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  auto i = zeros({2}, {.dtype = kInt32});
+  i.copy_(from_vector<double>({2.7, -1.2}));
+  EXPECT_EQ(i.to_vector<int32_t>(), (std::vector<int32_t>{2, -1}));
+}
+
+TEST(Pointwise, RejectsTensorsOnDifferentDevicesOrUndefined) {
+  expect_error_naming<Error>([] { add(ones({1}), Tensor()); }, "add");
+  EXPECT_THROW(ones({1}).to(Device::cuda()), DeviceError);
+  EXPECT_THROW(Device::parse("tpu"), DeviceError);
+  EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
+}
