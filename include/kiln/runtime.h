@@ -19,10 +19,13 @@ int get_num_threads();
 struct MemoryStats {
   size_t allocated_bytes = 0;
   size_t peak_allocated_bytes = 0;
-  size_t num_allocations = 0;
+  size_t num_allocations = 0;  // blocks taken from the system
+  size_t reserved_bytes = 0;   // allocated plus cached for reuse
 };
 MemoryStats memory_stats(Device device);
 void reset_peak_memory_stats(Device device);
+// Returns memory cached for reuse to the system.
+void empty_cache(Device device);
 
 // "kiln 0.1.0 (commit abc1234)".
 std::string version_string();

@@ -43,6 +43,7 @@ struct MemoryStats {
   size_t allocated_bytes = 0;       // held by live tensors now
   size_t peak_allocated_bytes = 0;  // since the last reset_peak
   size_t num_allocations = 0;       // calls into the system allocator
+  size_t reserved_bytes = 0;        // allocated plus cached for reuse
 };
 
 class Backend {
@@ -56,6 +57,8 @@ class Backend {
   virtual void synchronize(Device device) = 0;
   virtual MemoryStats memory_stats(Device device) const = 0;
   virtual void reset_peak_memory_stats(Device device) = 0;
+  // Returns cached, unused memory to the system.
+  virtual void empty_cache(Device device) = 0;
   const KernelTable& kernels() const noexcept { return kernels_; }
 
  protected:

@@ -23,8 +23,10 @@ int get_num_threads() { return omp_get_max_threads(); }
 
 MemoryStats memory_stats(Device device) {
   auto s = backend::backend_for(device.kind()).memory_stats(device);
-  return {s.allocated_bytes, s.peak_allocated_bytes, s.num_allocations};
+  return {s.allocated_bytes, s.peak_allocated_bytes, s.num_allocations, s.reserved_bytes};
 }
+
+void empty_cache(Device device) { backend::backend_for(device.kind()).empty_cache(device); }
 
 void reset_peak_memory_stats(Device device) {
   backend::backend_for(device.kind()).reset_peak_memory_stats(device);

@@ -1,4 +1,4 @@
-// The CPU backend: 64-byte aligned allocations with statistics, and the kernel
+// The CPU backend: the caching allocator of cpu_allocator.h and the kernel
 // groups of src/backends/cpu/.
 #pragma once
 
@@ -16,6 +16,7 @@ class CpuBackend final : public Backend {
   void synchronize(Device) override {}
   MemoryStats memory_stats(Device device) const override;
   void reset_peak_memory_stats(Device device) override;
+  void empty_cache(Device device) override;
 };
 
 // Kernel groups, one per file of src/backends/cpu/.

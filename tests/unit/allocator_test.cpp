@@ -1,0 +1,31 @@
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+TEST(CpuAllocator, CountsLiveBytesAndPeak) {
+  const auto cpu = Device::cpu();
+  const size_t before = memory_stats(cpu).allocated_bytes;
+  reset_peak_memory_stats(cpu);
+  {
+    Tensor a = empty({1000});
+    EXPECT_EQ(memory_stats(cpu).allocated_bytes, before + 4000);
+    Tensor b = empty({500}, {.dtype = kFloat64});
+    EXPECT_EQ(memory_stats(cpu).peak_allocated_bytes, before + 8000);
+  }
+  EXPECT_EQ(memory_stats(cpu).allocated_bytes, before);
+  EXPECT_EQ(memory_stats(cpu).peak_allocated_bytes, before + 8000);
+}
+
+TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesItsCache) {
+  const auto cpu = Device::cpu();
+  empty_cache(cpu);
+  { Tensor warm = empty({1 << 22}); }
+  const size_t system_before = memory_stats(cpu).num_allocations;
+  for (int i = 0; i < 5; ++i) Tensor t = empty({(1 << 22) - 16 * i});
+  EXPECT_EQ(memory_stats(cpu).num_allocations, system_before);
+  EXPECT_GE(memory_stats(cpu).reserved_bytes, size_t{4} << 22);
+  empty_cache(cpu);
+  EXPECT_EQ(memory_stats(cpu).reserved_bytes, memory_stats(cpu).allocated_bytes);
+}
