@@ -41,8 +41,6 @@ run_tests() {
   if [ "${1:-}" = "--sanitize" ]; then
     dir=build-asan
     flags+=(-DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF)
-    # The reference kernels are slow under ASan: run the reduced shape sweep.
-    export KILN_TEST_REDUCED=1
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
   elif [ -n "${1:-}" ]; then
     usage
