@@ -129,7 +129,7 @@ void infer_squeeze(ShapeCtx& ctx) {
     for (int64_t d = 0; d < x.dim(); ++d) drop[d] = x.sizes()[d] == 1;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (drop[d]) dims.push_back(d);
-    if (dims.empty()) dims.push_back(-1);  // nothing to squeeze: keep the attrs canonical
+    if (dims.empty()) dims.push_back(x.dim() > 0 ? x.dim() - 1 : 0);  // nothing to squeeze, canonically
   } else {
     for (auto& d : dims) {
       d = wrap_dim(d, x.dim(), "squeeze");
@@ -176,6 +176,9 @@ void infer_expand(ShapeCtx& ctx) {
     }
     const int64_t have = x.sizes()[d];
     if (shape[i] == -1) shape[i] = have;
+    if (shape[i] < 0) {
+      throw ShapeError(detail::str_cat("expand: invalid size ", shape[i], " for dim ", i, " of ", shape));
+    }
     if (have == shape[i]) {
       strides[i] = x.strides()[d];
     } else if (have != 1) {
@@ -204,7 +207,7 @@ void infer_slice(ShapeCtx& ctx) {
   ctx.attrs[1] = start;
   ctx.attrs[2] = stop;
   Shape sizes = x.sizes(), strides = x.strides();
-  sizes[d] = (stop - start + step - 1) / step;
+  sizes[d] = stop > start ? (stop - start - 1) / step + 1 : 0;  // no overflow for huge steps
   strides[d] *= step;
   push_view(ctx, sizes, strides, x.storage_offset() + start * x.strides()[d]);
 }
