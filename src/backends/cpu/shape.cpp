@@ -90,7 +90,9 @@ CopyPlan plan_copy(const Shape& sizes, const Shape& dst_strides, const Shape& sr
 // dst[i] = src[i * ss] for n elements (ss may be 0 or negative); dst contiguous.
 template <typename E>
 void copy_run(E* dst, const E* src, int64_t ss, int64_t n) {
-  if (ss == 1) {
+  if (ss == 1 && n <= 8) {  // a call to memcpy costs more than a few moves
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  } else if (ss == 1) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(E));
   } else if (ss == 0) {
     std::fill(dst, dst + n, *src);
@@ -209,19 +211,20 @@ void concat(const Tensor& out, const std::vector<Piece>& pieces, int64_t dim) {
   bool all_contiguous = true;
   for (const auto& p : pieces) all_contiguous = all_contiguous && contiguous_layout(p.sizes, p.strides);
   if (all_contiguous && outer >= omp_get_max_threads()) {
-    std::vector<size_t> block_bytes;
-    for (const auto& p : pieces) block_bytes.push_back(shape_numel(p.sizes) / outer * es);
+    std::vector<int64_t> block;  // elements per outer row of each piece
+    for (const auto& p : pieces) block.push_back(shape_numel(p.sizes) / outer);
     const int64_t row = out.numel() / outer;
-    char* base = byte_ptr(out);
-    parallel_for(outer, std::max<int64_t>(1, kParallelGrain / row), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        char* d = base + o * row * static_cast<int64_t>(es);
-        for (size_t k = 0; k < pieces.size(); ++k) {
-          if (block_bytes[k] == 0) continue;
-          std::memcpy(d, pieces[k].data + o * static_cast<int64_t>(block_bytes[k]), block_bytes[k]);
-          d += block_bytes[k];
+    visit_element_size(es, [&]<typename E>() {
+      E* base = static_cast<E*>(out.data_ptr());
+      parallel_for(outer, std::max<int64_t>(1, kParallelGrain / row), [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          E* d = base + o * row;
+          for (size_t k = 0; k < pieces.size(); ++k) {
+            copy_run(d, reinterpret_cast<const E*>(pieces[k].data) + o * block[k], 1, block[k]);
+            d += block[k];
+          }
         }
-      }
+      });
     });
     return;
   }
@@ -274,13 +277,10 @@ void index_select_kernel(const KernelCall& c) {
     const E* src = static_cast<const E*>(x.data_ptr());
     E* dst = static_cast<E*>(c.out().data_ptr());
     parallel_for(outer * k, std::max<int64_t>(1, kParallelGrain / inner), [&](int64_t b, int64_t e) {
+      int64_t o = b / k, j = b % k;  // output row r is (o, j)
       for (int64_t r = b; r < e; ++r) {
-        const E* s = src + ((r / k) * n + iv[r % k]) * inner;
-        if (inner == 1) {
-          dst[r] = *s;
-        } else {
-          std::memcpy(dst + r * inner, s, static_cast<size_t>(inner) * sizeof(E));
-        }
+        copy_run(dst + r * inner, src + (o * n + iv[j]) * inner, 1, inner);
+        if (++j == k) j = 0, ++o;
       }
     });
   });
@@ -435,8 +435,9 @@ void one_hot_kernel(const KernelCall& c) {
                                      " is out of range for num_classes ", classes));
   }
   int64_t* out = c.out().data<int64_t>();
-  std::memset(out, 0, static_cast<size_t>(c.out().numel()) * sizeof(int64_t));
-  parallel_for(indices.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(classes, 1));
+  parallel_for(indices.numel(), grain, [&](int64_t b, int64_t e) {
+    std::memset(out + b * classes, 0, static_cast<size_t>((e - b) * classes) * sizeof(int64_t));
     for (int64_t i = b; i < e; ++i) out[i * classes + iv[i]] = 1;
   });
 }
