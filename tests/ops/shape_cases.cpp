@@ -75,9 +75,8 @@ const CaseRegistration kViews([](CaseList& c) {
     return TensorList{in[0].squeeze().clone(), in[0].squeeze(-1).clone(),
                       in[0].select(1, 2).squeeze().clone()};
   });
-  add(c, "squeeze/large", {OpId::squeeze}, one({1, 300, 1, 131}), [](TensorList& in) {
-    return TensorList{in[0].squeeze().t().clone()};
-  });
+  add(c, "squeeze/large", {OpId::squeeze}, one({1, 300, 1, 131}),
+      [](TensorList& in) { return TensorList{in[0].squeeze().t().clone()}; });
   add(c, "unsqueeze/positions", {OpId::unsqueeze}, one({5, 7}, 't'), [](TensorList& in) {
     return TensorList{in[0].unsqueeze(0).clone(), in[0].unsqueeze(1).clone(),
                       in[0].unsqueeze(2).clone(), in[0].unsqueeze(-1).clone(),
@@ -86,9 +85,8 @@ const CaseRegistration kViews([](CaseList& c) {
   add(c, "unsqueeze/0dim", {OpId::unsqueeze}, one({}), [](TensorList& in) {
     return TensorList{in[0].unsqueeze(0).clone(), in[0].unsqueeze(-1).unsqueeze(0).clone()};
   });
-  add(c, "unsqueeze/large", {OpId::unsqueeze}, one({257, 131}, 't'), [](TensorList& in) {
-    return TensorList{in[0].unsqueeze(1).clone()};
-  });
+  add(c, "unsqueeze/large", {OpId::unsqueeze}, one({257, 131}, 't'),
+      [](TensorList& in) { return TensorList{in[0].unsqueeze(1).clone()}; });
   add(c, "expand/broadcast_dims", {OpId::expand}, one({5, 1}), [](TensorList& in) {
     return TensorList{in[0].expand({3, 5, 4}).clone(), in[0].expand({-1, 6}).clone(),
                       in[0].expand({2, -1, -1}).clone(), in[0].expand({0, 5, 2}).clone()};
@@ -101,24 +99,23 @@ const CaseRegistration kViews([](CaseList& c) {
     return TensorList{in[0].expand({300, 131}).clone()};
   });
   add(c, "slice/steps_and_bounds", {OpId::slice}, one({7, 13}), [](TensorList& in) {
-    return TensorList{in[0].slice(1, 1, 10, 3).clone(),  in[0].slice(0, -3, std::nullopt).clone(),
-                      in[0].slice(1, 2, 100, 20).clone(), in[0].slice(0, 5, 2).clone(),
-                      in[0].slice(1, -100, -2).clone(),  in[0].slice(0, std::nullopt, std::nullopt, 2).clone()};
+    return TensorList{
+        in[0].slice(1, 1, 10, 3).clone(),   in[0].slice(0, -3, std::nullopt).clone(),
+        in[0].slice(1, 2, 100, 20).clone(), in[0].slice(0, 5, 2).clone(),
+        in[0].slice(1, -100, -2).clone(),   in[0].slice(0, std::nullopt, std::nullopt, 2).clone()};
   });
   add(c, "slice/transposed_and_nested", {OpId::slice}, one({6, 11}, 't'), [](TensorList& in) {
     return TensorList{in[0].slice(0, 1, 5).slice(1, 2, std::nullopt, 4).clone(),
                       in[0].slice(-1, 3, 4).clone()};
   });
-  add(c, "slice/large", {OpId::slice}, one({300, 262}), [](TensorList& in) {
-    return TensorList{in[0].slice(1, 1, std::nullopt, 2).clone()};
-  });
+  add(c, "slice/large", {OpId::slice}, one({300, 262}),
+      [](TensorList& in) { return TensorList{in[0].slice(1, 1, std::nullopt, 2).clone()}; });
   add(c, "select/dims_and_negative_index", {OpId::select}, one({5, 7, 3}, 't'), [](TensorList& in) {
     return TensorList{in[0].select(0, -1).clone(), in[0].select(1, 2).clone(),
                       in[0].select(2, 0).clone(), in[0].select(0, 0).select(0, 6).clone()};
   });
-  add(c, "select/large", {OpId::select}, one({3, 300, 131}, 't'), [](TensorList& in) {
-    return TensorList{in[0].select(0, 1).clone()};
-  });
+  add(c, "select/large", {OpId::select}, one({3, 300, 131}, 't'),
+      [](TensorList& in) { return TensorList{in[0].select(0, 1).clone()}; });
   add(c, "split/views", {OpId::slice}, one({7, 10}, 't'), [](TensorList& in) {
     TensorList out;
     for (auto& t : split(in[0], 3, 0)) out.push_back(t.clone());
@@ -136,15 +133,17 @@ const CaseRegistration kViews([](CaseList& c) {
 
 // In-place ops write through views into the base tensor.
 const CaseRegistration kViewWrites([](CaseList& c) {
-  add(c, "view_writes/fill_through_slices", {OpId::slice, OpId::select, OpId::fill},
-      one({6, 9}), [](TensorList& in) {
+  add(c, "view_writes/fill_through_slices", {OpId::slice, OpId::select, OpId::fill}, one({6, 9}),
+      [](TensorList& in) {
         in[0].slice(1, 0, std::nullopt, 2).fill_(1);
         in[0].select(0, 3).zero_();
         in[0].t().slice(0, 7, 9).select(1, 5).fill_(0);
         return TensorList{in[0]};
       });
-  add(c, "view_writes/mul_through_permute_and_view", {OpId::permute, OpId::view, OpId::unsqueeze},
-      one({4, 5, 6}), [](TensorList& in) {
+  add(
+      c, "view_writes/mul_through_permute_and_view", {OpId::permute, OpId::view, OpId::unsqueeze},
+      one({4, 5, 6}),
+      [](TensorList& in) {
         Tensor p = in[0].permute({2, 0, 1});
         p.mul_(p.select(0, 0).unsqueeze(0));
         in[0].view({20, 6}).slice(0, 3, 9).add_(in[0].view({120}).slice(0, 0, 6));
@@ -157,8 +156,9 @@ const CaseRegistration kViewWrites([](CaseList& c) {
         dst.t().copy_(in[0].squeeze().unsqueeze(1).expand({7, 5}));
         return TensorList{dst};
       });
-  add(c, "view_writes/large", {OpId::slice, OpId::select},
-      one({600, 131}), [](TensorList& in) {
+  add(
+      c, "view_writes/large", {OpId::slice, OpId::select}, one({600, 131}),
+      [](TensorList& in) {
         in[0].slice(0, 1, std::nullopt, 2).mul_(in[0].slice(0, 0, -1, 2));
         return TensorList{in[0]};
       },
@@ -168,24 +168,32 @@ const CaseRegistration kViewWrites([](CaseList& c) {
 // --- cat and stack --------------------------------------------------------------------
 
 const CaseRegistration kCatStack([](CaseList& c) {
-  add(c, "cat/dim0", {OpId::cat},
+  add(
+      c, "cat/dim0", {OpId::cat},
       [](DType t, Generator& g) {
         return TensorList{uniform({3, 5}, t, g), uniform({4, 5}, t, g), uniform({1, 5}, t, g)};
       },
       [](TensorList& in) { return TensorList{cat(in, 0)}; });
-  add(c, "cat/dim1_mixed_layouts", {OpId::cat},
+  add(
+      c, "cat/dim1_mixed_layouts", {OpId::cat},
       [](DType t, Generator& g) {
         return TensorList{uniform({5, 3}, t, g), uniform_transposed({5, 7}, t, g),
                           uniform_strided({5, 2}, t, g)};
       },
-      [](TensorList& in) { return TensorList{cat(in, 1), cat(in, -1)}; });
-  add(c, "cat/inner_dim_of_3d", {OpId::cat},
+      [](TensorList& in) {
+        return TensorList{cat(in, 1), cat(in, -1)};
+      });
+  add(
+      c, "cat/inner_dim_of_3d", {OpId::cat},
       [](DType t, Generator& g) {
         return TensorList{uniform({2, 3, 5}, t, g), uniform({2, 1, 5}, t, g),
                           uniform_transposed({2, 4, 5}, t, g)};
       },
-      [](TensorList& in) { return TensorList{cat(in, 1), cat(in, -2)}; });
-  add(c, "cat/skips_1d_empty_and_size0", {OpId::cat},
+      [](TensorList& in) {
+        return TensorList{cat(in, 1), cat(in, -2)};
+      });
+  add(
+      c, "cat/skips_1d_empty_and_size0", {OpId::cat},
       [](DType t, Generator& g) {
         return TensorList{uniform({3, 4}, t, g), uniform({0}, t, g), uniform({0, 4}, t, g),
                           uniform({2, 4}, t, g)};
@@ -193,50 +201,82 @@ const CaseRegistration kCatStack([](CaseList& c) {
       [](TensorList& in) {
         return TensorList{cat(in, 0), cat({in[1], in[1]}, 0), cat({in[2], in[2]}, 1)};
       });
-  add(c, "cat/single_and_1d", {OpId::cat},
-      [](DType t, Generator& g) { return TensorList{uniform({7}, t, g), uniform({1}, t, g)}; },
-      [](TensorList& in) { return TensorList{cat({in[0]}, 0), cat(in, 0), cat({in[1], in[0], in[1]})}; });
-  add(c, "cat/promotes_to_float", {OpId::cat},
-      [](DType t, Generator& g) { return TensorList{uniform({2, 3}, t, g), uniform({2, 2}, kFloat32, g)}; },
+  add(
+      c, "cat/single_and_1d", {OpId::cat},
+      [](DType t, Generator& g) {
+        return TensorList{uniform({7}, t, g), uniform({1}, t, g)};
+      },
+      [](TensorList& in) {
+        return TensorList{cat({in[0]}, 0), cat(in, 0), cat({in[1], in[0], in[1]})};
+      });
+  add(
+      c, "cat/promotes_to_float", {OpId::cat},
+      [](DType t, Generator& g) {
+        return TensorList{uniform({2, 3}, t, g), uniform({2, 2}, kFloat32, g)};
+      },
       [](TensorList& in) { return TensorList{cat(in, 1)}; });
-  add(c, "cat/promotes_with_bool", {OpId::cat},
-      [](DType t, Generator& g) { return TensorList{random_mask({3}, g), uniform({4}, t, g)}; },
-      [](TensorList& in) { return TensorList{cat(in, 0), cat({in[1], in[0]}, 0)}; });
-  add(c, "cat/large_rows", {OpId::cat},
-      [](DType t, Generator& g) { return TensorList{uniform({200, 100}, t, g), uniform({200, 81}, t, g)}; },
+  add(
+      c, "cat/promotes_with_bool", {OpId::cat},
+      [](DType t, Generator& g) {
+        return TensorList{random_mask({3}, g), uniform({4}, t, g)};
+      },
+      [](TensorList& in) {
+        return TensorList{cat(in, 0), cat({in[1], in[0]}, 0)};
+      });
+  add(
+      c, "cat/large_rows", {OpId::cat},
+      [](DType t, Generator& g) {
+        return TensorList{uniform({200, 100}, t, g), uniform({200, 81}, t, g)};
+      },
       [](TensorList& in) { return TensorList{cat(in, 1)}; });
-  add(c, "cat/large_few_rows", {OpId::cat},
+  add(
+      c, "cat/large_few_rows", {OpId::cat},
       [](DType t, Generator& g) {
         return TensorList{uniform({2, 20000}, t, g), uniform_transposed({2, 17001}, t, g)};
       },
-      [](TensorList& in) { return TensorList{cat(in, 1), cat({in[0].t(), in[1].t()}, 0)}; });
-  add(c, "stack/every_dim", {OpId::stack},
+      [](TensorList& in) {
+        return TensorList{cat(in, 1), cat({in[0].t(), in[1].t()}, 0)};
+      });
+  add(
+      c, "stack/every_dim", {OpId::stack},
       [](DType t, Generator& g) {
-        return TensorList{uniform({3, 5}, t, g), uniform_transposed({3, 5}, t, g), uniform({3, 5}, t, g)};
+        return TensorList{uniform({3, 5}, t, g), uniform_transposed({3, 5}, t, g),
+                          uniform({3, 5}, t, g)};
       },
       [](TensorList& in) {
-        return TensorList{stack(in, 0), stack(in, 1), stack(in, 2), stack(in, -1), stack({in[1]}, 1)};
+        return TensorList{stack(in, 0), stack(in, 1), stack(in, 2), stack(in, -1),
+                          stack({in[1]}, 1)};
       });
-  add(c, "stack/0dim_and_empty", {OpId::stack},
+  add(
+      c, "stack/0dim_and_empty", {OpId::stack},
       [](DType t, Generator& g) {
         return TensorList{uniform({}, t, g), uniform({}, t, g), uniform({0, 3}, t, g)};
       },
-      [](TensorList& in) { return TensorList{stack({in[0], in[1]}), stack({in[2], in[2]}, 1)}; });
-  add(c, "stack/promotes", {OpId::stack},
-      [](DType t, Generator& g) { return TensorList{uniform({4}, t, g), uniform({4}, kInt16, g)}; },
+      [](TensorList& in) {
+        return TensorList{stack({in[0], in[1]}), stack({in[2], in[2]}, 1)};
+      });
+  add(
+      c, "stack/promotes", {OpId::stack},
+      [](DType t, Generator& g) {
+        return TensorList{uniform({4}, t, g), uniform({4}, kInt16, g)};
+      },
       [](TensorList& in) { return TensorList{stack(in, 0)}; });
-  add(c, "stack/large", {OpId::stack},
+  add(
+      c, "stack/large", {OpId::stack},
       [](DType t, Generator& g) {
         return TensorList{uniform({150, 101}, t, g), uniform({150, 101}, t, g),
                           uniform_strided({150, 101}, t, g)};
       },
-      [](TensorList& in) { return TensorList{stack(in, 1), stack(in, 0)}; });
+      [](TensorList& in) {
+        return TensorList{stack(in, 1), stack(in, 0)};
+      });
 });
 
 // --- indexing -------------------------------------------------------------------------
 
 const CaseRegistration kIndexing([](CaseList& c) {
-  add(c, "index_select/every_dim", {OpId::index_select},
+  add(
+      c, "index_select/every_dim", {OpId::index_select},
       [](DType t, Generator& g) {
         return TensorList{uniform({4, 5, 6}, t, g), indices(4, {7}, g), indices(5, {3}, g),
                           indices(6, {11}, g)};
@@ -245,7 +285,8 @@ const CaseRegistration kIndexing([](CaseList& c) {
         return TensorList{index_select(in[0], 0, in[1]), index_select(in[0], 1, in[2]),
                           index_select(in[0], 2, in[3]), index_select(in[0], -1, in[3])};
       });
-  add(c, "index_select/int32_transposed_empty", {OpId::index_select},
+  add(
+      c, "index_select/int32_transposed_empty", {OpId::index_select},
       [](DType t, Generator& g) {
         return TensorList{uniform_transposed({7, 13}, t, g), indices(13, {9}, g).to(kInt32),
                           indices(7, {0}, g)};
@@ -253,7 +294,8 @@ const CaseRegistration kIndexing([](CaseList& c) {
       [](TensorList& in) {
         return TensorList{index_select(in[0], 1, in[1]), index_select(in[0], 0, in[2])};
       });
-  add(c, "index_select/0dim", {OpId::index_select},
+  add(
+      c, "index_select/0dim", {OpId::index_select},
       [](DType t, Generator& g) {
         return TensorList{uniform({}, t, g), zeros({1}, {.dtype = kInt64}), uniform({5}, t, g),
                           full({}, 3, {.dtype = kInt64})};
@@ -261,62 +303,79 @@ const CaseRegistration kIndexing([](CaseList& c) {
       [](TensorList& in) {
         return TensorList{index_select(in[0], 0, in[1]), index_select(in[2], 0, in[3])};
       });
-  add(c, "index_select/large", {OpId::index_select},
+  add(
+      c, "index_select/large", {OpId::index_select},
       [](DType t, Generator& g) {
-        return TensorList{uniform({400, 129}, t, g), indices(400, {300}, g), indices(129, {300}, g)};
+        return TensorList{uniform({400, 129}, t, g), indices(400, {300}, g),
+                          indices(129, {300}, g)};
       },
       [](TensorList& in) {
         return TensorList{index_select(in[0], 0, in[1]), index_select(in[0], 1, in[2])};
       });
-  add(c, "gather/every_dim_smaller_index", {OpId::gather},
+  add(
+      c, "gather/every_dim_smaller_index", {OpId::gather},
       [](DType t, Generator& g) {
-        return TensorList{uniform({4, 5, 6}, t, g), indices(4, {7, 3, 2}, g), indices(5, {2, 9, 6}, g),
-                          indices(6, {3, 4, 8}, g)};
+        return TensorList{uniform({4, 5, 6}, t, g), indices(4, {7, 3, 2}, g),
+                          indices(5, {2, 9, 6}, g), indices(6, {3, 4, 8}, g)};
       },
       [](TensorList& in) {
         return TensorList{gather(in[0], 0, in[1]), gather(in[0], 1, in[2]), gather(in[0], 2, in[3]),
                           gather(in[0], -1, in[3])};
       });
-  add(c, "gather/transposed_input_and_index", {OpId::gather},
+  add(
+      c, "gather/transposed_input_and_index", {OpId::gather},
       [](DType t, Generator& g) {
         return TensorList{uniform_transposed({6, 9}, t, g), indices(9, {4, 6}, g).t(),
                           indices(6, {3, 9}, g)};
       },
-      [](TensorList& in) { return TensorList{gather(in[0], 1, in[1]), gather(in[0], 0, in[2])}; });
-  add(c, "gather/0dim_and_empty", {OpId::gather},
+      [](TensorList& in) {
+        return TensorList{gather(in[0], 1, in[1]), gather(in[0], 0, in[2])};
+      });
+  add(
+      c, "gather/0dim_and_empty", {OpId::gather},
       [](DType t, Generator& g) {
         return TensorList{uniform({}, t, g), zeros({}, {.dtype = kInt64}), uniform({3, 4}, t, g),
                           indices(3, {0, 4}, g)};
       },
-      [](TensorList& in) { return TensorList{gather(in[0], 0, in[1]), gather(in[2], 0, in[3])}; });
-  add(c, "gather/large", {OpId::gather},
+      [](TensorList& in) {
+        return TensorList{gather(in[0], 0, in[1]), gather(in[2], 0, in[3])};
+      });
+  add(
+      c, "gather/large", {OpId::gather},
       [](DType t, Generator& g) {
         return TensorList{uniform({300, 200}, t, g), indices(200, {300, 150}, g),
                           indices(300, {250, 200}, g)};
       },
-      [](TensorList& in) { return TensorList{gather(in[0], 1, in[1]), gather(in[0], 0, in[2])}; });
+      [](TensorList& in) {
+        return TensorList{gather(in[0], 1, in[1]), gather(in[0], 0, in[2])};
+      });
   // Random indices repeat: duplicates must resolve the same way on every backend.
-  add(c, "scatter/every_dim_with_duplicates", {OpId::scatter},
+  add(
+      c, "scatter/every_dim_with_duplicates", {OpId::scatter},
       [](DType t, Generator& g) {
-        return TensorList{uniform({4, 5, 6}, t, g), indices(4, {7, 3, 2}, g), uniform({7, 5, 6}, t, g),
-                          indices(5, {2, 9, 6}, g), uniform({3, 9, 6}, t, g), indices(6, {3, 4, 8}, g),
+        return TensorList{uniform({4, 5, 6}, t, g), indices(4, {7, 3, 2}, g),
+                          uniform({7, 5, 6}, t, g), indices(5, {2, 9, 6}, g),
+                          uniform({3, 9, 6}, t, g), indices(6, {3, 4, 8}, g),
                           uniform({4, 5, 9}, t, g)};
       },
       [](TensorList& in) {
         return TensorList{scatter(in[0], 0, in[1], in[2]), scatter(in[0], 1, in[3], in[4]),
                           scatter(in[0], 2, in[5], in[6]), scatter(in[0], -1, in[5], in[6])};
       });
-  add(c, "scatter/transposed_and_0dim", {OpId::scatter},
+  add(
+      c, "scatter/transposed_and_0dim", {OpId::scatter},
       [](DType t, Generator& g) {
         return TensorList{uniform_transposed({6, 9}, t, g), indices(6, {5, 9}, g),
                           uniform_transposed({7, 9}, t, g), uniform({}, t, g),
-                          zeros({}, {.dtype = kInt64}), uniform({}, t, g)};
+                          zeros({}, {.dtype = kInt64}),     uniform({}, t, g)};
       },
       [](TensorList& in) {
-        return TensorList{scatter(in[0], 0, in[1], in[2]), scatter(in[0], 1, in[1].t().slice(0, 0, 6), in[2].t()),
+        return TensorList{scatter(in[0], 0, in[1], in[2]),
+                          scatter(in[0], 1, in[1].t().slice(0, 0, 6), in[2].t()),
                           scatter(in[3], 0, in[4], in[5])};
       });
-  add(c, "scatter_/in_place", {OpId::scatter},
+  add(
+      c, "scatter_/in_place", {OpId::scatter},
       [](DType t, Generator& g) {
         return TensorList{uniform({6, 9}, t, g), indices(9, {6, 4}, g), uniform({6, 4}, t, g)};
       },
@@ -328,7 +387,8 @@ const CaseRegistration kIndexing([](CaseList& c) {
         scatter_(in[0], 1, in[1], in[2]);
         return TensorList{in[0]};
       });
-  add(c, "scatter/large", {OpId::scatter},
+  add(
+      c, "scatter/large", {OpId::scatter},
       [](DType t, Generator& g) {
         return TensorList{uniform({300, 200}, t, g), indices(200, {300, 150}, g),
                           uniform({300, 150}, t, g), indices(300, {250, 200}, g)};
@@ -355,12 +415,12 @@ const CaseRegistration kRearrange([](CaseList& c) {
     return TensorList{repeat(in[0], {3, 4}), repeat(in[0].select(1, 0), {400})};
   });
   add(c, "flip/dims", {OpId::flip}, one({4, 5, 6}), [](TensorList& in) {
-    return TensorList{flip(in[0], {0}), flip(in[0], {1}), flip(in[0], {-1}), flip(in[0], {0, 2}),
-                      flip(in[0], {2, 1, 0}), flip(in[0], {})};
+    return TensorList{flip(in[0], {0}),    flip(in[0], {1}),       flip(in[0], {-1}),
+                      flip(in[0], {0, 2}), flip(in[0], {2, 1, 0}), flip(in[0], {})};
   });
   add(c, "flip/0dim_empty_and_strided", {OpId::flip}, one({5, 7}, 's'), [](TensorList& in) {
-    return TensorList{flip(in[0], {1}), flip(in[0].t(), {0, 1}), flip(in[0].select(0, 0).select(0, 0), {0}),
-                      flip(zeros({0, 3}), {0, 1})};
+    return TensorList{flip(in[0], {1}), flip(in[0].t(), {0, 1}),
+                      flip(in[0].select(0, 0).select(0, 0), {0}), flip(zeros({0, 3}), {0, 1})};
   });
   add(c, "flip/large", {OpId::flip}, one({300, 131}, 't'), [](TensorList& in) {
     return TensorList{flip(in[0], {0}), flip(in[0], {1}), flip(in[0].flatten(), {0})};
@@ -391,19 +451,29 @@ const CaseRegistration kRearrange([](CaseList& c) {
     tril_(x, 5);
     return TensorList{tril(in[0], -3), triu(in[0], 7), x};
   });
-  add(c, "one_hot/explicit_and_inferred", {OpId::one_hot},
-      [](DType, Generator& g) { return TensorList{indices(6, {4, 7}, g), indices(3, {0}, g)}; },
+  add(
+      c, "one_hot/explicit_and_inferred", {OpId::one_hot},
+      [](DType, Generator& g) {
+        return TensorList{indices(6, {4, 7}, g), indices(3, {0}, g)};
+      },
       [](TensorList& in) {
         return TensorList{one_hot(in[0], 6), one_hot(in[0], 9), one_hot(in[0]), one_hot(in[1], 3),
                           one_hot(in[0].t().select(0, 2))};
       },
       {kInt64});
-  add(c, "one_hot/0dim", {OpId::one_hot},
+  add(
+      c, "one_hot/0dim", {OpId::one_hot},
       [](DType, Generator&) { return TensorList{full({}, 2, {.dtype = kInt64})}; },
-      [](TensorList& in) { return TensorList{one_hot(in[0], 4), one_hot(in[0])}; }, {kInt64});
-  add(c, "one_hot/large", {OpId::one_hot},
+      [](TensorList& in) {
+        return TensorList{one_hot(in[0], 4), one_hot(in[0])};
+      },
+      {kInt64});
+  add(
+      c, "one_hot/large", {OpId::one_hot},
       [](DType, Generator& g) { return TensorList{indices(7, {40000}, g)}; },
-      [](TensorList& in) { return TensorList{one_hot(in[0]), one_hot(in[0].slice(0, 0, std::nullopt, 3), 10)}; },
+      [](TensorList& in) {
+        return TensorList{one_hot(in[0]), one_hot(in[0].slice(0, 0, std::nullopt, 3), 10)};
+      },
       {kInt64});
 });
 

@@ -32,7 +32,8 @@ void expect_error(F&& f, const std::vector<std::string>& parts) {
     ADD_FAILURE() << "no exception thrown; expected one containing '" << parts[0] << "'";
   } catch (const E& e) {
     const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    for (const auto& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "wrong exception type: " << e.what();
   }
@@ -88,7 +89,11 @@ TEST(Cat, RunsOnMetaTensors) {
 TEST(Cat, RejectsBadInputs) {
   expect_error<ValueError>([] { cat({}); }, {"cat", "non-empty"});
   expect_error<ShapeError>([] { cat({zeros({2, 3}), zeros({4})}); }, {"cat", "[2, 3]", "[4]"});
-  expect_error<ShapeError>([] { cat({zeros({2, 3}), zeros({3, 4})}, 1); }, {"cat", "[2, 3]", "[3, 4]"});
+  expect_error<ShapeError>(
+      [] {
+        cat({zeros({2, 3}), zeros({3, 4})}, 1);
+      },
+      {"cat", "[2, 3]", "[3, 4]"});
   expect_error<ShapeError>([] { cat({zeros({}), zeros({})}); }, {"cat", "0-dim"});
   expect_error<IndexError>([] { cat({zeros({2, 3})}, 2); }, {"cat", "dim 2"});
   expect_error<ValueError>([] { cat({zeros({2}), Tensor()}); }, {"cat", "undefined"});
@@ -107,7 +112,11 @@ TEST(Stack, InsertsANewDim) {
 
 TEST(Stack, RejectsBadInputs) {
   expect_error<ValueError>([] { stack({}); }, {"stack", "non-empty"});
-  expect_error<ShapeError>([] { stack({zeros({2, 3}), zeros({3, 2})}); }, {"stack", "[2, 3]", "[3, 2]"});
+  expect_error<ShapeError>(
+      [] {
+        stack({zeros({2, 3}), zeros({3, 2})});
+      },
+      {"stack", "[2, 3]", "[3, 2]"});
   expect_error<IndexError>([] { stack({zeros({2}), zeros({2})}, 3); }, {"stack", "dim 3"});
 }
 
@@ -179,15 +188,27 @@ TEST(IndexSelect, PicksSlicesInIndexOrder) {
 TEST(IndexSelect, RejectsBadIndices) {
   auto x = zeros({3, 4});
   on_cpu_and_reference([&] {
-    expect_error<IndexError>([&] { index_select(x, 0, ints({0, -1})); },
-                             {"index_select", "index -1", "size 3"});
+    expect_error<IndexError>(
+        [&] {
+          index_select(x, 0, ints({0, -1}));
+        },
+        {"index_select", "index -1", "size 3"});
     expect_error<IndexError>([&] { index_select(x, 1, from_vector<int32_t>({4})); },
                              {"index_select", "index 4", "size 4"});
   });
-  expect_error<DTypeError>([&] { index_select(x, 0, floats({0}, {1})); }, {"index_select", "float32"});
-  expect_error<ShapeError>([&] { index_select(x, 0, ints({0, 1}, {1, 2})); }, {"index_select", "[1, 2]"});
+  expect_error<DTypeError>([&] { index_select(x, 0, floats({0}, {1})); },
+                           {"index_select", "float32"});
+  expect_error<ShapeError>(
+      [&] {
+        index_select(x, 0, ints({0, 1}, {1, 2}));
+      },
+      {"index_select", "[1, 2]"});
   expect_error<IndexError>([&] { index_select(x, 2, ints({0})); }, {"index_select", "dim 2"});
-  expect_error<ShapeError>([&] { index_select(scalar_tensor(1), 0, ints({0, 0})); }, {"index_select", "0-dim"});
+  expect_error<ShapeError>(
+      [&] {
+        index_select(scalar_tensor(1), 0, ints({0, 0}));
+      },
+      {"index_select", "0-dim"});
 }
 
 TEST(Gather, FollowsTheDocumentedFormula) {
@@ -204,13 +225,33 @@ TEST(Gather, FollowsTheDocumentedFormula) {
 TEST(Gather, RejectsBadIndices) {
   auto x = zeros({3, 4});
   on_cpu_and_reference([&] {
-    expect_error<IndexError>([&] { gather(x, 1, ints({0, 4}, {1, 2})); }, {"gather", "index 4", "size 4"});
-    expect_error<IndexError>([&] { gather(x, 0, ints({-1}, {1, 1})); }, {"gather", "index -1", "size 3"});
+    expect_error<IndexError>(
+        [&] {
+          gather(x, 1, ints({0, 4}, {1, 2}));
+        },
+        {"gather", "index 4", "size 4"});
+    expect_error<IndexError>(
+        [&] {
+          gather(x, 0, ints({-1}, {1, 1}));
+        },
+        {"gather", "index -1", "size 3"});
   });
   expect_error<ShapeError>([&] { gather(x, 0, ints({0, 1})); }, {"gather", "[2]", "[3, 4]"});
-  expect_error<ShapeError>([&] { gather(x, 0, zeros({2, 5}, {.dtype = kInt64})); }, {"gather", "[2, 5]", "dim 1"});
-  expect_error<DTypeError>([&] { gather(x, 0, zeros({1, 1}, {.dtype = kInt32})); }, {"gather", "int32"});
-  expect_error<IndexError>([&] { gather(x, -3, zeros({1, 1}, {.dtype = kInt64})); }, {"gather", "dim -3"});
+  expect_error<ShapeError>(
+      [&] {
+        gather(x, 0, zeros({2, 5}, {.dtype = kInt64}));
+      },
+      {"gather", "[2, 5]", "dim 1"});
+  expect_error<DTypeError>(
+      [&] {
+        gather(x, 0, zeros({1, 1}, {.dtype = kInt32}));
+      },
+      {"gather", "int32"});
+  expect_error<IndexError>(
+      [&] {
+        gather(x, -3, zeros({1, 1}, {.dtype = kInt64}));
+      },
+      {"gather", "dim -3"});
 }
 
 TEST(Scatter, WritesSourceValuesAtIndex) {
@@ -249,18 +290,36 @@ TEST(Scatter, InPlaceWritesSelfAndBumpsItsVersion) {
 TEST(Scatter, RejectsBadIndicesBeforeWritingAnything) {
   on_cpu_and_reference([&] {
     auto x = ones({2, 3});
-    expect_error<IndexError>([&] { scatter_(x, 0, ints({0, 2}, {1, 2}), zeros({1, 2})); },
-                             {"scatter", "index 2", "size 2"});
+    expect_error<IndexError>(
+        [&] {
+          scatter_(x, 0, ints({0, 2}, {1, 2}), zeros({1, 2}));
+        },
+        {"scatter", "index 2", "size 2"});
     EXPECT_EQ(x.to_vector<float>(), std::vector<float>(6, 1.f));
   });
   auto x = zeros({2, 3});
-  expect_error<DTypeError>([&] { scatter(x, 0, ints({0}, {1, 1}), zeros({1, 1}, {.dtype = kFloat64})); },
-                           {"scatter", "float64"});
-  expect_error<ShapeError>([&] { scatter(x, 0, ints({0, 0}, {1, 2}), zeros({1, 1})); }, {"scatter", "src"});
-  expect_error<ShapeError>([&] { scatter(x, 0, ints({0, 0, 0, 0}, {1, 4}), zeros({1, 4})); },
-                           {"scatter", "[1, 4]", "dim 1"});
-  expect_error<ShapeError>([&] { scatter(x, 0, ints({0}), zeros({1})); }, {"scatter", "[1]", "[2, 3]"});
-  expect_error<DTypeError>([&] { scatter(x, 0, zeros({1, 1}), zeros({1, 1})); }, {"scatter", "int64"});
+  expect_error<DTypeError>(
+      [&] {
+        scatter(x, 0, ints({0}, {1, 1}), zeros({1, 1}, {.dtype = kFloat64}));
+      },
+      {"scatter", "float64"});
+  expect_error<ShapeError>(
+      [&] {
+        scatter(x, 0, ints({0, 0}, {1, 2}), zeros({1, 1}));
+      },
+      {"scatter", "src"});
+  expect_error<ShapeError>(
+      [&] {
+        scatter(x, 0, ints({0, 0, 0, 0}, {1, 4}), zeros({1, 4}));
+      },
+      {"scatter", "[1, 4]", "dim 1"});
+  expect_error<ShapeError>([&] { scatter(x, 0, ints({0}), zeros({1})); },
+                           {"scatter", "[1]", "[2, 3]"});
+  expect_error<DTypeError>(
+      [&] {
+        scatter(x, 0, zeros({1, 1}), zeros({1, 1}));
+      },
+      {"scatter", "int64"});
 }
 
 // --- repeat and flip ---------------------------------------------------------------

@@ -22,10 +22,18 @@ namespace {
 template <typename F>
 void visit_element_size(size_t bytes, F&& f) {
   switch (bytes) {
-    case 1: f.template operator()<uint8_t>(); return;
-    case 2: f.template operator()<uint16_t>(); return;
-    case 4: f.template operator()<uint32_t>(); return;
-    default: f.template operator()<uint64_t>(); return;
+    case 1:
+      f.template operator()<uint8_t>();
+      return;
+    case 2:
+      f.template operator()<uint16_t>();
+      return;
+    case 4:
+      f.template operator()<uint32_t>();
+      return;
+    default:
+      f.template operator()<uint64_t>();
+      return;
   }
 }
 
@@ -164,8 +172,8 @@ std::optional<int64_t> find_bad_index(const int64_t* p, int64_t n, int64_t size)
 
 void check_indices(std::string_view op, const Tensor& index, int64_t dim, int64_t size) {
   if (auto bad = find_bad_index(index.data<int64_t>(), index.numel(), size)) {
-    throw IndexError(detail::str_cat(op, ": index ", *bad, " is out of range for dim ", dim,
-                                     " of size ", size));
+    throw IndexError(
+        detail::str_cat(op, ": index ", *bad, " is out of range for dim ", dim, " of size ", size));
   }
 }
 
@@ -209,7 +217,8 @@ void concat(const Tensor& out, const std::vector<Piece>& pieces, int64_t dim) {
   const size_t es = out.element_size();
   const int64_t outer = product(out.sizes(), 0, static_cast<size_t>(dim));
   bool all_contiguous = true;
-  for (const auto& p : pieces) all_contiguous = all_contiguous && contiguous_layout(p.sizes, p.strides);
+  for (const auto& p : pieces)
+    all_contiguous = all_contiguous && contiguous_layout(p.sizes, p.strides);
   if (all_contiguous && outer >= omp_get_max_threads()) {
     std::vector<int64_t> block;  // elements per outer row of each piece
     for (const auto& p : pieces) block.push_back(shape_numel(p.sizes) / outer);
@@ -276,7 +285,8 @@ void index_select_kernel(const KernelCall& c) {
   visit_element_size(x.element_size(), [&]<typename E>() {
     const E* src = static_cast<const E*>(x.data_ptr());
     E* dst = static_cast<E*>(c.out().data_ptr());
-    parallel_for(outer * k, std::max<int64_t>(1, kParallelGrain / inner), [&](int64_t b, int64_t e) {
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / inner);
+    parallel_for(outer * k, grain, [&](int64_t b, int64_t e) {
       int64_t o = b / k, j = b % k;  // output row r is (o, j)
       for (int64_t r = b; r < e; ++r) {
         copy_run(dst + r * inner, src + (o * n + iv[j]) * inner, 1, inner);
@@ -373,8 +383,8 @@ void repeat_kernel(const KernelCall& c) {
     sizes.push_back(x.sizes()[i - lead]);
     src_strides.push_back(x.strides()[i - lead]);
   }
-  copy_strided(c.out().data_ptr(), ops::contiguous_strides(sizes), x.data_ptr(), src_strides,
-               sizes, x.element_size());
+  copy_strided(c.out().data_ptr(), ops::contiguous_strides(sizes), x.data_ptr(), src_strides, sizes,
+               x.element_size());
 }
 
 // Flipped dims are read through negative strides from their last element.
@@ -407,7 +417,8 @@ void triangle_kernel(const KernelCall& c) {
   const int64_t es = static_cast<int64_t>(out.element_size());
   const char* src = byte_ptr(x);
   char* dst = byte_ptr(out);
-  parallel_for(out.numel() / cols, std::max<int64_t>(1, kParallelGrain / cols), [&](int64_t b, int64_t e) {
+  const int64_t rows = out.numel() / cols;
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / cols), [&](int64_t b, int64_t e) {
     for (int64_t q = b; q < e; ++q) {
       const int64_t r = q % rows_per_matrix;
       const int64_t keep_begin = kLower ? 0 : std::clamp<int64_t>(r + diagonal, 0, cols);

@@ -31,8 +31,8 @@ int64_t index_value(const Tensor& index, const Index& at) {
 
 void check_index(std::string_view op, int64_t v, int64_t dim, int64_t size) {
   if (v < 0 || v >= size) {
-    throw IndexError(detail::str_cat(op, ": index ", v, " is out of range for dim ", dim,
-                                     " of size ", size));
+    throw IndexError(
+        detail::str_cat(op, ": index ", v, " is out of range for dim ", dim, " of size ", size));
   }
 }
 

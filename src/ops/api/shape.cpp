@@ -53,7 +53,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   }
   if (n == 0) return {x};
   std::vector<int64_t> sizes;
-  for (int64_t start = 0; start < n; start += split_size) sizes.push_back(std::min(split_size, n - start));
+  for (int64_t start = 0; start < n; start += split_size)
+    sizes.push_back(std::min(split_size, n - start));
   return slices_of(x, d, sizes);
 }
 
@@ -74,7 +75,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 // As torch.chunk: pieces of ceil(n / chunks), so there may be fewer than
 // chunks of them; an empty dim still gives chunks empty pieces.
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  if (chunks <= 0) throw ValueError(detail::str_cat("chunk: chunks must be positive, got ", chunks));
+  if (chunks <= 0)
+    throw ValueError(detail::str_cat("chunk: chunks must be positive, got ", chunks));
   const int64_t d = split_dim("chunk", x, dim);
   const int64_t n = x.sizes()[d];
   if (n == 0) return slices_of(x, d, std::vector<int64_t>(static_cast<size_t>(chunks), 0));
@@ -117,8 +119,9 @@ Tensor& triu_(Tensor& x, int64_t diagonal) {
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (num_classes == -1 && indices.dtype() == kInt64) {
     if (indices.is_meta()) {
-      throw ValueError("one_hot: num_classes=-1 needs the values of the indices; a meta tensor "
-                       "has none, pass num_classes");
+      throw ValueError(
+          "one_hot: num_classes=-1 needs the values of the indices; a meta tensor "
+          "has none, pass num_classes");
     }
     if (indices.numel() == 0) {
       throw ValueError("one_hot: cannot infer num_classes from an empty tensor; pass num_classes");

@@ -193,8 +193,8 @@ void infer_flip(ShapeCtx& ctx) {
 void infer_triangle(ShapeCtx& ctx) {
   const Tensor& x = ctx.input(0);
   if (x.dim() < 2) {
-    throw ShapeError(detail::str_cat(ctx.name(), ": input must have at least 2 dims, got shape ",
-                                     x.sizes()));
+    throw ShapeError(
+        detail::str_cat(ctx.name(), ": input must have at least 2 dims, got shape ", x.sizes()));
   }
   ctx.add_output(x.sizes(), x.dtype(), ctx.common_device());
 }
@@ -207,8 +207,8 @@ void infer_one_hot(ShapeCtx& ctx) {
   const int64_t classes = ctx.attrs.i(0);
   if (classes < 0) {
     // -1 (max + 1) needs the data: the public function resolves it before dispatch.
-    throw ValueError(detail::str_cat("one_hot: num_classes must be non-negative here, got ",
-                                     classes));
+    throw ValueError(
+        detail::str_cat("one_hot: num_classes must be non-negative here, got ", classes));
   }
   Shape out = indices.sizes();
   out.push_back(classes);
