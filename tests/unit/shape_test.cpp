@@ -456,3 +456,57 @@ TEST(Views, RejectBadArguments) {
   expect_error<IndexError>([&] { x.select(1, 3); }, {"select", "index 3", "size 3"});
   expect_error<IndexError>([&] { scalar_tensor(1).select(0, 0); }, {"select", "0-dim"});
 }
+
+// --- canonical attributes --------------------------------------------------------------
+
+namespace {
+
+struct RuleCall {
+  ops::OpId op;
+  std::vector<Tensor> inputs;
+  ops::Attrs attrs;
+};
+
+// Runs op's shape rule on attrs in place and returns the output shapes.
+std::vector<Shape> run_rule(const RuleCall& call, ops::Attrs& attrs) {
+  const auto& schema = ops::op_schema(call.op);
+  ops::ShapeCtx ctx{schema, call.inputs, attrs, {}, {}};
+  schema.shape_rule(ctx);
+  std::vector<Shape> shapes;
+  for (const auto& m : ctx.outputs) shapes.push_back(m.sizes);
+  return shapes;
+}
+
+}  // namespace
+
+TEST(ShapeRules, CanonicalizeAttributesSoThatARerunChangesNothing) {
+  using ops::OpId;
+  const auto i64 = kInt64;
+  const std::vector<RuleCall> calls = {
+      {OpId::cat, {meta({2, 3}), meta({2, 4})}, {int64_t{-1}}},
+      {OpId::cat, {meta({0}), meta({0})}, {int64_t{-1}}},
+      {OpId::stack, {meta({2, 3}), meta({2, 3})}, {int64_t{-1}}},
+      {OpId::index_select, {meta({4, 5}), meta({3}, i64)}, {int64_t{-1}}},
+      {OpId::gather, {meta({4, 5}), meta({2, 5}, i64)}, {int64_t{-2}}},
+      {OpId::scatter, {meta({4, 5}), meta({2, 5}, i64), meta({2, 5})}, {int64_t{-1}}},
+      {OpId::repeat, {meta({2, 3})}, {Shape{4, 2, 1}}},
+      {OpId::flip, {meta({2, 3, 4})}, {Shape{-1, 0}}},
+      {OpId::flip, {meta({2, 3})}, {Shape{}}},
+      {OpId::tril, {meta({3, 3})}, {int64_t{-5}}},
+      {OpId::one_hot, {meta({3}, i64)}, {int64_t{7}}},
+      {OpId::view, {meta({2, 3})}, {Shape{-1, 2}}},
+      {OpId::permute, {meta({2, 3, 4})}, {Shape{-1, 0, -2}}},
+      {OpId::unsqueeze, {meta({2, 3})}, {int64_t{-1}}},
+      {OpId::expand, {meta({3, 1})}, {Shape{2, -1, 4}}},
+      {OpId::slice, {meta({9})}, {int64_t{-1}, int64_t{-20}, int64_t{100}, int64_t{2}}},
+      {OpId::select, {meta({2, 5})}, {int64_t{-1}, int64_t{-2}}},
+  };
+  for (const auto& call : calls) {
+    SCOPED_TRACE(ops::op_schema(call.op).name);
+    ops::Attrs once = call.attrs;
+    const auto shapes = run_rule(call, once);
+    ops::Attrs twice = once;
+    EXPECT_EQ(run_rule(call, twice), shapes);
+    EXPECT_TRUE(twice == once);
+  }
+}
