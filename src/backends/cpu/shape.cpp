@@ -11,7 +11,6 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "core/shape_util.h"
-#include "kiln/ops/shape.h"
 #include "ops/dispatch.h"
 
 namespace kiln::backend {
