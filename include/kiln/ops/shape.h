@@ -2,8 +2,8 @@
 //
 //   auto v = x.view({2, -1});              // a view; ShapeError if strides forbid it
 //   auto r = kiln::reshape(x.t(), {-1});   // a view when possible, else a copy
-//   auto [a, b] = kiln::chunk(x, 2, 0);    // views too
-//   auto c = kiln::cat({a, b}, 0);         // a new tensor
+//   auto parts = kiln::chunk(x, 2, 0);     // a std::vector of views
+//   auto c = kiln::cat(parts, 0);          // a new tensor
 #pragma once
 
 #include <optional>
@@ -37,15 +37,23 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 // chunks pieces of equal size (the last may be smaller), as torch.chunk; views.
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// The slices of x along dim named by a 1-D int64/int32 index (negative values are errors).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out[i][j] = x[index[i][j]][j] for dim 0, and so on; index is int64 with x's rank.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
-// A copy of x with src's values written at index along dim.
+// A copy of x with src's values written at index along dim. When index names
+// one element twice, the later one in row-major order of index wins.
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& scatter_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// x tiled repeats[i] times along each dim; extra leading repeats add new dims.
 Tensor repeat(const Tensor& x, const Shape& repeats);
 Tensor flip(const Tensor& x, const Shape& dims);
+// The lower (upper) triangle of the last two dims, the rest zero; diagonal > 0
+// moves the boundary above (right of) the main diagonal.
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor& tril_(Tensor& x, int64_t diagonal = 0);
+Tensor& triu_(Tensor& x, int64_t diagonal = 0);
 // int64 class indices -> int64 one-hot rows; num_classes -1 means max + 1.
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
