@@ -497,8 +497,12 @@ TEST(ShapeRules, CanonicalizeAttributesSoThatARerunChangesNothing) {
       {OpId::view, {meta({2, 3})}, {Shape{-1, 2}}},
       {OpId::permute, {meta({2, 3, 4})}, {Shape{-1, 0, -2}}},
       {OpId::unsqueeze, {meta({2, 3})}, {int64_t{-1}}},
+      {OpId::squeeze, {meta({2, 3})}, {Shape{}}},
+      {OpId::squeeze, {meta({2, 1, 3, 1})}, {Shape{}}},
+      {OpId::squeeze, {meta({2, 1})}, {Shape{-1}}},
       {OpId::expand, {meta({3, 1})}, {Shape{2, -1, 4}}},
       {OpId::slice, {meta({9})}, {int64_t{-1}, int64_t{-20}, int64_t{100}, int64_t{2}}},
+      {OpId::slice, {meta({10})}, {int64_t{0}, int64_t{0}, int64_t{10}, INT64_MAX}},
       {OpId::select, {meta({2, 5})}, {int64_t{-1}, int64_t{-2}}},
   };
   for (const auto& call : calls) {
@@ -509,4 +513,9 @@ TEST(ShapeRules, CanonicalizeAttributesSoThatARerunChangesNothing) {
     EXPECT_EQ(run_rule(call, twice), shapes);
     EXPECT_TRUE(twice == once);
   }
+}
+
+TEST(ViewRules, RejectNegativeExpandSizesAndSliceWithHugeSteps) {
+  EXPECT_THROW(zeros({1}).expand({-2}), ShapeError);
+  EXPECT_EQ(arange(10).slice(0, 0, 10, INT64_MAX).sizes(), (Shape{1}));
 }
