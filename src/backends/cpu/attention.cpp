@@ -1,0 +1,132 @@
+// CPU kernel of scaled_dot_product_attention: one query row at a time (OpenMP
+// over batch x heads x L): scores against every key, a max-subtracted softmax,
+// and the weighted sum of the value rows, all in the compute type.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/loops.h"
+#include "core/shape_util.h"
+#include "backends/cpu/nn.h"
+#include "backends/cpu/vec_math.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// Element offsets (from data_ptr) of each batch entry of t broadcast to
+// batch + t's last two dims, in row-major order of the batch.
+std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  Shape full = batch;
+  full.push_back(t.size(-2));
+  full.push_back(t.size(-1));
+  const Tensor e = t.expand(full);
+  const int64_t nb = shape_numel(batch), nd = static_cast<int64_t>(batch.size());
+  std::vector<int64_t> offsets(nb), index(nd, 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < nd; ++d) off += index[d] * e.stride(d);
+    offsets[b] = off;
+    for (int64_t d = nd - 1; d >= 0 && ++index[d] == batch[d]; --d) index[d] = 0;
+  }
+  return offsets;
+}
+
+// q, k, v in the compute type C with contiguous rows.
+template <typename C>
+Tensor rows_of(const Tensor& t) {
+  return t.to(dtype_of<C>()).contiguous();
+}
+
+template <typename C>
+C dot(const C* a, const C* b, int64_t n) {
+  C s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+struct AttentionShape {
+  int64_t batches, l, s, e, ev;
+};
+
+template <typename T>
+void sdpa(const KernelCall& c) {
+  using C = compute_t<T>;
+  Tensor& out = c.out();
+  const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
+  const AttentionShape sh{shape_numel(batch), out.size(-2), c.in(1).size(-2), c.in(0).size(-1),
+                          out.size(-1)};
+  T* py = out.data<T>();
+  if (sh.s == 0) {  // softmax over no keys: an empty weighted sum
+    std::fill(py, py + out.numel(), static_cast<T>(0));
+    return;
+  }
+  const Tensor q = rows_of<C>(c.in(0)), k = rows_of<C>(c.in(1)), v = rows_of<C>(c.in(2));
+  const auto qo = batch_offsets(q, batch), ko = batch_offsets(k, batch), vo = batch_offsets(v, batch);
+  const bool has_mask = c.inputs.size() > 3 && c.in(3).defined();
+  Tensor mask;
+  std::vector<int64_t> mo;
+  int64_t mask_l = 0, mask_s = 0;
+  if (has_mask) {
+    Shape full = batch;
+    full.push_back(sh.l);
+    full.push_back(sh.s);
+    mask = c.in(3).expand(full);
+    mo = batch_offsets(mask, batch);
+    mask_l = mask.stride(-2), mask_s = mask.stride(-1);
+  }
+  const bool bool_mask = has_mask && mask.dtype() == kBool, causal = c.attrs.b(0);
+  const C scale = static_cast<C>(c.attrs.f(1));
+  const C* pq = q.data<C>();
+  const C* pk = k.data<C>();
+  const C* pv = v.data<C>();
+  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  const int64_t work = sh.s * (sh.e + sh.ev);
+  parallel_for(sh.batches * sh.l, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
+               [&](int64_t r0, int64_t r1) {
+    std::vector<C> p(sh.s), acc(sh.ev);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / sh.l, i = r % sh.l;
+      const C* qi = pq + qo[b] + i * sh.e;
+      const C* kb = pk + ko[b];
+      for (int64_t j = 0; j < sh.s; ++j) p[j] = dot(qi, kb + j * sh.e, sh.e) * scale;
+      if (bool_mask) {
+        const bool* m = mask.data<bool>() + mo[b] + i * mask_l;
+        for (int64_t j = 0; j < sh.s; ++j) p[j] = m[j * mask_s] ? p[j] : kNegInf;
+      } else if (has_mask) {
+        const C* m = mask.data<C>() + mo[b] + i * mask_l;
+        for (int64_t j = 0; j < sh.s; ++j) p[j] += m[j * mask_s];
+      }
+      if (causal) std::fill(p.begin() + std::min(i + 1, sh.s), p.end(), kNegInf);
+      C top = kNegInf;
+      for (int64_t j = 0; j < sh.s; ++j) top = std::max(top, p[j]);
+      C total = 0;
+#pragma omp simd reduction(+ : total)
+      for (int64_t j = 0; j < sh.s; ++j) {
+        p[j] = exp_f32(p[j] - top);  // NaN for a row with every key masked (top = -inf)
+        total += p[j];
+      }
+      std::fill(acc.begin(), acc.end(), C(0));
+      const C* vb = pv + vo[b];
+      for (int64_t j = 0; j < sh.s; ++j) {
+        const C pj = p[j];
+        const C* vj = vb + j * sh.ev;
+        for (int64_t a = 0; a < sh.ev; ++a) acc[a] += pj * vj[a];
+      }
+      T* yi = py + r * sh.ev;
+      const C inv = C(1) / total;
+      for (int64_t a = 0; a < sh.ev; ++a) yi[a] = static_cast<T>(acc[a] * inv);
+    }
+  });
+}
+
+}  // namespace
+
+void register_cpu_attention_kernels(KernelTable& t) {
+  t.set(ops::OpId::scaled_dot_product_attention, [](const KernelCall& c) {
+    visit_floating(c.out().dtype(), [&]<typename T>() { sdpa<T>(c); });
+  });
+}
+
+}  // namespace kiln::backend::cpu

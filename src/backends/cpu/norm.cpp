@@ -1,0 +1,195 @@
+// CPU kernels of batch_norm, layer_norm and group_norm. Statistics are two-pass
+// (mean, then squared deviations) over data that stays in cache between the
+// passes; sums run in the compute type in blocks that are added in double, so
+// long rows keep their precision while the inner loops vectorize.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/loops.h"
+#include "core/shape_util.h"
+#include "backends/cpu/nn.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+using ops::OpId;
+
+constexpr int64_t kSumBlock = 512;
+
+template <typename T>
+double sum_of(const T* p, int64_t n) {
+  using C = compute_t<T>;
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = std::min(n, b + kSumBlock);
+    C s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = b; i < e; ++i) s += static_cast<C>(p[i]);
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
+template <typename T>
+double squared_deviations_of(const T* p, int64_t n, double mean) {
+  using C = compute_t<T>;
+  const C m = static_cast<C>(mean);
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = std::min(n, b + kSumBlock);
+    C s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = b; i < e; ++i) {
+      const C d = static_cast<C>(p[i]) - m;
+      s += d * d;
+    }
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
+// An optional parameter (already in the compute type C) or n copies of fallback.
+template <typename C>
+std::vector<C> param_or(const KernelCall& c, size_t i, int64_t n, C fallback) {
+  if (i >= c.inputs.size() || !c.in(i).defined()) return std::vector<C>(n, fallback);
+  const Tensor p = c.in(i).contiguous();
+  return std::vector<C>(p.data<C>(), p.data<C>() + n);
+}
+
+// y = (x - mean) * scale + shift over blocks of `inner` contiguous elements;
+// block j uses the statistics of row stat(j) and the parameters of channel(j).
+template <typename T, typename Stat, typename Channel>
+void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const double* mean,
+                      const double* rstd, const std::vector<compute_t<T>>& w,
+                      const std::vector<compute_t<T>>& b, Stat stat, Channel channel) {
+  using C = compute_t<T>;
+  parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
+               [&](int64_t j0, int64_t j1) {
+                 for (int64_t j = j0; j < j1; ++j) {
+                   const int64_t r = stat(j), ch = channel(j);
+                   const C m = static_cast<C>(mean[r]);
+                   const C a = static_cast<C>(rstd[r]) * w[ch], shift = b[ch];
+                   const T* xj = x + j * inner;
+                   T* yj = y + j * inner;
+                   for (int64_t i = 0; i < inner; ++i) {
+                     yj[i] = static_cast<T>((static_cast<C>(xj[i]) - m) * a + shift);
+                   }
+                 }
+               });
+}
+
+template <typename T>
+void batch_norm(const KernelCall& c) {
+  using C = compute_t<T>;
+  const Tensor x = c.in(0).contiguous();
+  const int64_t n = x.size(0), channels = x.size(1);
+  const int64_t inner = n * channels == 0 ? 0 : x.numel() / (n * channels);
+  std::vector<double> mean(channels), var(channels), rstd(channels);
+  if (c.attrs.b(0)) {
+    const T* px = x.data<T>();
+    const double count = static_cast<double>(n * inner);
+    parallel_for(channels, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * inner, 1)),
+                 [&](int64_t c0, int64_t c1) {
+                   for (int64_t ch = c0; ch < c1; ++ch) {
+                     double s = 0;
+                     for (int64_t k = 0; k < n; ++k) s += sum_of(px + (k * channels + ch) * inner, inner);
+                     mean[ch] = s / count;
+                     double d = 0;
+                     for (int64_t k = 0; k < n; ++k) {
+                       d += squared_deviations_of(px + (k * channels + ch) * inner, inner, mean[ch]);
+                     }
+                     var[ch] = d / count;
+                   }
+                 });
+  } else {
+    const auto rm = param_or<C>(c, 3, channels, 0), rv = param_or<C>(c, 4, channels, 1);
+    std::copy(rm.begin(), rm.end(), mean.begin());
+    std::copy(rv.begin(), rv.end(), var.begin());
+  }
+  const double eps = c.attrs.f(1);
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    rstd[ch] = 1 / std::sqrt(var[ch] + eps);
+    c.out(1).data<C>()[ch] = static_cast<C>(mean[ch]);
+    c.out(2).data<C>()[ch] = static_cast<C>(var[ch]);
+  }
+  const auto w = param_or<C>(c, 1, channels, 1), b = param_or<C>(c, 2, channels, 0);
+  auto channel_of = [channels](int64_t j) { return j % channels; };
+  normalize_blocks(x.data<T>(), c.out(0).data<T>(), n * channels, inner, mean.data(), rstd.data(),
+                   w, b, channel_of, channel_of);
+}
+
+// One row: statistics from a compute-type copy (16-bit inputs) or the row itself.
+template <typename T>
+void layer_norm_row(const T* x, T* y, int64_t k, double eps, const compute_t<T>* w,
+                    const compute_t<T>* b, std::vector<compute_t<T>>& buffer) {
+  using C = compute_t<T>;
+  const C* row;
+  if constexpr (std::is_same_v<T, C>) {
+    row = x;
+  } else {
+    for (int64_t i = 0; i < k; ++i) buffer[i] = static_cast<C>(x[i]);
+    row = buffer.data();
+  }
+  const double mean = sum_of(row, k) / static_cast<double>(k);
+  const double var = squared_deviations_of(row, k, mean) / static_cast<double>(k);
+  const C m = static_cast<C>(mean), rs = static_cast<C>(1 / std::sqrt(var + eps));
+  for (int64_t i = 0; i < k; ++i) y[i] = static_cast<T>((row[i] - m) * rs * w[i] + b[i]);
+}
+
+template <typename T>
+void layer_norm(const KernelCall& c) {
+  using C = compute_t<T>;
+  const Tensor x = c.in(0).contiguous();
+  if (x.numel() == 0) return;
+  const int64_t k = shape_numel(c.attrs.ints(0)), rows = x.numel() / k;
+  const auto w = param_or<C>(c, 1, k, 1), b = param_or<C>(c, 2, k, 0);
+  const double eps = c.attrs.f(1);
+  const T* px = x.data<T>();
+  T* py = c.out().data<T>();
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / k), [&](int64_t r0, int64_t r1) {
+    std::vector<C> buffer(std::is_same_v<T, C> ? 0 : k);
+    for (int64_t r = r0; r < r1; ++r) layer_norm_row(px + r * k, py + r * k, k, eps, w.data(), b.data(), buffer);
+  });
+}
+
+template <typename T>
+void group_norm(const KernelCall& c) {
+  using C = compute_t<T>;
+  const Tensor x = c.in(0).contiguous();
+  if (x.numel() == 0) return;
+  const int64_t n = x.size(0), channels = x.size(1), groups = c.attrs.i(0);
+  const int64_t inner = x.numel() / (n * channels);
+  const int64_t per_group = channels / groups, row = per_group * inner;
+  const T* px = x.data<T>();
+  std::vector<double> mean(n * groups), rstd(n * groups);
+  const double eps = c.attrs.f(1);
+  parallel_for(n * groups, std::max<int64_t>(1, kParallelGrain / row), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      mean[r] = sum_of(px + r * row, row) / static_cast<double>(row);
+      rstd[r] = 1 / std::sqrt(squared_deviations_of(px + r * row, row, mean[r]) / static_cast<double>(row) + eps);
+    }
+  });
+  const auto w = param_or<C>(c, 1, channels, 1), b = param_or<C>(c, 2, channels, 0);
+  // Block j is channel j % C of sample j / C, in group row (j / C) * G + (j % C) / per_group.
+  normalize_blocks(
+      px, c.out().data<T>(), n * channels, inner, mean.data(), rstd.data(), w, b,
+      [=](int64_t j) { return (j / channels) * groups + (j % channels) / per_group; },
+      [=](int64_t j) { return j % channels; });
+}
+
+}  // namespace
+
+void register_cpu_norm_kernels(KernelTable& t) {
+  t.set(OpId::batch_norm, [](const KernelCall& c) {
+    visit_floating(c.in(0).dtype(), [&]<typename T>() { batch_norm<T>(c); });
+  });
+  t.set(OpId::layer_norm, [](const KernelCall& c) {
+    visit_floating(c.in(0).dtype(), [&]<typename T>() { layer_norm<T>(c); });
+  });
+  t.set(OpId::group_norm, [](const KernelCall& c) {
+    visit_floating(c.in(0).dtype(), [&]<typename T>() { group_norm<T>(c); });
+  });
+}
+
+}  // namespace kiln::backend::cpu
