@@ -48,9 +48,9 @@ Tensor dropout(const Tensor& input, double p = 0.5, bool training = true,
                Generator* generator = nullptr);
 
 struct AttentionOptions {
-  Tensor attn_mask;  // bool (true = attend) or floating (added to the scores), broadcast to [..., L, S]
+  Tensor attn_mask = {};  // bool (true = attend) or floating (added to the scores), broadcast to [..., L, S]
   bool is_causal = false;       // query i attends to keys j <= i; exclusive with attn_mask
-  std::optional<double> scale;  // default 1 / sqrt(E)
+  std::optional<double> scale = {};  // default 1 / sqrt(E)
 };
 
 // softmax(query @ key^T * scale + mask) @ value for query [..., L, E], key
@@ -67,17 +67,17 @@ Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, std::string_vie
 
 struct InterpolateOptions {
   // Exactly one of size and scale_factor; one entry applies to every spatial dim.
-  std::optional<std::vector<int64_t>> size;
-  std::optional<std::vector<double>> scale_factor;  // output size floor(in * scale)
+  std::optional<std::vector<int64_t>> size = {};
+  std::optional<std::vector<double>> scale_factor = {};  // output size floor(in * scale)
   std::string mode = "nearest";                      // "nearest" (legacy) or "bilinear" (4-D)
-  std::optional<bool> align_corners;                 // bilinear only; default false
+  std::optional<bool> align_corners = {};            // bilinear only; default false
 };
 
 // Resamples the spatial dims of input [N, C, (D, H,) W].
 Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
 
 struct NllLossOptions {
-  Tensor weight;  // [C] class weights
+  Tensor weight = {};  // [C] class weights
   int64_t ignore_index = -100;
   std::string reduction = "mean";  // "none", "mean" (weighted by the targets' class weights) or "sum"
 };

@@ -1,7 +1,8 @@
 // CPU kernels of batch_norm, layer_norm and group_norm. Statistics are two-pass
 // (mean, then squared deviations) over data that stays in cache between the
-// passes; sums run in the compute type in blocks that are added in double, so
-// long rows keep their precision while the inner loops vectorize.
+// passes; sums run in the compute type (so the inner loops vectorize) over
+// blocks added in double, on values shifted by a pivot, so that long rows and
+// large offsets keep their precision.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -17,31 +18,41 @@ using ops::OpId;
 
 constexpr int64_t kSumBlock = 512;
 
+// A double mean as two compute-type parts: (x - hi) - lo keeps the double's
+// precision when |mean| is large against the spread of the data.
+template <typename C>
+struct SplitMean {
+  C hi, lo;
+  explicit SplitMean(double mean)
+      : hi(static_cast<C>(mean)), lo(static_cast<C>(mean - static_cast<double>(hi))) {}
+};
+
+// Sum of (p[i] - pivot): with a pivot from the data the terms stay small, so
+// the float partial sums do not lose the low bits of a large common offset.
 template <typename T>
-double sum_of(const T* p, int64_t n) {
+double shifted_sum(const T* p, int64_t n, compute_t<T> pivot) {
   using C = compute_t<T>;
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
     const int64_t e = std::min(n, b + kSumBlock);
     C s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = b; i < e; ++i) s += static_cast<C>(p[i]);
+    for (int64_t i = b; i < e; ++i) s += static_cast<C>(p[i]) - pivot;
     total += static_cast<double>(s);
   }
   return total;
 }
 
 template <typename T>
-double squared_deviations_of(const T* p, int64_t n, double mean) {
+double squared_deviations_of(const T* p, int64_t n, SplitMean<compute_t<T>> m) {
   using C = compute_t<T>;
-  const C m = static_cast<C>(mean);
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
     const int64_t e = std::min(n, b + kSumBlock);
     C s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = b; i < e; ++i) {
-      const C d = static_cast<C>(p[i]) - m;
+      const C d = (static_cast<C>(p[i]) - m.hi) - m.lo;
       s += d * d;
     }
     total += static_cast<double>(s);
@@ -68,12 +79,12 @@ void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const dou
                [&](int64_t j0, int64_t j1) {
                  for (int64_t j = j0; j < j1; ++j) {
                    const int64_t r = stat(j), ch = channel(j);
-                   const C m = static_cast<C>(mean[r]);
+                   const SplitMean<C> m(mean[r]);
                    const C a = static_cast<C>(rstd[r]) * w[ch], shift = b[ch];
                    const T* xj = x + j * inner;
                    T* yj = y + j * inner;
                    for (int64_t i = 0; i < inner; ++i) {
-                     yj[i] = static_cast<T>((static_cast<C>(xj[i]) - m) * a + shift);
+                     yj[i] = static_cast<T>(((static_cast<C>(xj[i]) - m.hi) - m.lo) * a + shift);
                    }
                  }
                });
@@ -92,12 +103,16 @@ void batch_norm(const KernelCall& c) {
     parallel_for(channels, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * inner, 1)),
                  [&](int64_t c0, int64_t c1) {
                    for (int64_t ch = c0; ch < c1; ++ch) {
+                     const C pivot = count > 0 ? static_cast<C>(px[ch * inner]) : C(0);
                      double s = 0;
-                     for (int64_t k = 0; k < n; ++k) s += sum_of(px + (k * channels + ch) * inner, inner);
-                     mean[ch] = s / count;
+                     for (int64_t k = 0; k < n; ++k) {
+                       s += shifted_sum(px + (k * channels + ch) * inner, inner, pivot);
+                     }
+                     mean[ch] = static_cast<double>(pivot) + s / count;
+                     const SplitMean<C> m(mean[ch]);
                      double d = 0;
                      for (int64_t k = 0; k < n; ++k) {
-                       d += squared_deviations_of(px + (k * channels + ch) * inner, inner, mean[ch]);
+                       d += squared_deviations_of(px + (k * channels + ch) * inner, inner, m);
                      }
                      var[ch] = d / count;
                    }
@@ -131,10 +146,10 @@ void layer_norm_row(const T* x, T* y, int64_t k, double eps, const compute_t<T>*
     for (int64_t i = 0; i < k; ++i) buffer[i] = static_cast<C>(x[i]);
     row = buffer.data();
   }
-  const double mean = sum_of(row, k) / static_cast<double>(k);
-  const double var = squared_deviations_of(row, k, mean) / static_cast<double>(k);
-  const C m = static_cast<C>(mean), rs = static_cast<C>(1 / std::sqrt(var + eps));
-  for (int64_t i = 0; i < k; ++i) y[i] = static_cast<T>((row[i] - m) * rs * w[i] + b[i]);
+  const SplitMean<C> m(static_cast<double>(row[0]) + shifted_sum(row, k, row[0]) / static_cast<double>(k));
+  const double var = squared_deviations_of(row, k, m) / static_cast<double>(k);
+  const C rs = static_cast<C>(1 / std::sqrt(var + eps));
+  for (int64_t i = 0; i < k; ++i) y[i] = static_cast<T>(((row[i] - m.hi) - m.lo) * rs * w[i] + b[i]);
 }
 
 template <typename T>
@@ -166,8 +181,11 @@ void group_norm(const KernelCall& c) {
   const double eps = c.attrs.f(1);
   parallel_for(n * groups, std::max<int64_t>(1, kParallelGrain / row), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      mean[r] = sum_of(px + r * row, row) / static_cast<double>(row);
-      rstd[r] = 1 / std::sqrt(squared_deviations_of(px + r * row, row, mean[r]) / static_cast<double>(row) + eps);
+      const T* xr = px + r * row;
+      const C pivot = static_cast<C>(xr[0]);
+      mean[r] = static_cast<double>(pivot) + shifted_sum(xr, row, pivot) / static_cast<double>(row);
+      const double var = squared_deviations_of(xr, row, SplitMean<C>(mean[r])) / static_cast<double>(row);
+      rstd[r] = 1 / std::sqrt(var + eps);
     }
   });
   const auto w = param_or<C>(c, 1, channels, 1), b = param_or<C>(c, 2, channels, 0);
