@@ -170,8 +170,13 @@ void infer_sdpa(ShapeCtx& ctx) {
     Shape scores = batch;
     scores.push_back(l);
     scores.push_back(s);
-    const Shape full = broadcast_pair(scores, mask.sizes(), op);
-    if (full[full.size() - 2] != l || full.back() != s) {
+    Shape full;
+    try {
+      full = broadcast_pair(scores, mask.sizes(), op);
+    } catch (const ShapeError&) {
+      full.clear();  // reported below with the mask named
+    }
+    if (full.empty() || full[full.size() - 2] != l || full.back() != s) {
       throw ShapeError(detail::str_cat(op, ": attn_mask ", mask.sizes(),
                                        " does not broadcast to the scores [..., ", l, ", ", s, "]"));
     }
