@@ -50,6 +50,47 @@ struct AttentionShape {
   int64_t batches, l, s, e, ev;
 };
 
+// The mask row of one query: bool (false = masked) or added to the scores.
+template <typename C>
+struct MaskRow {
+  const bool* keep = nullptr;
+  const C* add = nullptr;
+  int64_t stride = 0;
+};
+
+// One output row: scores of query qi against the first `keys` keys, a
+// max-subtracted softmax, and the weighted sum of the value rows. p and acc
+// are scratch of s and ev elements.
+template <typename C>
+void attend_row(const C* qi, const C* kb, const C* vb, int64_t keys, const AttentionShape& sh,
+                C scale, const MaskRow<C>& mask, C* p, C* acc) {
+  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < keys; ++j) p[j] = dot(qi, kb + j * sh.e, sh.e) * scale;
+  if (mask.keep) {
+    for (int64_t j = 0; j < keys; ++j) p[j] = mask.keep[j * mask.stride] ? p[j] : kNegInf;
+  } else if (mask.add) {
+    for (int64_t j = 0; j < keys; ++j) p[j] += mask.add[j * mask.stride];
+  }
+  C top = kNegInf;
+  for (int64_t j = 0; j < keys; ++j) top = std::max(top, p[j]);
+  C total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j < keys; ++j) {
+    p[j] = exp_f32(p[j] - top);  // NaN for a row with every key masked (top = -inf)
+    total += p[j];
+  }
+  std::fill(acc, acc + sh.ev, C(0));
+  for (int64_t j = 0; j < keys; ++j) {
+    const C pj = p[j];
+    const C* vj = vb + j * sh.ev;
+#pragma omp simd
+    for (int64_t a = 0; a < sh.ev; ++a) acc[a] += pj * vj[a];
+  }
+  const C inv = C(1) / total;
+#pragma omp simd
+  for (int64_t a = 0; a < sh.ev; ++a) acc[a] *= inv;
+}
+
 template <typename T>
 void sdpa(const KernelCall& c) {
   using C = compute_t<T>;
@@ -64,59 +105,36 @@ void sdpa(const KernelCall& c) {
   }
   const Tensor q = rows_of<C>(c.in(0)), k = rows_of<C>(c.in(1)), v = rows_of<C>(c.in(2));
   const auto qo = batch_offsets(q, batch), ko = batch_offsets(k, batch), vo = batch_offsets(v, batch);
-  const bool has_mask = c.inputs.size() > 3 && c.in(3).defined();
-  Tensor mask;
+  Tensor mask;  // expanded to [batch..., L, S]
   std::vector<int64_t> mo;
-  int64_t mask_l = 0, mask_s = 0;
-  if (has_mask) {
+  if (c.inputs.size() > 3 && c.in(3).defined()) {
     Shape full = batch;
     full.push_back(sh.l);
     full.push_back(sh.s);
     mask = c.in(3).expand(full);
     mo = batch_offsets(mask, batch);
-    mask_l = mask.stride(-2), mask_s = mask.stride(-1);
   }
-  const bool bool_mask = has_mask && mask.dtype() == kBool, causal = c.attrs.b(0);
+  const bool causal = c.attrs.b(0);
   const C scale = static_cast<C>(c.attrs.f(1));
-  const C* pq = q.data<C>();
-  const C* pk = k.data<C>();
-  const C* pv = v.data<C>();
-  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
   const int64_t work = sh.s * (sh.e + sh.ev);
   parallel_for(sh.batches * sh.l, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
                [&](int64_t r0, int64_t r1) {
     std::vector<C> p(sh.s), acc(sh.ev);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / sh.l, i = r % sh.l;
-      const C* qi = pq + qo[b] + i * sh.e;
-      const C* kb = pk + ko[b];
-      for (int64_t j = 0; j < sh.s; ++j) p[j] = dot(qi, kb + j * sh.e, sh.e) * scale;
-      if (bool_mask) {
-        const bool* m = mask.data<bool>() + mo[b] + i * mask_l;
-        for (int64_t j = 0; j < sh.s; ++j) p[j] = m[j * mask_s] ? p[j] : kNegInf;
-      } else if (has_mask) {
-        const C* m = mask.data<C>() + mo[b] + i * mask_l;
-        for (int64_t j = 0; j < sh.s; ++j) p[j] += m[j * mask_s];
+      MaskRow<C> m;
+      if (mask.defined()) {
+        const int64_t offset = mo[b] + i * mask.stride(-2);
+        m.stride = mask.stride(-1);
+        if (mask.dtype() == kBool) m.keep = mask.data<bool>() + offset;
+        else m.add = mask.data<C>() + offset;
       }
-      if (causal) std::fill(p.begin() + std::min(i + 1, sh.s), p.end(), kNegInf);
-      C top = kNegInf;
-      for (int64_t j = 0; j < sh.s; ++j) top = std::max(top, p[j]);
-      C total = 0;
-#pragma omp simd reduction(+ : total)
-      for (int64_t j = 0; j < sh.s; ++j) {
-        p[j] = exp_f32(p[j] - top);  // NaN for a row with every key masked (top = -inf)
-        total += p[j];
-      }
-      std::fill(acc.begin(), acc.end(), C(0));
-      const C* vb = pv + vo[b];
-      for (int64_t j = 0; j < sh.s; ++j) {
-        const C pj = p[j];
-        const C* vj = vb + j * sh.ev;
-        for (int64_t a = 0; a < sh.ev; ++a) acc[a] += pj * vj[a];
-      }
+      // A causal query i sees keys 0..i only: the rest are never computed.
+      const int64_t keys = causal ? std::min(i + 1, sh.s) : sh.s;
+      attend_row(q.data<C>() + qo[b] + i * sh.e, k.data<C>() + ko[b], v.data<C>() + vo[b], keys,
+                 sh, scale, m, p.data(), acc.data());
       T* yi = py + r * sh.ev;
-      const C inv = C(1) / total;
-      for (int64_t a = 0; a < sh.ev; ++a) yi[a] = static_cast<T>(acc[a] * inv);
+      for (int64_t a = 0; a < sh.ev; ++a) yi[a] = static_cast<T>(acc[a]);
     }
   });
 }

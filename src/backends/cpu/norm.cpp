@@ -83,6 +83,7 @@ void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const dou
                    const C a = static_cast<C>(rstd[r]) * w[ch], shift = b[ch];
                    const T* xj = x + j * inner;
                    T* yj = y + j * inner;
+#pragma omp simd
                    for (int64_t i = 0; i < inner; ++i) {
                      yj[i] = static_cast<T>(((static_cast<C>(xj[i]) - m.hi) - m.lo) * a + shift);
                    }
@@ -143,12 +144,14 @@ void layer_norm_row(const T* x, T* y, int64_t k, double eps, const compute_t<T>*
   if constexpr (std::is_same_v<T, C>) {
     row = x;
   } else {
+#pragma omp simd
     for (int64_t i = 0; i < k; ++i) buffer[i] = static_cast<C>(x[i]);
     row = buffer.data();
   }
   const SplitMean<C> m(static_cast<double>(row[0]) + shifted_sum(row, k, row[0]) / static_cast<double>(k));
   const double var = squared_deviations_of(row, k, m) / static_cast<double>(k);
   const C rs = static_cast<C>(1 / std::sqrt(var + eps));
+#pragma omp simd
   for (int64_t i = 0; i < k; ++i) y[i] = static_cast<T>(((row[i] - m.hi) - m.lo) * rs * w[i] + b[i]);
 }
 
