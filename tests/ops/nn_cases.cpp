@@ -14,8 +14,12 @@ using Run = std::function<TensorList(TensorList&)>;
 
 void add(CaseList& cases, std::string name, OpId op, std::vector<DType> dtypes, Make make, Run run,
          double max_nmse = 0) {
-  cases.push_back({.name = std::move(name), .ops = {op}, .dtypes = std::move(dtypes),
-                   .make = std::move(make), .run = std::move(run), .max_nmse = max_nmse});
+  cases.push_back({.name = std::move(name),
+                   .ops = {op},
+                   .dtypes = std::move(dtypes),
+                   .make = std::move(make),
+                   .run = std::move(run),
+                   .max_nmse = max_nmse});
 }
 
 Tensor indices(const Shape& shape, int64_t high, Generator& g, DType t = kInt64) {
@@ -31,8 +35,10 @@ struct BatchNormCase {
   double lo = -2, hi = 2;
 };
 
-void add_batch_norm(CaseList& cases, const BatchNormCase& s, std::vector<DType> dtypes = kFloatTypes) {
-  add(cases, "batch_norm/" + s.name, OpId::batch_norm, dtypes,
+void add_batch_norm(CaseList& cases, const BatchNormCase& s,
+                    std::vector<DType> dtypes = kFloatTypes) {
+  add(
+      cases, "batch_norm/" + s.name, OpId::batch_norm, dtypes,
       [s](DType t, Generator& g) {
         const int64_t c = s.shape[1];
         Tensor x = s.transposed ? uniform_transposed(s.shape, t, g, s.lo, s.hi)
@@ -49,7 +55,8 @@ void add_batch_norm(CaseList& cases, const BatchNormCase& s, std::vector<DType> 
 
 // All three outputs of the op itself: output, mean and variance.
 void add_batch_norm_outputs(CaseList& cases, bool training) {
-  add(cases, std::string("batch_norm/op_outputs_") + (training ? "train" : "eval"),
+  add(
+      cases, std::string("batch_norm/op_outputs_") + (training ? "train" : "eval"),
       OpId::batch_norm, kFloatTypes,
       [](DType t, Generator& g) {
         return TensorList{uniform({6, 5, 3}, t, g), uniform({5}, t, g), uniform({5}, t, g),
@@ -70,7 +77,8 @@ struct NormCase {
 
 void add_layer_norm(CaseList& cases, const NormCase& s, std::vector<DType> dtypes = kFloatTypes,
                     bool float32_params = false) {
-  add(cases, "layer_norm/" + s.name, OpId::layer_norm, dtypes,
+  add(
+      cases, "layer_norm/" + s.name, OpId::layer_norm, dtypes,
       [s, float32_params](DType t, Generator& g) {
         const DType pt = float32_params ? kFloat32 : t;
         Tensor x = s.transposed ? uniform_transposed(s.shape, t, g, s.lo, s.hi)
@@ -82,7 +90,8 @@ void add_layer_norm(CaseList& cases, const NormCase& s, std::vector<DType> dtype
 }
 
 void add_group_norm(CaseList& cases, const NormCase& s) {
-  add(cases, "group_norm/" + s.name, OpId::group_norm, kFloatTypes,
+  add(
+      cases, "group_norm/" + s.name, OpId::group_norm, kFloatTypes,
       [s](DType t, Generator& g) {
         const int64_t c = s.shape[1];
         Tensor x = s.transposed ? uniform_transposed(s.shape, t, g, s.lo, s.hi)
@@ -115,7 +124,8 @@ const CaseRegistration kNorms([](CaseList& c) {
   add_layer_norm(c, {"empty", {0, 5}, {5}, true});
   add_layer_norm(c, {"single_element_rows", {6, 1}, {1}, true});
   add_layer_norm(c, {"transposed", {9, 6}, {6}, true, true});
-  add_layer_norm(c, {"shifted_values", {5, 257}, {257}, true, false, 500, 501}, {kFloat32, kFloat64});
+  add_layer_norm(c, {"shifted_values", {5, 257}, {257}, true, false, 500, 501},
+                 {kFloat32, kFloat64});
   add_layer_norm(c, {"float32_params", {4, 3, 17}, {17}, true}, kFloatTypes, true);
   add_layer_norm(c, {"parallel_wide_rows", {64, 1031}, {1031}, true});
 
@@ -151,7 +161,8 @@ const CaseRegistration kEmbedding([](CaseList& c) {
       {"parallel", {100, 64}, {40, 25}},
   };
   for (const auto& s : cases) {
-    add(c, "embedding/" + s.name, OpId::embedding, kAllTypes,
+    add(
+        c, "embedding/" + s.name, OpId::embedding, kAllTypes,
         [s](DType t, Generator& g) {
           Tensor w = s.transposed ? uniform_transposed(s.weight, t, g, -9, 9)
                                   : uniform(s.weight, t, g, -9, 9);
@@ -170,15 +181,17 @@ struct DropoutCase {
 
 const CaseRegistration kDropout([](CaseList& c) {
   const std::vector<DropoutCase> cases = {
-      {"scalar", {}, 0.5},          {"empty", {0}, 0.5},
-      {"odd", {7, 13}, 0.3},        {"transposed", {9, 5}, 0.5, true},
+      {"scalar", {}, 0.5},           {"empty", {0}, 0.5},
+      {"odd", {7, 13}, 0.3},         {"transposed", {9, 5}, 0.5, true},
       {"p_one_zeroes", {4, 6}, 1.0}, {"tiny_p", {33}, 1e-3},
       {"parallel", {257, 131}, 0.2},
   };
   for (const auto& s : cases) {
-    add(c, "dropout/" + s.name, OpId::dropout, kFloatTypes,
+    add(
+        c, "dropout/" + s.name, OpId::dropout, kFloatTypes,
         [s](DType t, Generator& g) {
-          return TensorList{s.transposed ? uniform_transposed(s.shape, t, g) : uniform(s.shape, t, g)};
+          return TensorList{s.transposed ? uniform_transposed(s.shape, t, g)
+                                         : uniform(s.shape, t, g)};
         },
         [s](TensorList& in) {
           Generator gen(99);
@@ -205,7 +218,12 @@ const CaseRegistration kAttention([](CaseList& c) {
   const std::vector<A> cases = {
       {"heads", {2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 6}},
       {"bool_mask", {2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 6}, {5, 7}, A::kBoolMask},
-      {"float_mask_broadcast", {2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}, {2, 1, 5, 7}, A::kFloatMask},
+      {"float_mask_broadcast",
+       {2, 3, 5, 4},
+       {2, 3, 7, 4},
+       {2, 3, 7, 4},
+       {2, 1, 5, 7},
+       A::kFloatMask},
       {"mask_broadcast_over_keys", {3, 5, 4}, {3, 6, 4}, {3, 6, 2}, {5, 1}, A::kFloatMask},
       {"mask_adds_batch_dim", {5, 4}, {6, 4}, {6, 3}, {2, 5, 6}, A::kFloatMask},
       {"causal_short_keys", {2, 7, 4}, {2, 5, 4}, {2, 5, 3}, {}, A::kNoMask, true},
@@ -220,7 +238,8 @@ const CaseRegistration kAttention([](CaseList& c) {
       {"parallel", {2, 4, 128, 32}, {2, 4, 96, 32}, {2, 4, 96, 64}},
   };
   for (const auto& s : cases) {
-    add(c, "scaled_dot_product_attention/" + s.name, OpId::scaled_dot_product_attention,
+    add(
+        c, "scaled_dot_product_attention/" + s.name, OpId::scaled_dot_product_attention,
         kFloatTypes,
         [s](DType t, Generator& g) {
           auto make = [&](const Shape& shape) {
@@ -233,11 +252,13 @@ const CaseRegistration kAttention([](CaseList& c) {
         },
         [s](TensorList& in) {
           return TensorList{F::scaled_dot_product_attention(
-              in[0], in[1], in[2], {.attn_mask = in[3], .is_causal = s.is_causal, .scale = s.scale})};
+              in[0], in[1], in[2],
+              {.attn_mask = in[3], .is_causal = s.is_causal, .scale = s.scale})};
         });
   }
   // A query row whose keys are all masked out is NaN on both backends.
-  add(c, "scaled_dot_product_attention/fully_masked_row", OpId::scaled_dot_product_attention,
+  add(
+      c, "scaled_dot_product_attention/fully_masked_row", OpId::scaled_dot_product_attention,
       kFloatTypes,
       [](DType t, Generator& g) {
         Tensor mask = random_mask({4, 6}, g, 0.8);
@@ -246,7 +267,8 @@ const CaseRegistration kAttention([](CaseList& c) {
                           uniform({2, 6, 3}, t, g), mask};
       },
       [](TensorList& in) {
-        return TensorList{F::scaled_dot_product_attention(in[0], in[1], in[2], {.attn_mask = in[3]})};
+        return TensorList{
+            F::scaled_dot_product_attention(in[0], in[1], in[2], {.attn_mask = in[3]})};
       });
 });
 
@@ -278,7 +300,8 @@ const CaseRegistration kPad([](CaseList& c) {
       {"parallel", {64, 3, 30, 30}, {1, 1, 1, 1}, "reflect"},
   };
   for (const auto& s : cases) {
-    add(c, "pad/" + s.name, OpId::pad, kAllTypes,
+    add(
+        c, "pad/" + s.name, OpId::pad, kAllTypes,
         [s](DType t, Generator& g) {
           return TensorList{s.transposed ? uniform_transposed(s.shape, t, g, -9, 9)
                                          : uniform(s.shape, t, g, -9, 9)};
@@ -308,7 +331,8 @@ const CaseRegistration kInterpolate([](CaseList& c) {
       {"nearest_parallel", {4, 8, 32, 32}, {.size = Sizes{45, 50}}},
   };
   for (const auto& s : nearest) {
-    add(c, "interpolate/" + s.name, OpId::interpolate, kAllTypes,
+    add(
+        c, "interpolate/" + s.name, OpId::interpolate, kAllTypes,
         [s](DType t, Generator& g) {
           return TensorList{s.transposed ? uniform_transposed(s.shape, t, g, -9, 9)
                                          : uniform(s.shape, t, g, -9, 9)};
@@ -317,19 +341,29 @@ const CaseRegistration kInterpolate([](CaseList& c) {
   }
   const std::vector<InterpolateCase> bilinear = {
       {"bilinear_up", {2, 3, 5, 7}, {.size = Sizes{9, 11}, .mode = "bilinear"}},
-      {"bilinear_up_align_corners", {2, 3, 5, 7}, {.size = Sizes{9, 11}, .mode = "bilinear", .align_corners = true}},
+      {"bilinear_up_align_corners",
+       {2, 3, 5, 7},
+       {.size = Sizes{9, 11}, .mode = "bilinear", .align_corners = true}},
       {"bilinear_down", {2, 3, 7, 11}, {.size = Sizes{3, 2}, .mode = "bilinear"}},
-      {"bilinear_down_align_corners", {2, 3, 7, 11}, {.size = Sizes{3, 4}, .mode = "bilinear", .align_corners = true}},
-      {"bilinear_to_one_pixel", {1, 2, 5, 4}, {.size = Sizes{1, 1}, .mode = "bilinear", .align_corners = true}},
+      {"bilinear_down_align_corners",
+       {2, 3, 7, 11},
+       {.size = Sizes{3, 4}, .mode = "bilinear", .align_corners = true}},
+      {"bilinear_to_one_pixel",
+       {1, 2, 5, 4},
+       {.size = Sizes{1, 1}, .mode = "bilinear", .align_corners = true}},
       {"bilinear_from_one_pixel", {1, 2, 1, 1}, {.size = Sizes{3, 2}, .mode = "bilinear"}},
-      {"bilinear_scale_factor", {2, 2, 6, 9}, {.scale_factor = Scales{1.5, 0.7}, .mode = "bilinear"}},
+      {"bilinear_scale_factor",
+       {2, 2, 6, 9},
+       {.scale_factor = Scales{1.5, 0.7}, .mode = "bilinear"}},
       {"bilinear_transposed", {2, 3, 6, 5}, {.size = Sizes{7, 9}, .mode = "bilinear"}, true},
       {"bilinear_parallel", {4, 8, 32, 32}, {.size = Sizes{45, 50}, .mode = "bilinear"}},
   };
   for (const auto& s : bilinear) {
-    add(c, "interpolate/" + s.name, OpId::interpolate, kFloatTypes,
+    add(
+        c, "interpolate/" + s.name, OpId::interpolate, kFloatTypes,
         [s](DType t, Generator& g) {
-          return TensorList{s.transposed ? uniform_transposed(s.shape, t, g) : uniform(s.shape, t, g)};
+          return TensorList{s.transposed ? uniform_transposed(s.shape, t, g)
+                                         : uniform(s.shape, t, g)};
         },
         [s](TensorList& in) { return TensorList{F::interpolate(in[0], s.options)}; });
   }
@@ -358,7 +392,8 @@ const CaseRegistration kNllLoss([](CaseList& c) {
   };
   for (const auto& s : cases) {
     for (std::string reduction : {"none", "mean", "sum"}) {
-      add(c, "nll_loss/" + s.name + "_" + reduction, OpId::nll_loss, kFloatTypes,
+      add(
+          c, "nll_loss/" + s.name + "_" + reduction, OpId::nll_loss, kFloatTypes,
           [s](DType t, Generator& g) {
             Shape target = s.input;
             const int64_t classes = s.input.size() == 1 ? s.input[0] : s.input[1];
@@ -369,13 +404,15 @@ const CaseRegistration kNllLoss([](CaseList& c) {
                               s.weighted ? uniform({classes}, t, g, 0.1, 2) : Tensor()};
           },
           [s, reduction](TensorList& in) {
-            return TensorList{F::nll_loss(in[0], in[1], {.weight = in[2], .ignore_index = s.ignore_index,
-                                                          .reduction = reduction})};
+            return TensorList{F::nll_loss(
+                in[0], in[1],
+                {.weight = in[2], .ignore_index = s.ignore_index, .reduction = reduction})};
           });
     }
   }
   // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
-  add(c, "nll_loss/all_ignored_mean", OpId::nll_loss, kFloatTypes,
+  add(
+      c, "nll_loss/all_ignored_mean", OpId::nll_loss, kFloatTypes,
       [](DType t, Generator& g) {
         return TensorList{uniform({4, 3}, t, g, -5, 0), full({4}, 1, {.dtype = kInt64})};
       },

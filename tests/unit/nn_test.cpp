@@ -96,13 +96,19 @@ TEST(BatchNorm, RejectsEvalWithoutRunningStats) {
 }
 
 TEST(BatchNorm, RejectsOneValuePerChannelWhenTraining) {
-  expect_error<ValueError>([] { F::batch_norm(ones({1, 3}), {}, {}, {}, {}, true); },
-                           "batch_norm", "more than 1 value");
+  expect_error<ValueError>(
+      [] {
+        F::batch_norm(ones({1, 3}), {}, {}, {}, {}, true);
+      },
+      "batch_norm", "more than 1 value");
 }
 
 TEST(BatchNorm, RejectsParametersOfWrongShape) {
-  expect_error<ShapeError>([] { F::batch_norm(ones({2, 3}), zeros({4}), ones({3})); },
-                           "batch_norm", "[4]");
+  expect_error<ShapeError>(
+      [] {
+        F::batch_norm(ones({2, 3}), zeros({4}), ones({3}));
+      },
+      "batch_norm", "[4]");
 }
 
 TEST(BatchNorm, RejectsInputWithoutChannelDim) {
@@ -111,7 +117,10 @@ TEST(BatchNorm, RejectsInputWithoutChannelDim) {
 
 TEST(BatchNorm, RejectsIntegerInput) {
   expect_error<DTypeError>(
-      [] { F::batch_norm(ones({2, 3}, {.dtype = kInt32}), zeros({3}), ones({3})); }, "batch_norm");
+      [] {
+        F::batch_norm(ones({2, 3}, {.dtype = kInt32}), zeros({3}), ones({3}));
+      },
+      "batch_norm");
 }
 
 // --- layer_norm and group_norm ------------------------------------------------------------
@@ -179,8 +188,11 @@ TEST(Embedding, GathersRowsOfAnyDtype) {
 
 TEST(Embedding, RejectsIndicesOutOfRangeNamingIndexAndSize) {
   on_both_backends([] {
-    expect_error<IndexError>([] { F::embedding(i64({1, 5}, {2}), ones({3, 2})); }, "embedding",
-                             "index 5 is out of range for 3");
+    expect_error<IndexError>(
+        [] {
+          F::embedding(i64({1, 5}, {2}), ones({3, 2}));
+        },
+        "embedding", "index 5 is out of range for 3");
     expect_error<IndexError>([] { F::embedding(i64({-1}, {1}), ones({3, 2})); }, "embedding", "-1");
   });
 }
@@ -243,8 +255,11 @@ TEST(Dropout, WithPOneGivesZeros) {
 TEST(Dropout, RejectsProbabilityOutsideTheUnitInterval) {
   expect_error<ValueError>([] { F::dropout(ones({3}), 1.5); }, "dropout", "1.5");
   expect_error<ValueError>([] { F::dropout(ones({3}), -0.1, false); }, "dropout");
-  expect_error<ValueError>([] { ops::dispatch1(OpId::dropout, {ones({3})}, {2.0, int64_t{0}, int64_t{0}}); },
-                           "dropout");
+  expect_error<ValueError>(
+      [] {
+        ops::dispatch1(OpId::dropout, {ones({3})}, {2.0, int64_t{0}, int64_t{0}});
+      },
+      "dropout");
 }
 
 TEST(Dropout, RejectsIntegerInput) {
@@ -280,7 +295,8 @@ TEST(Attention, BoolMaskExcludesKeysAndAFullyMaskedRowIsNaN) {
   on_both_backends([] {
     auto mask = from_vector<bool>({true, false, false, false}, Shape{2, 2});
     auto y = F::scaled_dot_product_attention(zeros({2, 1}), zeros({2, 1}), f32({5, 7}, {2, 1}),
-                                             {.attn_mask = mask}).to_vector<float>();
+                                             {.attn_mask = mask})
+                 .to_vector<float>();
     EXPECT_FLOAT_EQ(y[0], 5.f);
     EXPECT_TRUE(std::isnan(y[1]));
   });
@@ -299,34 +315,56 @@ TEST(Attention, BroadcastsBatchDims) {
 }
 
 TEST(Attention, RejectsCausalTogetherWithAMask) {
-  expect_error<ValueError>([] {
-    F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({3, 4}),
-                                    {.attn_mask = ones({2, 3}), .is_causal = true});
-  }, "scaled_dot_product_attention");
+  expect_error<ValueError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({3, 4}),
+                                        {.attn_mask = ones({2, 3}), .is_causal = true});
+      },
+      "scaled_dot_product_attention");
 }
 
 TEST(Attention, RejectsMismatchedShapes) {
-  expect_error<ShapeError>([] { F::scaled_dot_product_attention(ones({2, 4}), ones({3, 5}), ones({3, 4})); },
-                           "scaled_dot_product_attention");
-  expect_error<ShapeError>([] { F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({2, 4})); },
-                           "scaled_dot_product_attention");
-  expect_error<ShapeError>([] { F::scaled_dot_product_attention(ones({4}), ones({3, 4}), ones({3, 4})); },
-                           "scaled_dot_product_attention");
-  expect_error<ShapeError>([] { F::scaled_dot_product_attention(ones({2, 2, 4}), ones({3, 3, 4}), ones({3, 4})); },
-                           "scaled_dot_product_attention");
-  expect_error<ShapeError>([] {
-    F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({3, 4}), {.attn_mask = ones({4, 3})});
-  }, "scaled_dot_product_attention", "attn_mask");
+  expect_error<ShapeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 4}), ones({3, 5}), ones({3, 4}));
+      },
+      "scaled_dot_product_attention");
+  expect_error<ShapeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({2, 4}));
+      },
+      "scaled_dot_product_attention");
+  expect_error<ShapeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({4}), ones({3, 4}), ones({3, 4}));
+      },
+      "scaled_dot_product_attention");
+  expect_error<ShapeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 2, 4}), ones({3, 3, 4}), ones({3, 4}));
+      },
+      "scaled_dot_product_attention");
+  expect_error<ShapeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({3, 4}),
+                                        {.attn_mask = ones({4, 3})});
+      },
+      "scaled_dot_product_attention", "attn_mask");
 }
 
 TEST(Attention, RejectsMixedDtypesAndIntegerMasks) {
-  expect_error<DTypeError>([] {
-    F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}, {.dtype = kFloat64}), ones({3, 4}));
-  }, "scaled_dot_product_attention");
-  expect_error<DTypeError>([] {
-    F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({3, 4}),
-                                    {.attn_mask = ones({2, 3}, {.dtype = kInt32})});
-  }, "scaled_dot_product_attention");
+  expect_error<DTypeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}, {.dtype = kFloat64}),
+                                        ones({3, 4}));
+      },
+      "scaled_dot_product_attention");
+  expect_error<DTypeError>(
+      [] {
+        F::scaled_dot_product_attention(ones({2, 4}), ones({3, 4}), ones({3, 4}),
+                                        {.attn_mask = ones({2, 3}, {.dtype = kInt32})});
+      },
+      "scaled_dot_product_attention");
 }
 
 // --- pad ----------------------------------------------------------------------------------------
@@ -379,9 +417,10 @@ TEST(Interpolate, BilinearMatchesPyTorchWithAndWithoutAlignCorners) {
     auto x = f32({0, 1}, {1, 1, 1, 2});
     expect_near_all(F::interpolate(x, {.size = std::vector<int64_t>{1, 4}, .mode = "bilinear"}),
                     {0, 0.25, 0.75, 1});
-    expect_near_all(F::interpolate(x, {.size = std::vector<int64_t>{1, 3}, .mode = "bilinear",
-                                       .align_corners = true}),
-                    {0, 0.5, 1});
+    expect_near_all(
+        F::interpolate(
+            x, {.size = std::vector<int64_t>{1, 3}, .mode = "bilinear", .align_corners = true}),
+        {0, 0.5, 1});
   });
 }
 
@@ -392,37 +431,68 @@ TEST(Interpolate, ScaleFactorResolvesToTheFlooredSize) {
 
 TEST(Interpolate, RejectsBothOrNeitherOfSizeAndScaleFactor) {
   expect_error<ValueError>([] { F::interpolate(ones({1, 1, 3}), {}); }, "interpolate");
-  expect_error<ValueError>([] {
-    F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .scale_factor = std::vector<double>{2}});
-  }, "interpolate");
+  expect_error<ValueError>(
+      [] {
+        F::interpolate(ones({1, 1, 3}),
+                       {.size = std::vector<int64_t>{4}, .scale_factor = std::vector<double>{2}});
+      },
+      "interpolate");
 }
 
 TEST(Interpolate, RejectsBadModesAndAlignCornersWithNearest) {
-  expect_error<ValueError>([] { F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .mode = "bicubic"}); },
-                           "interpolate", "bicubic");
-  expect_error<ValueError>([] {
-    F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .align_corners = false});
-  }, "interpolate");
-  expect_error<ValueError>([] {
-    ops::dispatch1(OpId::interpolate, {ones({1, 1, 3})}, {std::vector<int64_t>{4}, std::string("nearest"), true});
-  }, "interpolate");
+  expect_error<ValueError>(
+      [] {
+        F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .mode = "bicubic"});
+      },
+      "interpolate", "bicubic");
+  expect_error<ValueError>(
+      [] {
+        F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .align_corners = false});
+      },
+      "interpolate");
+  expect_error<ValueError>(
+      [] {
+        ops::dispatch1(OpId::interpolate, {ones({1, 1, 3})},
+                       {std::vector<int64_t>{4}, std::string("nearest"), true});
+      },
+      "interpolate");
 }
 
 TEST(Interpolate, RejectsBadShapesAndSizes) {
-  expect_error<ShapeError>([] { F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .mode = "bilinear"}); },
-                           "interpolate", "4-D");
-  expect_error<ShapeError>([] { F::interpolate(ones({3, 3}), {.size = std::vector<int64_t>{4}}); }, "interpolate");
-  expect_error<ShapeError>([] { F::interpolate(ones({1, 1, 3, 3}), {.size = std::vector<int64_t>{4, 4, 4}}); },
-                           "interpolate");
-  expect_error<ShapeError>([] { F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{0}}); }, "interpolate");
-  expect_error<ValueError>([] { F::interpolate(ones({1, 1, 3}), {.scale_factor = std::vector<double>{-2}}); },
-                           "interpolate");
+  expect_error<ShapeError>(
+      [] {
+        F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{4}, .mode = "bilinear"});
+      },
+      "interpolate", "4-D");
+  expect_error<ShapeError>(
+      [] {
+        F::interpolate(ones({3, 3}), {.size = std::vector<int64_t>{4}});
+      },
+      "interpolate");
+  expect_error<ShapeError>(
+      [] {
+        F::interpolate(ones({1, 1, 3, 3}), {.size = std::vector<int64_t>{4, 4, 4}});
+      },
+      "interpolate");
+  expect_error<ShapeError>(
+      [] {
+        F::interpolate(ones({1, 1, 3}), {.size = std::vector<int64_t>{0}});
+      },
+      "interpolate");
+  expect_error<ValueError>(
+      [] {
+        F::interpolate(ones({1, 1, 3}), {.scale_factor = std::vector<double>{-2}});
+      },
+      "interpolate");
 }
 
 TEST(Interpolate, RejectsBilinearOnIntegers) {
-  expect_error<DTypeError>([] {
-    F::interpolate(ones({1, 1, 2, 2}, {.dtype = kInt32}), {.size = std::vector<int64_t>{3, 3}, .mode = "bilinear"});
-  }, "interpolate");
+  expect_error<DTypeError>(
+      [] {
+        F::interpolate(ones({1, 1, 2, 2}, {.dtype = kInt32}),
+                       {.size = std::vector<int64_t>{3, 3}, .mode = "bilinear"});
+      },
+      "interpolate");
 }
 
 // --- nll_loss -------------------------------------------------------------------------------
@@ -434,7 +504,8 @@ TEST(NllLoss, MeanDividesByTheWeightsOfCountedTargets) {
     auto w = f32({1, 2}, {2});
     expect_near_all(F::nll_loss(x, t, {.weight = w}), {(1 + 8 + 12) / 5.0});
     expect_near_all(F::nll_loss(x, t, {.weight = w, .reduction = "sum"}), {21});
-    expect_near_all(F::nll_loss(x, t, {.weight = w, .ignore_index = 1, .reduction = "none"}), {1, 0, 0});
+    expect_near_all(F::nll_loss(x, t, {.weight = w, .ignore_index = 1, .reduction = "none"}),
+                    {1, 0, 0});
     expect_near_all(F::nll_loss(x, t, {.weight = w, .ignore_index = 1}), {1});
   });
 }
@@ -449,23 +520,40 @@ TEST(NllLoss, MeanOverOnlyIgnoredTargetsIsNaN) {
 TEST(NllLoss, RejectsTargetsOutOfRange) {
   on_both_backends([] {
     expect_error<IndexError>([] { F::nll_loss(zeros({2, 3}), i64({0, 3}, {2})); }, "nll_loss", "3");
-    expect_error<IndexError>([] { F::nll_loss(zeros({2, 3}), i64({-1, 0}, {2})); }, "nll_loss", "-1");
+    expect_error<IndexError>(
+        [] {
+          F::nll_loss(zeros({2, 3}), i64({-1, 0}, {2}));
+        },
+        "nll_loss", "-1");
   });
 }
 
 TEST(NllLoss, RejectsMismatchedShapesAndDtypes) {
   expect_error<ShapeError>([] { F::nll_loss(zeros({2, 3}), i64({0, 1, 2}, {3})); }, "nll_loss");
   expect_error<ShapeError>([] { F::nll_loss(zeros({}), i64({0}, {})); }, "nll_loss");
-  expect_error<ShapeError>([] { F::nll_loss(zeros({2, 3}), i64({0, 1}, {2}), {.weight = ones({2})}); },
-                           "nll_loss");
-  expect_error<DTypeError>([] { F::nll_loss(zeros({2, 3}), from_vector<int32_t>({0, 1})); }, "nll_loss");
-  expect_error<DTypeError>([] { F::nll_loss(zeros({2, 3}, {.dtype = kInt64}), i64({0, 1}, {2})); },
-                           "nll_loss");
+  expect_error<ShapeError>(
+      [] {
+        F::nll_loss(zeros({2, 3}), i64({0, 1}, {2}), {.weight = ones({2})});
+      },
+      "nll_loss");
+  expect_error<DTypeError>(
+      [] {
+        F::nll_loss(zeros({2, 3}), from_vector<int32_t>({0, 1}));
+      },
+      "nll_loss");
+  expect_error<DTypeError>(
+      [] {
+        F::nll_loss(zeros({2, 3}, {.dtype = kInt64}), i64({0, 1}, {2}));
+      },
+      "nll_loss");
 }
 
 TEST(NllLoss, RejectsUnknownReduction) {
-  expect_error<ValueError>([] { F::nll_loss(zeros({2, 3}), i64({0, 1}, {2}), {.reduction = "avg"}); },
-                           "nll_loss", "avg");
+  expect_error<ValueError>(
+      [] {
+        F::nll_loss(zeros({2, 3}), i64({0, 1}, {2}), {.reduction = "avg"});
+      },
+      "nll_loss", "avg");
 }
 
 // --- shape rules on meta tensors -------------------------------------------------------------
@@ -476,5 +564,6 @@ TEST(NnShapeRules, RunOnMetaTensorsWithoutData) {
   EXPECT_TRUE(y.is_meta());
   EXPECT_EQ(y.sizes(), (Shape{2, 5, 3}));
   EXPECT_EQ(F::pad(meta({2, 3}), {1, 2, 0, 1}).sizes(), (Shape{3, 6}));
-  EXPECT_EQ(F::batch_norm(meta({4, 3, 2}), meta({3}), meta({3}), {}, {}, true).sizes(), (Shape{4, 3, 2}));
+  EXPECT_EQ(F::batch_norm(meta({4, 3, 2}), meta({3}), meta({3}), {}, {}, true).sizes(),
+            (Shape{4, 3, 2}));
 }

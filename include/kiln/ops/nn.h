@@ -48,8 +48,9 @@ Tensor dropout(const Tensor& input, double p = 0.5, bool training = true,
                Generator* generator = nullptr);
 
 struct AttentionOptions {
-  Tensor attn_mask = {};  // bool (true = attend) or floating (added to the scores), broadcast to [..., L, S]
-  bool is_causal = false;       // query i attends to keys j <= i; exclusive with attn_mask
+  Tensor attn_mask =
+      {};  // bool (true = attend) or floating (added to the scores), broadcast to [..., L, S]
+  bool is_causal = false;            // query i attends to keys j <= i; exclusive with attn_mask
   std::optional<double> scale = {};  // default 1 / sqrt(E)
 };
 
@@ -69,8 +70,8 @@ struct InterpolateOptions {
   // Exactly one of size and scale_factor; one entry applies to every spatial dim.
   std::optional<std::vector<int64_t>> size = {};
   std::optional<std::vector<double>> scale_factor = {};  // output size floor(in * scale)
-  std::string mode = "nearest";                      // "nearest" (legacy) or "bilinear" (4-D)
-  std::optional<bool> align_corners = {};            // bilinear only; default false
+  std::string mode = "nearest";                          // "nearest" (legacy) or "bilinear" (4-D)
+  std::optional<bool> align_corners = {};                // bilinear only; default false
 };
 
 // Resamples the spatial dims of input [N, C, (D, H,) W].
@@ -79,7 +80,8 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
 struct NllLossOptions {
   Tensor weight = {};  // [C] class weights
   int64_t ignore_index = -100;
-  std::string reduction = "mean";  // "none", "mean" (weighted by the targets' class weights) or "sum"
+  std::string reduction =
+      "mean";  // "none", "mean" (weighted by the targets' class weights) or "sum"
 };
 
 // Negative log likelihood of log_probs [N, C, d...] (or [C]) at int64 targets [N, d...] (or []).

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
-#include "core/shape_util.h"
 #include "backends/cpu/nn.h"
 #include "backends/cpu/vec_math.h"
+#include "core/shape_util.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -104,7 +104,8 @@ void sdpa(const KernelCall& c) {
     return;
   }
   const Tensor q = rows_of<C>(c.in(0)), k = rows_of<C>(c.in(1)), v = rows_of<C>(c.in(2));
-  const auto qo = batch_offsets(q, batch), ko = batch_offsets(k, batch), vo = batch_offsets(v, batch);
+  const auto qo = batch_offsets(q, batch), ko = batch_offsets(k, batch),
+             vo = batch_offsets(v, batch);
   Tensor mask;  // expanded to [batch..., L, S]
   std::vector<int64_t> mo;
   if (c.inputs.size() > 3 && c.in(3).defined()) {
@@ -119,24 +120,26 @@ void sdpa(const KernelCall& c) {
   const int64_t work = sh.s * (sh.e + sh.ev);
   parallel_for(sh.batches * sh.l, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
                [&](int64_t r0, int64_t r1) {
-    std::vector<C> p(sh.s), acc(sh.ev);
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / sh.l, i = r % sh.l;
-      MaskRow<C> m;
-      if (mask.defined()) {
-        const int64_t offset = mo[b] + i * mask.stride(-2);
-        m.stride = mask.stride(-1);
-        if (mask.dtype() == kBool) m.keep = mask.data<bool>() + offset;
-        else m.add = mask.data<C>() + offset;
-      }
-      // A causal query i sees keys 0..i only: the rest are never computed.
-      const int64_t keys = causal ? std::min(i + 1, sh.s) : sh.s;
-      attend_row(q.data<C>() + qo[b] + i * sh.e, k.data<C>() + ko[b], v.data<C>() + vo[b], keys,
-                 sh, scale, m, p.data(), acc.data());
-      T* yi = py + r * sh.ev;
-      for (int64_t a = 0; a < sh.ev; ++a) yi[a] = static_cast<T>(acc[a]);
-    }
-  });
+                 std::vector<C> p(sh.s), acc(sh.ev);
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const int64_t b = r / sh.l, i = r % sh.l;
+                   MaskRow<C> m;
+                   if (mask.defined()) {
+                     const int64_t offset = mo[b] + i * mask.stride(-2);
+                     m.stride = mask.stride(-1);
+                     if (mask.dtype() == kBool)
+                       m.keep = mask.data<bool>() + offset;
+                     else
+                       m.add = mask.data<C>() + offset;
+                   }
+                   // A causal query i sees keys 0..i only: the rest are never computed.
+                   const int64_t keys = causal ? std::min(i + 1, sh.s) : sh.s;
+                   attend_row(q.data<C>() + qo[b] + i * sh.e, k.data<C>() + ko[b],
+                              v.data<C>() + vo[b], keys, sh, scale, m, p.data(), acc.data());
+                   T* yi = py + r * sh.ev;
+                   for (int64_t a = 0; a < sh.ev; ++a) yi[a] = static_cast<T>(acc[a]);
+                 }
+               });
 }
 
 }  // namespace

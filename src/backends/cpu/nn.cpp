@@ -25,8 +25,8 @@ std::vector<int64_t> checked_indices(const Tensor& indices, int64_t v) {
   std::vector<int64_t> out(p, p + t.numel());
   for (int64_t idx : out) {
     if (idx < 0 || idx >= v) {
-      throw IndexError(detail::str_cat("embedding: index ", idx, " is out of range for ", v,
-                                       " embeddings"));
+      throw IndexError(
+          detail::str_cat("embedding: index ", idx, " is out of range for ", v, " embeddings"));
     }
   }
   return out;
@@ -43,7 +43,8 @@ void embedding(const KernelCall& c) {
   const int64_t n = static_cast<int64_t>(indices.size());
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(weight.size(1), 1)),
                [&](int64_t i0, int64_t i1) {
-                 for (int64_t i = i0; i < i1; ++i) std::memcpy(py + i * row, pw + indices[i] * row, row);
+                 for (int64_t i = i0; i < i1; ++i)
+                   std::memcpy(py + i * row, pw + indices[i] * row, row);
                });
 }
 
@@ -85,8 +86,8 @@ void nll_loss(const KernelCall& c) {
   const int64_t n = target.numel();
   for (int64_t i = 0; i < n; ++i) {
     if (pt[i] != ignore && (pt[i] < 0 || pt[i] >= classes)) {
-      throw IndexError(detail::str_cat("nll_loss: target ", pt[i], " is out of range for ",
-                                       classes, " classes"));
+      throw IndexError(detail::str_cat("nll_loss: target ", pt[i], " is out of range for ", classes,
+                                       " classes"));
     }
   }
   const bool weighted = c.inputs.size() > 2 && c.in(2).defined();

@@ -17,10 +17,14 @@ void register_cpu_resample_kernels(KernelTable& table);   // pad, interpolate
 template <typename F>
 decltype(auto) visit_floating(DType t, F&& f) {
   switch (t) {
-    case kFloat64: return f.template operator()<double>();
-    case kFloat16: return f.template operator()<Half>();
-    case kBFloat16: return f.template operator()<BFloat16>();
-    default: return f.template operator()<float>();
+    case kFloat64:
+      return f.template operator()<double>();
+    case kFloat16:
+      return f.template operator()<Half>();
+    case kBFloat16:
+      return f.template operator()<BFloat16>();
+    default:
+      return f.template operator()<float>();
   }
 }
 
@@ -29,10 +33,14 @@ decltype(auto) visit_floating(DType t, F&& f) {
 template <typename F>
 decltype(auto) visit_element_width(DType t, F&& f) {
   switch (dtype_size(t)) {
-    case 1: return f.template operator()<uint8_t>();
-    case 2: return f.template operator()<uint16_t>();
-    case 4: return f.template operator()<uint32_t>();
-    default: return f.template operator()<uint64_t>();
+    case 1:
+      return f.template operator()<uint8_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    default:
+      return f.template operator()<uint64_t>();
   }
 }
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "backends/cpu/loops.h"
-#include "core/shape_util.h"
 #include "backends/cpu/nn.h"
+#include "core/shape_util.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -148,11 +148,13 @@ void layer_norm_row(const T* x, T* y, int64_t k, double eps, const compute_t<T>*
     for (int64_t i = 0; i < k; ++i) buffer[i] = static_cast<C>(x[i]);
     row = buffer.data();
   }
-  const SplitMean<C> m(static_cast<double>(row[0]) + shifted_sum(row, k, row[0]) / static_cast<double>(k));
+  const SplitMean<C> m(static_cast<double>(row[0]) +
+                       shifted_sum(row, k, row[0]) / static_cast<double>(k));
   const double var = squared_deviations_of(row, k, m) / static_cast<double>(k);
   const C rs = static_cast<C>(1 / std::sqrt(var + eps));
 #pragma omp simd
-  for (int64_t i = 0; i < k; ++i) y[i] = static_cast<T>(((row[i] - m.hi) - m.lo) * rs * w[i] + b[i]);
+  for (int64_t i = 0; i < k; ++i)
+    y[i] = static_cast<T>(((row[i] - m.hi) - m.lo) * rs * w[i] + b[i]);
 }
 
 template <typename T>
@@ -167,7 +169,8 @@ void layer_norm(const KernelCall& c) {
   T* py = c.out().data<T>();
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / k), [&](int64_t r0, int64_t r1) {
     std::vector<C> buffer(std::is_same_v<T, C> ? 0 : k);
-    for (int64_t r = r0; r < r1; ++r) layer_norm_row(px + r * k, py + r * k, k, eps, w.data(), b.data(), buffer);
+    for (int64_t r = r0; r < r1; ++r)
+      layer_norm_row(px + r * k, py + r * k, k, eps, w.data(), b.data(), buffer);
   });
 }
 
@@ -187,7 +190,8 @@ void group_norm(const KernelCall& c) {
       const T* xr = px + r * row;
       const C pivot = static_cast<C>(xr[0]);
       mean[r] = static_cast<double>(pivot) + shifted_sum(xr, row, pivot) / static_cast<double>(row);
-      const double var = squared_deviations_of(xr, row, SplitMean<C>(mean[r])) / static_cast<double>(row);
+      const double var =
+          squared_deviations_of(xr, row, SplitMean<C>(mean[r])) / static_cast<double>(row);
       rstd[r] = 1 / std::sqrt(var + eps);
     }
   });

@@ -72,21 +72,24 @@ void pad_rows(const Tensor& x, Tensor& out, const KernelCall& c, E fill) {
   const int64_t rows = width == 0 ? 0 : out.numel() / width;
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(width, 1)),
                [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      E* yr = py + r * width;
-      const int64_t src = source_row(r, tables, x);
-      if (src < 0) {
-        std::fill(yr, yr + width, fill);
-        continue;
-      }
-      const E* xr = px + src;
-      for (int64_t o = 0; o < copy_begin; ++o) yr[o] = last[o] < 0 ? fill : xr[last[o]];
-      if (copy_end > copy_begin) {
-        std::memcpy(yr + copy_begin, xr + (copy_begin - before), (copy_end - copy_begin) * sizeof(E));
-      }
-      for (int64_t o = copy_end; o < width; ++o) yr[o] = last[o] < 0 ? fill : xr[last[o]];
-    }
-  });
+                 for (int64_t r = r0; r < r1; ++r) {
+                   E* yr = py + r * width;
+                   const int64_t src = source_row(r, tables, x);
+                   if (src < 0) {
+                     std::fill(yr, yr + width, fill);
+                     continue;
+                   }
+                   const E* xr = px + src;
+                   for (int64_t o = 0; o < copy_begin; ++o)
+                     yr[o] = last[o] < 0 ? fill : xr[last[o]];
+                   if (copy_end > copy_begin) {
+                     std::memcpy(yr + copy_begin, xr + (copy_begin - before),
+                                 (copy_end - copy_begin) * sizeof(E));
+                   }
+                   for (int64_t o = copy_end; o < width; ++o)
+                     yr[o] = last[o] < 0 ? fill : xr[last[o]];
+                 }
+               });
 }
 
 void pad(const KernelCall& c) {
@@ -143,9 +146,12 @@ void nearest(const Tensor& x, Tensor& out) {
 // in both this kernel and the reference, so that the chosen pixels agree).
 double bilinear_source(int64_t o, int64_t in, int64_t out, bool align_corners) {
   if (align_corners) {
-    return out > 1 ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+    return out > 1
+               ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
+               : 0.0;
   }
-  const double src = (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
+  const double src =
+      (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
   return std::max(src, 0.0);
 }
 
@@ -182,7 +188,8 @@ void bilinear(const Tensor& x, Tensor& out, bool align_corners) {
       for (int64_t o = 0; o < out_w; ++o) {
         const C fw = tw.frac[o];
         const C t = static_cast<C>(top[tw.lo[o]]) * (1 - fw) + static_cast<C>(top[tw.hi[o]]) * fw;
-        const C b = static_cast<C>(bottom[tw.lo[o]]) * (1 - fw) + static_cast<C>(bottom[tw.hi[o]]) * fw;
+        const C b =
+            static_cast<C>(bottom[tw.lo[o]]) * (1 - fw) + static_cast<C>(bottom[tw.hi[o]]) * fw;
         yr[o] = static_cast<T>(t * (1 - fh) + b * fh);
       }
     }

@@ -7,8 +7,8 @@
 
 #include "backends/reference/ref_util.h"
 #include "backends/reference/reference.h"
-#include "core/shape_util.h"
 #include "core/philox.h"
+#include "core/shape_util.h"
 
 namespace kiln::backend {
 namespace {
@@ -116,8 +116,8 @@ void embedding(const KernelCall& c) {
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t idx = indices[i];
     if (idx < 0 || idx >= v) {
-      throw IndexError(detail::str_cat("embedding: index ", idx, " is out of range for ", v,
-                                       " embeddings"));
+      throw IndexError(
+          detail::str_cat("embedding: index ", idx, " is out of range for ", v, " embeddings"));
     }
     for (int64_t k = 0; k < d; ++k) {
       copy_element(c.out(), static_cast<int64_t>(i) * d + k, weight,
@@ -172,8 +172,10 @@ void sdpa(const KernelCall& c) {
         for (int64_t a = 0; a < e; ++a) dot += q[(bi * l + i) * e + a] * k[(bi * s + j) * e + a];
         double score = dot * scale;
         const size_t mi = (bi * l + i) * s + j;
-        if (bool_mask) score = mask[mi] != 0 ? score : -std::numeric_limits<double>::infinity();
-        else if (!mask.empty()) score += mask[mi];
+        if (bool_mask)
+          score = mask[mi] != 0 ? score : -std::numeric_limits<double>::infinity();
+        else if (!mask.empty())
+          score += mask[mi];
         if (causal && j > i) score = -std::numeric_limits<double>::infinity();
         p[j] = score;
         top = std::max(top, score);
@@ -181,7 +183,8 @@ void sdpa(const KernelCall& c) {
       double total = 0;
       for (int64_t j = 0; j < s; ++j) total += p[j] = std::exp(p[j] - top);  // NaN when all masked
       for (int64_t j = 0; j < s; ++j) {
-        for (int64_t a = 0; a < ev; ++a) y[(bi * l + i) * ev + a] += p[j] / total * v[(bi * s + j) * ev + a];
+        for (int64_t a = 0; a < ev; ++a)
+          y[(bi * l + i) * ev + a] += p[j] / total * v[(bi * s + j) * ev + a];
       }
     }
   }
@@ -211,8 +214,10 @@ void pad(const KernelCall& c) {
       src[d] = pad_source(index[d], pads[2 * k], x.size(d), mode);
       inside = inside && src[d] >= 0;
     }
-    if (inside) copy_element(out, flat, x, ref::offset_of(x, src));
-    else ref::write(out, flat, c.attrs.f(2));
+    if (inside)
+      copy_element(out, flat, x, ref::offset_of(x, src));
+    else
+      ref::write(out, flat, c.attrs.f(2));
     ++flat;
   });
 }
@@ -221,9 +226,12 @@ void pad(const KernelCall& c) {
 // align_corners is false).
 double bilinear_source(int64_t o, int64_t in, int64_t out, bool align_corners) {
   if (align_corners) {
-    return out > 1 ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+    return out > 1
+               ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
+               : 0.0;
   }
-  const double src = (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
+  const double src =
+      (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
   return std::max(src, 0.0);
 }
 
@@ -270,8 +278,8 @@ void nll_loss(const KernelCall& c) {
     const int64_t t = target[i];
     if (t == ignore) continue;
     if (t < 0 || t >= classes) {
-      throw IndexError(detail::str_cat("nll_loss: target ", t, " is out of range for ", classes,
-                                       " classes"));
+      throw IndexError(
+          detail::str_cat("nll_loss: target ", t, " is out of range for ", classes, " classes"));
     }
     const int64_t n = static_cast<int64_t>(i) / inner, s = static_cast<int64_t>(i) % inner;
     loss[i] = -w[t] * v[(n * classes + t) * inner + s];
@@ -279,9 +287,12 @@ void nll_loss(const KernelCall& c) {
     weight_sum += w[t];
   }
   const std::string& reduction = c.attrs.str(1);
-  if (reduction == "none") write_all(c.out(), loss);
-  else if (reduction == "sum") ref::write(c.out(), 0, total);
-  else ref::write(c.out(), 0, total / weight_sum);  // 0 / 0 = NaN when every target is ignored
+  if (reduction == "none")
+    write_all(c.out(), loss);
+  else if (reduction == "sum")
+    ref::write(c.out(), 0, total);
+  else
+    ref::write(c.out(), 0, total / weight_sum);  // 0 / 0 = NaN when every target is ignored
 }
 
 }  // namespace

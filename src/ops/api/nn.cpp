@@ -54,8 +54,8 @@ std::vector<int64_t> resolve_size(const Tensor& input, const InterpolateOptions&
   for (int64_t d = 0; d < spatial; ++d) {
     const double scale = at(d);
     if (!(scale > 0) || !std::isfinite(scale)) {
-      throw ValueError(detail::str_cat("interpolate: scale_factor must be positive and finite, got ",
-                                       scale));
+      throw ValueError(
+          detail::str_cat("interpolate: scale_factor must be positive and finite, got ", scale));
     }
     size[d] = static_cast<int64_t>(std::floor(static_cast<double>(input.size(d + 2)) * scale));
   }
@@ -89,8 +89,8 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   return dispatch1(OpId::layer_norm, {input, weight, bias}, {normalized_shape, eps});
 }
 
-Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps) {
   return dispatch1(OpId::group_norm, {input, weight, bias}, {num_groups, eps});
 }
 

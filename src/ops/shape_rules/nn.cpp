@@ -39,8 +39,8 @@ int64_t channels_of(const ShapeCtx& ctx) {
   require_floating(ctx, 0);
   const Tensor& x = ctx.input(0);
   if (x.dim() < 2) {
-    throw ShapeError(detail::str_cat(ctx.name(), ": expected an input of shape [N, C, ...], got ",
-                                     x.sizes()));
+    throw ShapeError(
+        detail::str_cat(ctx.name(), ": expected an input of shape [N, C, ...], got ", x.sizes()));
   }
   return x.size(1);
 }
@@ -54,8 +54,7 @@ void infer_batch_norm(ShapeCtx& ctx) {
   const Tensor& x = ctx.input(0);
   if (training && x.numel() == c && c > 0) {
     throw ValueError(detail::str_cat(
-        "batch_norm: expected more than 1 value per channel when training, got input ",
-        x.sizes()));
+        "batch_norm: expected more than 1 value per channel when training, got input ", x.sizes()));
   }
   if (!training && !(ctx.has_input(3) && ctx.has_input(4))) {
     throw ValueError("batch_norm: running_mean and running_var are required in eval mode");
@@ -95,8 +94,8 @@ void infer_group_norm(ShapeCtx& ctx) {
     throw ValueError(detail::str_cat("group_norm: num_groups must be positive, got ", groups));
   }
   if (c % groups != 0) {
-    throw ShapeError(detail::str_cat("group_norm: ", c, " channels are not divisible into ",
-                                     groups, " groups (input ", ctx.input(0).sizes(), ")"));
+    throw ShapeError(detail::str_cat("group_norm: ", c, " channels are not divisible into ", groups,
+                                     " groups (input ", ctx.input(0).sizes(), ")"));
   }
   check_param(ctx, 1, {c});
   check_param(ctx, 2, {c});
@@ -111,8 +110,8 @@ void infer_embedding(ShapeCtx& ctx) {
         detail::str_cat("embedding: weight must have shape [V, D], got ", weight.sizes()));
   }
   if (indices.dtype() != kInt64 && indices.dtype() != kInt32) {
-    throw DTypeError(detail::str_cat("embedding: indices must be int32 or int64, got ",
-                                     indices.dtype()));
+    throw DTypeError(
+        detail::str_cat("embedding: indices must be int32 or int64, got ", indices.dtype()));
   }
   const int64_t v = weight.size(0);
   if (ctx.attrs.has(0)) {
@@ -162,10 +161,11 @@ void infer_sdpa(ShapeCtx& ctx) {
   Shape batch = broadcast_pair(broadcast_pair(batch_of(q), batch_of(k), op), batch_of(v), op);
   if (ctx.has_input(3)) {
     const Tensor& mask = ctx.input(3);
-    if (ctx.attrs.b(0)) throw ValueError(detail::str_cat(op, ": is_causal and attn_mask are exclusive"));
+    if (ctx.attrs.b(0))
+      throw ValueError(detail::str_cat(op, ": is_causal and attn_mask are exclusive"));
     if (mask.dtype() != kBool && !is_floating(mask.dtype())) {
-      throw DTypeError(detail::str_cat(op, ": attn_mask must be bool or floating, got ",
-                                       mask.dtype()));
+      throw DTypeError(
+          detail::str_cat(op, ": attn_mask must be bool or floating, got ", mask.dtype()));
     }
     Shape scores = batch;
     scores.push_back(l);
@@ -178,13 +178,15 @@ void infer_sdpa(ShapeCtx& ctx) {
     }
     if (full.empty() || full[full.size() - 2] != l || full.back() != s) {
       throw ShapeError(detail::str_cat(op, ": attn_mask ", mask.sizes(),
-                                       " does not broadcast to the scores [..., ", l, ", ", s, "]"));
+                                       " does not broadcast to the scores [..., ", l, ", ", s,
+                                       "]"));
     }
     batch.assign(full.begin(), full.end() - 2);
     if (mask.dtype() != kBool) ctx.cast_input(3, accumulation_dtype(q.dtype()));
   }
   // An empty head dim gives zero scores (a uniform softmax), not 0 * inf.
-  if (!ctx.attrs.has(1)) ctx.attrs[1] = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(e, 1)));
+  if (!ctx.attrs.has(1))
+    ctx.attrs[1] = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(e, 1)));
   Shape out = batch;
   out.push_back(l);
   out.push_back(v.size(v.dim() - 1));
@@ -213,13 +215,13 @@ void infer_pad(ShapeCtx& ctx) {
                                        " of input ", x.sizes()));
     }
     if (mode == "replicate" && size == 0 && (before > 0 || after > 0)) {
-      throw ValueError(detail::str_cat("pad: replicate cannot pad the empty dim ", d,
-                                       " of input ", x.sizes()));
+      throw ValueError(
+          detail::str_cat("pad: replicate cannot pad the empty dim ", d, " of input ", x.sizes()));
     }
     out[d] = size + before + after;
     if (out[d] < 0) {
-      throw ShapeError(detail::str_cat("pad: pad ", pad, " crops dim ", d, " of input ",
-                                       x.sizes(), " to a negative size"));
+      throw ShapeError(detail::str_cat("pad: pad ", pad, " crops dim ", d, " of input ", x.sizes(),
+                                       " to a negative size"));
     }
   }
   ctx.add_output(out, x.dtype(), ctx.common_device());
@@ -269,16 +271,15 @@ void infer_nll_loss(ShapeCtx& ctx) {
   Shape expected = x.sizes();
   expected.erase(expected.begin() + (x.dim() == 1 ? 0 : 1));
   if (target.sizes() != expected) {
-    throw ShapeError(detail::str_cat("nll_loss: target ", target.sizes(),
-                                     " does not match input ", x.sizes(), " (expected ",
-                                     expected, ")"));
+    throw ShapeError(detail::str_cat("nll_loss: target ", target.sizes(), " does not match input ",
+                                     x.sizes(), " (expected ", expected, ")"));
   }
   const int64_t c = x.size(x.dim() == 1 ? 0 : 1);
   check_param(ctx, 2, {c});
   const std::string& reduction = ctx.attrs.str(1);
   if (reduction != "none" && reduction != "mean" && reduction != "sum") {
-    throw ValueError(detail::str_cat(
-        "nll_loss: reduction must be 'none', 'mean' or 'sum', got '", reduction, "'"));
+    throw ValueError(detail::str_cat("nll_loss: reduction must be 'none', 'mean' or 'sum', got '",
+                                     reduction, "'"));
   }
   ctx.add_output(reduction == "none" ? target.sizes() : Shape{}, x.dtype(), ctx.common_device());
 }
