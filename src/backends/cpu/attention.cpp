@@ -106,14 +106,23 @@ void sdpa(const KernelCall& c) {
   const Tensor q = rows_of<C>(c.in(0)), k = rows_of<C>(c.in(1)), v = rows_of<C>(c.in(2));
   const auto qo = batch_offsets(q, batch), ko = batch_offsets(k, batch),
              vo = batch_offsets(v, batch);
-  Tensor mask;  // expanded to [batch..., L, S]
-  std::vector<int64_t> mo;
+  // Pointers and strides are taken here: nothing in the parallel region may throw.
+  const C *pq = q.data<C>(), *pk = k.data<C>(), *pv = v.data<C>();
+  MaskRow<C> mask;  // at batch 0, query 0 of the mask expanded to [batch..., L, S]
+  std::vector<int64_t> mo(sh.batches, 0);
+  int64_t mask_row = 0;
   if (c.inputs.size() > 3 && c.in(3).defined()) {
     Shape full = batch;
     full.push_back(sh.l);
     full.push_back(sh.s);
-    mask = c.in(3).expand(full);
-    mo = batch_offsets(mask, batch);
+    const Tensor m = c.in(3).expand(full);
+    mo = batch_offsets(m, batch);
+    mask_row = m.stride(-2);
+    mask.stride = m.stride(-1);
+    if (m.dtype() == kBool)
+      mask.keep = m.data<bool>();
+    else
+      mask.add = m.data<C>();
   }
   const bool causal = c.attrs.b(0);
   const C scale = static_cast<C>(c.attrs.f(1));
@@ -123,19 +132,13 @@ void sdpa(const KernelCall& c) {
                  std::vector<C> p(sh.s), acc(sh.ev);
                  for (int64_t r = r0; r < r1; ++r) {
                    const int64_t b = r / sh.l, i = r % sh.l;
-                   MaskRow<C> m;
-                   if (mask.defined()) {
-                     const int64_t offset = mo[b] + i * mask.stride(-2);
-                     m.stride = mask.stride(-1);
-                     if (mask.dtype() == kBool)
-                       m.keep = mask.data<bool>() + offset;
-                     else
-                       m.add = mask.data<C>() + offset;
-                   }
+                   const int64_t offset = mo[b] + i * mask_row;
+                   const MaskRow<C> m{mask.keep ? mask.keep + offset : nullptr,
+                                      mask.add ? mask.add + offset : nullptr, mask.stride};
                    // A causal query i sees keys 0..i only: the rest are never computed.
                    const int64_t keys = causal ? std::min(i + 1, sh.s) : sh.s;
-                   attend_row(q.data<C>() + qo[b] + i * sh.e, k.data<C>() + ko[b],
-                              v.data<C>() + vo[b], keys, sh, scale, m, p.data(), acc.data());
+                   attend_row(pq + qo[b] + i * sh.e, pk + ko[b], pv + vo[b], keys, sh, scale, m,
+                              p.data(), acc.data());
                    T* yi = py + r * sh.ev;
                    for (int64_t a = 0; a < sh.ev; ++a) yi[a] = static_cast<T>(acc[a]);
                  }

@@ -42,14 +42,14 @@ std::vector<IndexTable> pad_tables(const Tensor& x, const Tensor& out, const Ker
 
 // Element offset of the input row feeding output row r (all dims but the last),
 // or -1 when a dim of the row lies in the constant padding.
-int64_t source_row(int64_t r, const std::vector<IndexTable>& tables, const Tensor& x) {
+int64_t source_row(int64_t r, const std::vector<IndexTable>& tables, const Shape& strides) {
   int64_t offset = 0;
-  for (int64_t d = x.dim() - 2; d >= 0; --d) {
+  for (int64_t d = static_cast<int64_t>(tables.size()) - 2; d >= 0; --d) {
     const int64_t n = static_cast<int64_t>(tables[d].size());
     const int64_t src = tables[d][r % n];
     r /= n;
     if (src < 0) return -1;
-    offset += src * x.stride(d);
+    offset += src * strides[d];
   }
   return offset;
 }
@@ -74,7 +74,7 @@ void pad_rows(const Tensor& x, Tensor& out, const KernelCall& c, E fill) {
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
                    E* yr = py + r * width;
-                   const int64_t src = source_row(r, tables, x);
+                   const int64_t src = source_row(r, tables, x.strides());
                    if (src < 0) {
                      std::fill(yr, yr + width, fill);
                      continue;
@@ -125,14 +125,15 @@ void nearest(const Tensor& x, Tensor& out) {
   const int64_t width = out.size(-1), rows = out.numel() / width;
   const int64_t plane_in = x.numel() / std::max<int64_t>(x.size(0) * x.size(1), 1);
   const int64_t plane_rows = rows / std::max<int64_t>(out.size(0) * out.size(1), 1);
+  const Shape &out_sizes = out.sizes(), &in_strides = x.strides();
   const E* px = static_cast<const E*>(x.data_ptr());
   E* py = static_cast<E*>(out.data_ptr());
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / width), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int64_t rest = r % plane_rows, offset = (r / plane_rows) * plane_in;
       for (int64_t d = nd - 2; d >= 2; --d) {
-        const int64_t n = out.size(d);
-        offset += tables[d - 2][rest % n] * x.stride(d);
+        const int64_t n = out_sizes[d];
+        offset += tables[d - 2][rest % n] * in_strides[d];
         rest /= n;
       }
       const E* xr = px + offset;
