@@ -207,7 +207,8 @@ struct AttentionCase {
   std::string name;
   Shape q, k, v;
   Shape mask = {};
-  enum { kNoMask, kBoolMask, kFloatMask } mask_kind = kNoMask;
+  // kFloat32Mask: a float32 mask whatever the query dtype (mixed precision).
+  enum { kNoMask, kBoolMask, kFloatMask, kFloat32Mask } mask_kind = kNoMask;
   bool is_causal = false;
   std::optional<double> scale = {};
   bool transposed = false;
@@ -218,6 +219,7 @@ const CaseRegistration kAttention([](CaseList& c) {
   const std::vector<A> cases = {
       {"heads", {2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 6}},
       {"bool_mask", {2, 3, 5, 8}, {2, 3, 7, 8}, {2, 3, 7, 6}, {5, 7}, A::kBoolMask},
+      {"float32_mask", {2, 5, 4}, {2, 7, 4}, {2, 7, 3}, {5, 7}, A::kFloat32Mask},
       {"float_mask_broadcast",
        {2, 3, 5, 4},
        {2, 3, 7, 4},
@@ -248,6 +250,7 @@ const CaseRegistration kAttention([](CaseList& c) {
           Tensor mask;
           if (s.mask_kind == A::kBoolMask) mask = random_mask(s.mask, g, 0.7);
           if (s.mask_kind == A::kFloatMask) mask = uniform(s.mask, t, g, -3, 1);
+          if (s.mask_kind == A::kFloat32Mask) mask = uniform(s.mask, kFloat32, g, -3, 1);
           return TensorList{make(s.q), make(s.k), make(s.v), mask};
         },
         [s](TensorList& in) {
