@@ -11,6 +11,7 @@
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/ops/factory.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/shape.h"
 #include "kiln/runtime.h"

@@ -56,7 +56,7 @@ struct AttentionOptions {
 
 // softmax(query @ key^T * scale + mask) @ value for query [..., L, E], key
 // [..., S, E], value [..., S, Ev] with broadcast batch dims: [..., L, Ev]. A
-// query row whose keys are all masked gives NaN, as PyTorch's math path.
+// query row whose keys are all masked gives zeros, as PyTorch 2.11 on the CPU.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const AttentionOptions& options = {});
 

@@ -73,13 +73,15 @@ void attend_row(const C* qi, const C* kb, const C* vb, int64_t keys, const Atten
   }
   C top = kNegInf;
   for (int64_t j = 0; j < keys; ++j) top = std::max(top, p[j]);
+  std::fill(acc, acc + sh.ev, C(0));
+  // A row with every key masked attends to nothing: zeros, as PyTorch 2.11's CPU kernel.
+  if (top == kNegInf) return;
   C total = 0;
 #pragma omp simd reduction(+ : total)
   for (int64_t j = 0; j < keys; ++j) {
-    p[j] = exp_f32(p[j] - top);  // NaN for a row with every key masked (top = -inf)
+    p[j] = exp_f32(p[j] - top);
     total += p[j];
   }
-  std::fill(acc, acc + sh.ev, C(0));
   for (int64_t j = 0; j < keys; ++j) {
     const C pj = p[j];
     const C* vj = vb + j * sh.ev;

@@ -180,8 +180,10 @@ void sdpa(const KernelCall& c) {
         p[j] = score;
         top = std::max(top, score);
       }
+      // A row with every key masked attends to nothing: zeros, as PyTorch 2.11's CPU kernel.
+      if (top == -std::numeric_limits<double>::infinity()) continue;
       double total = 0;
-      for (int64_t j = 0; j < s; ++j) total += p[j] = std::exp(p[j] - top);  // NaN when all masked
+      for (int64_t j = 0; j < s; ++j) total += p[j] = std::exp(p[j] - top);
       for (int64_t j = 0; j < s; ++j) {
         for (int64_t a = 0; a < ev; ++a)
           y[(bi * l + i) * ev + a] += p[j] / total * v[(bi * s + j) * ev + a];

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "ops/dispatch.h"
+#include "ops/random.h"
 
 namespace kiln {
 
@@ -23,14 +24,6 @@ int64_t count(const Shape& sizes) {
   return n;
 }
 
-// Reserves n values of the generator (the default one when none is given).
-std::pair<int64_t, int64_t> draw(Generator* g, int64_t n) {
-  if (g) return {static_cast<int64_t>(g->seed()), static_cast<int64_t>(g->advance(n))};
-  std::lock_guard lock(g_generator_mutex);
-  Generator& d = default_generator();
-  return {static_cast<int64_t>(d.seed()), static_cast<int64_t>(d.advance(n))};
-}
-
 void check_floating(const char* op, DType t) {
   if (!is_floating(t)) {
     throw DTypeError(detail::str_cat(op, ": dtype must be a floating type, got ", t));
@@ -38,6 +31,15 @@ void check_floating(const char* op, DType t) {
 }
 
 }  // namespace
+
+namespace ops {
+PhiloxDraw draw_philox(Generator* g, int64_t n) {
+  if (g) return {static_cast<int64_t>(g->seed()), static_cast<int64_t>(g->advance(n))};
+  std::lock_guard lock(g_generator_mutex);
+  Generator& d = default_generator();
+  return {static_cast<int64_t>(d.seed()), static_cast<int64_t>(d.advance(n))};
+}
+}  // namespace ops
 
 uint64_t Generator::advance(uint64_t n) noexcept {
   // Keep offsets even so that Box-Muller pairs never straddle two ops.
@@ -84,16 +86,16 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 
 Tensor rand(const Shape& sizes, TensorOptions o, Generator* g) {
   check_floating("rand", float_dtype(o));
-  auto [seed, offset] = draw(g, count(sizes));
+  auto [seed, offset] = ops::draw_philox(g, count(sizes));
   return dispatch1(OpId::rand, {}, {sizes, float_dtype(o), o.device, seed, offset});
 }
 Tensor randn(const Shape& sizes, TensorOptions o, Generator* g) {
   check_floating("randn", float_dtype(o));
-  auto [seed, offset] = draw(g, count(sizes));
+  auto [seed, offset] = ops::draw_philox(g, count(sizes));
   return dispatch1(OpId::randn, {}, {sizes, float_dtype(o), o.device, seed, offset});
 }
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions o, Generator* g) {
-  auto [seed, offset] = draw(g, count(sizes));
+  auto [seed, offset] = ops::draw_philox(g, count(sizes));
   return dispatch1(OpId::randint, {},
                    {sizes, o.dtype.value_or(kInt64), o.device, seed, offset, low, high});
 }

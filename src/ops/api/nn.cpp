@@ -2,10 +2,10 @@
 #include "kiln/ops/nn.h"
 
 #include <cmath>
-#include <mutex>
 
 #include "kiln/ops/pointwise.h"
 #include "ops/dispatch.h"
+#include "ops/random.h"
 
 namespace kiln::nn::functional {
 
@@ -15,17 +15,6 @@ using ops::dispatch1;
 using ops::OpId;
 
 namespace {
-
-// Reserves n values of the generator (the default one when none is given).
-// factory.cpp has the same draw under its own mutex; a shared helper there
-// would let both guard the default generator with one lock.
-std::pair<int64_t, int64_t> draw(Generator* g, int64_t n) {
-  static std::mutex mutex;
-  if (g) return {static_cast<int64_t>(g->seed()), static_cast<int64_t>(g->advance(n))};
-  std::lock_guard lock(mutex);
-  Generator& d = default_generator();
-  return {static_cast<int64_t>(d.seed()), static_cast<int64_t>(d.advance(n))};
-}
 
 AttrValue optional_int(std::optional<int64_t> v) {
   return v ? AttrValue(*v) : AttrValue(std::monostate{});
@@ -103,7 +92,7 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
     throw ValueError(detail::str_cat("dropout: probability p must be in [0, 1], got ", p));
   }
   if (!training || p == 0) return input;
-  const auto [seed, offset] = draw(generator, input.numel());
+  const auto [seed, offset] = ops::draw_philox(generator, input.numel());
   return dispatch1(OpId::dropout, {input}, {p, seed, offset});
 }
 
