@@ -57,6 +57,7 @@ const CaseRegistration kMatmul([](CaseList& c) {
                   {"batched_transposed", {3, 5, 7}, {3, 7, 4}, L::Transposed, L::Plain},
                   {"batched_transposed_by_matrix", {3, 5, 7}, {7, 4}, L::Transposed, L::Strided},
                   {"many_small", {64, 5, 6}, {64, 6, 7}},
+                  {"many_small_parallel", {512, 8, 9}, {512, 9, 10}},
                   {"large", {131, 97}, {97, 257}}},
                  [](const Tensor& a, const Tensor& b) { return matmul(a, b); });
   c.push_back({.name = "matmul/tensor_method",

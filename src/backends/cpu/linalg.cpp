@@ -1,12 +1,13 @@
 // CPU kernels of the matrix products: float32 through oneDNN's sgemm (reading
-// transposed operands in place), float64 through our blocked kernel, the 16-bit
-// floats computed in float32 and rounded once at the end.
+// transposed operands in place), float64 through our blocked kernel, bfloat16
+// through oneDNN's matmul primitive, float16 computed in float32 and rounded once.
 #include <algorithm>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn_gemm.h"
+#include "backends/cpu/onednn_matmul.h"
 #include "core/shape_util.h"
 #include "kiln/ops/factory.h"
 
@@ -17,9 +18,11 @@ namespace {
 using ops::OpId;
 
 template <typename T>
-void gemm(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, T alpha, T beta) {
+void gemm(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, compute_t<T> alpha,
+          compute_t<T> beta) {
   if constexpr (std::is_same_v<T, float>) gemm_f32(a, b, c, ldc, alpha, beta);
-  else gemm_f64(a, b, c, ldc, alpha, beta);
+  else if constexpr (std::is_same_v<T, double>) gemm_f64(a, b, c, ldc, alpha, beta);
+  else gemm_bf16(a, b, c, ldc, alpha, beta);
 }
 
 // The last two dims of t (from element offset) as a matrix.
@@ -52,7 +55,8 @@ std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
 
 // out (contiguous, full batch shape [B..., M, N]) = alpha * a @ b + beta * out.
 template <typename T>
-void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b, T alpha, T beta) {
+void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b, compute_t<T> alpha,
+                  compute_t<T> beta) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   T* c = out.data<T>();
   if (b.dim() == 2 && rows_merge(a)) {  // one GEMM over all batch rows, like linear layers
@@ -95,14 +99,16 @@ void product(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, 
   full.insert(full.end(), {m, n});
   const bool use_init = init.defined() && beta != 0;
   const DType t = out.dtype();
-  if (t == kFloat32 || t == kFloat64) {
+  if (t != kFloat16) {
     Tensor o = out.view(full);
     if (use_init) o.copy_(init.expand(full));
-    if (t == kFloat32) batched_gemm<float>(o, a, b, float(alpha), use_init ? float(beta) : 0.f);
+    const float alpha32 = float(alpha), beta32 = use_init ? float(beta) : 0.f;
+    if (t == kFloat32) batched_gemm<float>(o, a, b, alpha32, beta32);
+    else if (t == kBFloat16) batched_gemm<BFloat16>(o, a, b, alpha32, beta32);
     else batched_gemm<double>(o, a, b, alpha, use_init ? beta : 0.0);
     return;
   }
-  // float16 / bfloat16: float32 products, rounded once when copied back.
+  // float16 (no oneDNN kernel on most CPUs): float32 products, rounded once when copied back.
   Tensor o32 = empty(full, {.dtype = kFloat32});
   if (use_init) o32.copy_(init.expand(full));
   batched_gemm<float>(o32, a.to(kFloat32), b.to(kFloat32), float(alpha),

@@ -143,7 +143,7 @@ void gemm_f64(const MatrixRef<double>& a, const MatrixRef<double>& b, double* c,
   const int64_t row_blocks = (m + kBlockRows - 1) / kBlockRows;
   const int64_t col_blocks = (n + kBlockCols - 1) / kBlockCols;
   // Small products stay on one thread: waking the team costs more than they do.
-  const int64_t grain = m * n * k < 4 * kParallelGrain * 64 ? row_blocks * col_blocks : 1;
+  const int64_t grain = m * n * k < (int64_t{1} << 20) ? row_blocks * col_blocks : 1;
   parallel_for(row_blocks * col_blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t i0 = (blk / col_blocks) * kBlockRows, j0 = (blk % col_blocks) * kBlockCols;
