@@ -39,6 +39,7 @@ const CaseRegistration kMatmul([](CaseList& c) {
   using L = Layout;
   add_pair_cases(c, "matmul", OpId::matmul,
                  {{"dot", {5}, {5}},
+                  {"dot_empty", {0}, {0}},
                   {"vector_matrix", {7}, {7, 3}},
                   {"matrix_vector", {4, 7}, {7}},
                   {"odd", {3, 5}, {5, 7}},
