@@ -1,6 +1,6 @@
 // CPU kernels of the matrix products: float32 through oneDNN's sgemm (reading
-// transposed operands in place), float64 through our blocked kernel, bfloat16
-// through oneDNN's matmul primitive, float16 computed in float32 and rounded once.
+// transposed operands in place), float64 through our blocked kernel, the 16-bit
+// floats through oneDNN's matmul primitive (or float32 sgemm where it has none).
 #include <algorithm>
 #include <vector>
 
@@ -9,7 +9,6 @@
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/onednn_matmul.h"
 #include "core/shape_util.h"
-#include "kiln/ops/factory.h"
 
 namespace kiln::backend {
 namespace cpu {
@@ -22,7 +21,8 @@ void gemm(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, compu
           compute_t<T> beta) {
   if constexpr (std::is_same_v<T, float>) gemm_f32(a, b, c, ldc, alpha, beta);
   else if constexpr (std::is_same_v<T, double>) gemm_f64(a, b, c, ldc, alpha, beta);
-  else gemm_bf16(a, b, c, ldc, alpha, beta);
+  else if constexpr (std::is_same_v<T, BFloat16>) gemm_bf16(a, b, c, ldc, alpha, beta);
+  else gemm_f16(a, b, c, ldc, alpha, beta);
 }
 
 // The last two dims of t (from element offset) as a matrix.
@@ -98,23 +98,15 @@ void product(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, 
   Shape full = broadcast_pair(batch_a, batch_b, "matmul");
   full.insert(full.end(), {m, n});
   const bool use_init = init.defined() && beta != 0;
-  const DType t = out.dtype();
-  if (t != kFloat16) {
-    Tensor o = out.view(full);
-    if (use_init) o.copy_(init.expand(full));
-    const float alpha32 = float(alpha), beta32 = use_init ? float(beta) : 0.f;
-    if (t == kFloat32) batched_gemm<float>(o, a, b, alpha32, beta32);
-    else if (t == kBFloat16) batched_gemm<BFloat16>(o, a, b, alpha32, beta32);
-    else batched_gemm<double>(o, a, b, alpha, use_init ? beta : 0.0);
-    return;
-  }
-  // float16 (no oneDNN kernel on most CPUs): float32 products, rounded once when copied back.
-  Tensor o32 = empty(full, {.dtype = kFloat32});
-  if (use_init) o32.copy_(init.expand(full));
-  batched_gemm<float>(o32, a.to(kFloat32), b.to(kFloat32), float(alpha),
-                      use_init ? float(beta) : 0.f);
   Tensor o = out.view(full);
-  o.copy_(o32);
+  if (use_init) o.copy_(init.expand(full));
+  const float alpha32 = float(alpha), beta32 = use_init ? float(beta) : 0.f;
+  switch (out.dtype()) {
+    case kFloat32: return batched_gemm<float>(o, a, b, alpha32, beta32);
+    case kFloat64: return batched_gemm<double>(o, a, b, alpha, use_init ? beta : 0.0);
+    case kBFloat16: return batched_gemm<BFloat16>(o, a, b, alpha32, beta32);
+    default: return batched_gemm<Half>(o, a, b, alpha32, beta32);
+  }
 }
 
 void matmul_kernel(const KernelCall& c) {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/loops.h"
 #include "backends/cpu/onednn_context.h"
 #include "kiln/error.h"
 
@@ -12,26 +13,33 @@ namespace kiln::backend::cpu {
 namespace {
 
 // A cached primitive, or none when oneDNN cannot build one for the key.
-struct Bf16Matmul {
+struct HalfMatmul {
   bool available = false;
   dnnl::matmul primitive;
   dnnl::memory::desc a, b, c, scratchpad;
 };
 
-// Strides of size-1 dims are meaningless; oneDNN wants them consistent.
-dnnl::memory::desc strided_desc(const MatrixRef<BFloat16>& m) {
-  const int64_t rs = m.rows <= 1 ? std::max<int64_t>(m.cols, 1) * std::max<int64_t>(m.col_stride, 1) : m.row_stride;
-  const int64_t cs = m.cols <= 1 ? 1 : m.col_stride;
-  return dnnl::memory::desc({m.rows, m.cols}, dnnl::memory::data_type::bf16, {rs, cs});
+template <typename T>
+constexpr dnnl::memory::data_type onednn_type() {
+  return std::is_same_v<T, Half> ? dnnl::memory::data_type::f16 : dnnl::memory::data_type::bf16;
 }
 
-Bf16Matmul make_bf16_matmul(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b,
-                            int64_t ldc, float alpha, float beta) {
-  Bf16Matmul m;
+// Strides of size-1 dims are meaningless; oneDNN wants them consistent.
+template <typename T>
+dnnl::memory::desc strided_desc(const MatrixRef<T>& m) {
+  const int64_t cs = m.cols <= 1 ? 1 : m.col_stride;
+  const int64_t rs = m.rows <= 1 ? std::max<int64_t>(m.cols, 1) * std::max<int64_t>(cs, 1) : m.row_stride;
+  return dnnl::memory::desc({m.rows, m.cols}, onednn_type<T>(), {rs, cs});
+}
+
+template <typename T>
+HalfMatmul make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc, float alpha,
+                       float beta) {
+  HalfMatmul m;
   try {
     m.a = strided_desc(a);
     m.b = strided_desc(b);
-    m.c = dnnl::memory::desc({a.rows, b.cols}, dnnl::memory::data_type::bf16, {ldc, 1});
+    m.c = dnnl::memory::desc({a.rows, b.cols}, onednn_type<T>(), {ldc, 1});
     dnnl::primitive_attr attr = onednn_default_attr();
     if (alpha != 1.f) attr.set_output_scales(0, {alpha});
     if (beta != 0.f) {
@@ -49,9 +57,9 @@ Bf16Matmul make_bf16_matmul(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat
   return m;
 }
 
-// The registry of bfloat16 matmul primitives, keyed by shapes, strides, alpha and beta.
-OnednnPrimitiveCache<Bf16Matmul>& bf16_matmul_cache() {
-  static OnednnPrimitiveCache<Bf16Matmul> cache;
+// The registry of 16-bit matmul primitives, keyed by dtype, shapes, strides, alpha and beta.
+OnednnPrimitiveCache<HalfMatmul>& half_matmul_cache() {
+  static OnednnPrimitiveCache<HalfMatmul> cache;
   return cache;
 }
 
@@ -61,43 +69,50 @@ int64_t float_bits(float f) {
   return bits;
 }
 
-void gemm_bf16_via_f32(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
-                       int64_t ldc, float alpha, float beta) {
-  auto to_float = [](const MatrixRef<BFloat16>& m) {
-    std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-    for (int64_t i = 0; i < m.rows; ++i)
-      for (int64_t j = 0; j < m.cols; ++j)
-        out[i * m.cols + j] = float(m.data[i * m.row_stride + j * m.col_stride]);
-    return out;
-  };
-  const std::vector<float> fa = to_float(a), fb = to_float(b);
-  std::vector<float> fc(static_cast<size_t>(a.rows * b.cols), 0.f);
-  if (beta != 0.f) {
-    for (int64_t i = 0; i < a.rows; ++i)
-      for (int64_t j = 0; j < b.cols; ++j) fc[i * b.cols + j] = float(c[i * ldc + j]);
-  }
-  gemm_f32({fa.data(), a.rows, a.cols, a.cols, 1}, {fb.data(), b.rows, b.cols, b.cols, 1},
-           fc.data(), b.cols, alpha, beta);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < b.cols; ++j) c[i * ldc + j] = BFloat16(fc[i * b.cols + j]);
+template <typename T>
+std::vector<float> to_float(const MatrixRef<T>& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  parallel_for(m.rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m.cols, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t i = begin; i < end; ++i)
+                   for (int64_t j = 0; j < m.cols; ++j)
+                     out[i * m.cols + j] = float(m.data[i * m.row_stride + j * m.col_stride]);
+               });
+  return out;
 }
 
-}  // namespace
+template <typename T>
+void gemm_via_f32(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, float alpha,
+                  float beta) {
+  const int64_t m = a.rows, n = b.cols;
+  const std::vector<float> fa = to_float(a), fb = to_float(b);
+  std::vector<float> fc = beta != 0.f ? to_float(MatrixRef<T>{c, m, n, ldc, 1})
+                                      : std::vector<float>(static_cast<size_t>(m * n));
+  gemm_f32({fa.data(), m, a.cols, a.cols, 1}, {fb.data(), b.rows, n, n, 1}, fc.data(), n, alpha,
+           beta);
+  parallel_for(m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t i = begin; i < end; ++i)
+                   for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = T(fc[i * n + j]);
+               });
+}
 
-void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
-               int64_t ldc, float alpha, float beta) {
+template <typename T>
+void gemm_half(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, float alpha,
+               float beta) {
   const int64_t m = a.rows, n = b.cols, k = a.cols;
   if (m == 0 || n == 0) return;
-  if (k == 0) return gemm_bf16_via_f32(a, b, c, ldc, alpha, beta);
-  const std::vector<int64_t> key = {m,          k,  n,  a.row_stride, a.col_stride, b.row_stride,
-                                    b.col_stride, ldc, float_bits(alpha), float_bits(beta)};
-  auto mm = bf16_matmul_cache().get(key, [&] { return make_bf16_matmul(a, b, ldc, alpha, beta); });
-  if (!mm->available) return gemm_bf16_via_f32(a, b, c, ldc, alpha, beta);
+  if (k == 0) return gemm_via_f32(a, b, c, ldc, alpha, beta);
+  const std::vector<int64_t> key = {static_cast<int64_t>(onednn_type<T>()), m, k, n,
+                                    a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
+                                    float_bits(alpha), float_bits(beta)};
+  auto mm = half_matmul_cache().get(key, [&] { return make_matmul(a, b, ldc, alpha, beta); });
+  if (!mm->available) return gemm_via_f32(a, b, c, ldc, alpha, beta);
   try {
     const dnnl::engine& engine = onednn_engine();
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(mm->a, engine, const_cast<BFloat16*>(a.data))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, engine, const_cast<BFloat16*>(b.data))},
+        {DNNL_ARG_SRC, dnnl::memory(mm->a, engine, const_cast<T*>(a.data))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, engine, const_cast<T*>(b.data))},
         {DNNL_ARG_DST, dnnl::memory(mm->c, engine, c)}};
     const size_t scratch = mm->scratchpad.get_size();
     if (scratch > 0) {
@@ -107,8 +122,20 @@ void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloa
     mm->primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
-    throw Error(detail::str_cat("onednn: bfloat16 matmul failed: ", e.what()));
+    throw Error(detail::str_cat("onednn: 16-bit matmul failed: ", e.what()));
   }
+}
+
+}  // namespace
+
+void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
+               int64_t ldc, float alpha, float beta) {
+  gemm_half(a, b, c, ldc, alpha, beta);
+}
+
+void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc,
+              float alpha, float beta) {
+  gemm_half(a, b, c, ldc, alpha, beta);
 }
 
 }  // namespace kiln::backend::cpu
