@@ -61,6 +61,13 @@ const CaseRegistration kMatmul([](CaseList& c) {
                   {"many_small_parallel", {512, 8, 9}, {512, 9, 10}},
                   {"large", {131, 97}, {97, 257}}},
                  [](const Tensor& a, const Tensor& b) { return matmul(a, b); });
+  c.push_back({.name = "matmul/single_row_batches",  // [4, 1, 6] rows 18 elements apart
+               .ops = {OpId::matmul},
+               .dtypes = kFloatTypes,
+               .make = [](DType t, Generator& g) {
+                 return TensorList{uniform({4, 3, 6}, t, g).narrow(1, 1, 1), uniform({6, 5}, t, g)};
+               },
+               .run = [](TensorList& in) { return TensorList{matmul(in[0], in[1])}; }});
   c.push_back({.name = "matmul/tensor_method",
                .ops = {OpId::matmul},
                .dtypes = kFloatTypes,

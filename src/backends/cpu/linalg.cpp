@@ -2,6 +2,7 @@
 // transposed operands in place), float64 through our blocked kernel, the 16-bit
 // floats through oneDNN's matmul primitive (or float32 sgemm where it has none).
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -32,12 +33,19 @@ MatrixRef<T> matrix_at(const Tensor& t, int64_t offset) {
   return {t.data<T>() + offset, t.size(d - 2), t.size(d - 1), t.stride(d - 2), t.stride(d - 1)};
 }
 
-// Whether the dims before the last of t merge into one (so [B..., M, K] is a [B*M, K] matrix).
-bool rows_merge(const Tensor& t) {
-  for (int64_t d = 0; d + 2 < t.dim(); ++d) {
-    if (t.size(d) != 1 && t.stride(d) != t.stride(d + 1) * t.size(d + 1)) return false;
+// The stride between consecutive rows when the dims before the last of t merge
+// into one (so [B..., M, K] is a [B*M, K] matrix); nullopt when they don't.
+// Dims of size 1 are skipped: their strides are arbitrary.
+std::optional<int64_t> merged_row_stride(const Tensor& t) {
+  std::optional<int64_t> row_stride;
+  int64_t expected = 0;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (!row_stride) row_stride = t.stride(d);
+    else if (t.stride(d) != expected) return std::nullopt;
+    expected = t.stride(d) * t.size(d);
   }
-  return true;
+  return row_stride.value_or(t.size(-1));  // a single row
 }
 
 // Element offsets of every batch matrix of t (already expanded to the full batch shape).
@@ -59,11 +67,13 @@ void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b, compute_t
                   compute_t<T> beta) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   T* c = out.data<T>();
-  if (b.dim() == 2 && rows_merge(a)) {  // one GEMM over all batch rows, like linear layers
-    const int64_t rows = n == 0 ? 0 : out.numel() / n;
-    gemm<T>({a.data<T>(), rows, k, a.stride(-2), a.stride(-1)}, matrix_at<T>(b, 0), c, n, alpha,
-            beta);
-    return;
+  if (b.dim() == 2) {  // one GEMM over all batch rows when they merge, like linear layers
+    if (const auto row_stride = merged_row_stride(a)) {
+      const int64_t rows = n == 0 ? 0 : out.numel() / n;
+      gemm<T>({a.data<T>(), rows, k, *row_stride, a.stride(-1)}, matrix_at<T>(b, 0), c, n, alpha,
+              beta);
+      return;
+    }
   }
   const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
   Shape full_a = batch, full_b = batch;
