@@ -87,6 +87,15 @@ TEST(Conv2d, RejectsNonPositiveDilation) {
       "conv2d", "dilation");
 }
 
+TEST(Conv2d, RejectsNonPositiveGroups) {
+  expect_error<ValueError>(
+      [] { conv2d(ones({1, 2, 5, 5}), ones({2, 2, 3, 3}), Tensor(), {.groups = 0}); }, "conv2d", "groups");
+}
+
+TEST(Conv2d, RejectsEmptyKernel) {
+  expect_error<ShapeError>([] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 0, 3})); }, "conv2d");
+}
+
 TEST(Conv2d, RejectsNegativePadding) {
   expect_error<ValueError>(
       [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.padding = {-1}}); }, "conv2d");
