@@ -92,19 +92,24 @@ TEST(Matmul, RejectsIntegerInputs) {
 }
 
 TEST(Matmul, IsSafeToCallFromManyThreads) {
-  Tensor a = randn({64, 48}), b = randn({48, 32});
-  const auto expected = matmul(a, b).to_vector<float>();
-  std::vector<std::thread> threads;
-  std::vector<int> ok(8, 0);
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      bool same = true;
-      for (int i = 0; i < 20; ++i) same = same && matmul(a, b).to_vector<float>() == expected;
-      ok[t] = same;
-    });
+  // float32 runs sgemm, the 16-bit types oneDNN's cached primitives, float64 our kernel.
+  for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    Tensor a = randn({64, 48}).to(t), b = randn({48, 32}).to(t);
+    const auto expected = matmul(a, b).to_vector<double>();
+    std::vector<int> ok(8, 0);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+      threads.emplace_back([&, i] {
+        bool same = true;
+        for (int r = 0; r < 20; ++r) same = same && matmul(a, b).to_vector<double>() == expected;
+        // A second shape per thread makes the threads build primitives concurrently.
+        same = same && matmul(a.narrow(0, 0, i + 1), b).size(0) == i + 1;
+        ok[i] = same;
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int v : ok) EXPECT_TRUE(v) << t;
   }
-  for (auto& th : threads) th.join();
-  for (int v : ok) EXPECT_TRUE(v);
 }
 
 TEST(Bmm, MultipliesEachBatch) {
