@@ -25,6 +25,7 @@ const CaseRegistration kConv2d([](CaseList& c) {
        {.stride = {2, 3}, .padding = {2, 1}, .dilation = {2, 1}}},
       {"same_even_kernel", {2, 4, 8, 7}, {6, 4, 4, 2}, true, {.padding_mode = "same"}},
       {"valid", {1, 2, 6, 6}, {3, 2, 3, 3}, true, {.padding_mode = "valid"}},
+      {"padding_beyond_kernel", {1, 2, 4, 5}, {3, 2, 2, 2}, true, {.padding = {3, 4}}},
       {"groups", {2, 6, 7, 7}, {4, 3, 3, 3}, true, {.padding = {1}, .groups = 2}},
       {"depthwise", {1, 5, 9, 9}, {5, 1, 3, 3}, true, {.stride = {2}, .padding = {1}, .groups = 5}},
       {"pointwise_strided", {2, 8, 9, 9}, {16, 8, 1, 1}, true, {.stride = {2}}},
