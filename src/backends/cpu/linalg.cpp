@@ -1,7 +1,151 @@
+// CPU kernels of the matrix products: float32 through oneDNN's sgemm (reading
+// transposed operands in place), float64 through our blocked kernel, the 16-bit
+// floats through oneDNN's matmul primitive (or float32 sgemm where it has none).
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+#include "backends/cpu/onednn_gemm.h"
+#include "backends/cpu/onednn_matmul.h"
+#include "core/shape_util.h"
 
 namespace kiln::backend {
+namespace cpu {
+namespace {
 
-void register_cpu_linalg_kernels(KernelTable&) {}
+using ops::OpId;
+
+template <typename T>
+void gemm(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, compute_t<T> alpha,
+          compute_t<T> beta) {
+  if constexpr (std::is_same_v<T, float>) gemm_f32(a, b, c, ldc, alpha, beta);
+  else if constexpr (std::is_same_v<T, double>) gemm_f64(a, b, c, ldc, alpha, beta);
+  else if constexpr (std::is_same_v<T, BFloat16>) gemm_bf16(a, b, c, ldc, alpha, beta);
+  else gemm_f16(a, b, c, ldc, alpha, beta);
+}
+
+// The last two dims of t (from element offset) as a matrix.
+template <typename T>
+MatrixRef<T> matrix_at(const Tensor& t, int64_t offset) {
+  const int64_t d = t.dim();
+  return {t.data<T>() + offset, t.size(d - 2), t.size(d - 1), t.stride(d - 2), t.stride(d - 1)};
+}
+
+// The stride between consecutive rows when the dims before the last of t merge
+// into one (so [B..., M, K] is a [B*M, K] matrix); nullopt when they don't.
+// Dims of size 1 are skipped: their strides are arbitrary.
+std::optional<int64_t> merged_row_stride(const Tensor& t) {
+  std::optional<int64_t> row_stride;
+  int64_t expected = 0;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (!row_stride) row_stride = t.stride(d);
+    else if (t.stride(d) != expected) return std::nullopt;
+    expected = t.stride(d) * t.size(d);
+  }
+  return row_stride.value_or(t.size(-1));  // a single row
+}
+
+// Element offsets of every batch matrix of t (already expanded to the full batch shape).
+std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  std::vector<int64_t> offsets(static_cast<size_t>(shape_numel(batch)), 0);
+  int64_t span = 1;
+  for (size_t d = batch.size(); d-- > 0;) {
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      offsets[i] += static_cast<int64_t>((i / span) % batch[d]) * t.stride(static_cast<int64_t>(d));
+    }
+    span *= batch[d];
+  }
+  return offsets;
+}
+
+// out (contiguous, full batch shape [B..., M, N]) = alpha * a @ b + beta * out.
+template <typename T>
+void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b, compute_t<T> alpha,
+                  compute_t<T> beta) {
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  T* c = out.data<T>();
+  if (b.dim() == 2) {  // one GEMM over all batch rows when they merge, like linear layers
+    if (const auto row_stride = merged_row_stride(a)) {
+      const int64_t rows = n == 0 ? 0 : out.numel() / n;
+      gemm<T>({a.data<T>(), rows, k, *row_stride, a.stride(-1)}, matrix_at<T>(b, 0), c, n, alpha,
+              beta);
+      return;
+    }
+  }
+  const Shape batch(out.sizes().begin(), out.sizes().end() - 2);
+  Shape full_a = batch, full_b = batch;
+  full_a.insert(full_a.end(), {m, k});
+  full_b.insert(full_b.end(), {k, n});
+  const Tensor ea = a.expand(full_a), eb = b.expand(full_b);
+  const auto off_a = batch_offsets(ea, batch), off_b = batch_offsets(eb, batch);
+  const int64_t count = static_cast<int64_t>(off_a.size());
+  auto one = [&](int64_t i) {
+    gemm<T>(matrix_at<T>(ea, off_a[i]), matrix_at<T>(eb, off_b[i]), c + i * m * n, n, alpha, beta);
+  };
+  // Many small products: one per thread (sgemm runs single-threaded inside a
+  // parallel region). Large ones: in turn, each using every thread.
+  if (m * n * k < 64 * 64 * 64 && count > 1) {
+    parallel_for(count, std::max<int64_t>(1, kParallelGrain * 8 / std::max<int64_t>(m * n * k, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t i = begin; i < end; ++i) one(i);
+                 });
+  } else {
+    for (int64_t i = 0; i < count; ++i) one(i);
+  }
+}
+
+// out = alpha * a @ b + beta * init (init broadcast to out's shape and ignored when
+// beta == 0). a [..., M, K] and b [..., K, N] broadcast over batch dims; out is
+// contiguous with the full shape or that shape less the dims of 1-D operands.
+void product(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta,
+             const Tensor& init) {
+  const int64_t m = a.size(-2), n = b.size(-1);
+  const Shape batch_a(a.sizes().begin(), a.sizes().end() - 2);
+  const Shape batch_b(b.sizes().begin(), b.sizes().end() - 2);
+  Shape full = broadcast_pair(batch_a, batch_b, "matmul");
+  full.insert(full.end(), {m, n});
+  const bool use_init = init.defined() && beta != 0;
+  Tensor o = out.view(full);
+  if (use_init) o.copy_(init.expand(full));
+  const float alpha32 = float(alpha), beta32 = use_init ? float(beta) : 0.f;
+  switch (out.dtype()) {
+    case kFloat32: return batched_gemm<float>(o, a, b, alpha32, beta32);
+    case kFloat64: return batched_gemm<double>(o, a, b, alpha, use_init ? beta : 0.0);
+    case kBFloat16: return batched_gemm<BFloat16>(o, a, b, alpha32, beta32);
+    default: return batched_gemm<Half>(o, a, b, alpha32, beta32);
+  }
+}
+
+void matmul_kernel(const KernelCall& c) {
+  const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
+  const Tensor b = c.in(1).dim() == 1 ? c.in(1).unsqueeze(1) : c.in(1);
+  product(c.out(), a, b, 1, 0, Tensor());
+}
+
+void linear_kernel(const KernelCall& c) {
+  const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
+  const Tensor bias = c.inputs.size() > 2 ? c.in(2) : Tensor();
+  // The bias is the GEMM's C operand (beta = 1): the add fuses into the product.
+  product(c.out(), a, c.in(1).t(), 1, 1, bias);
+}
+
+}  // namespace
+}  // namespace cpu
+
+void register_cpu_linalg_kernels(KernelTable& t) {
+  using ops::OpId;
+  t.set(OpId::matmul, cpu::matmul_kernel);
+  t.set(OpId::bmm, [](const KernelCall& c) {
+    cpu::product(c.out(), c.in(0), c.in(1), 1, 0, Tensor());
+  });
+  t.set(OpId::addmm, [](const KernelCall& c) {
+    cpu::product(c.out(), c.in(1), c.in(2), c.attrs.scalar(1).to_double(),
+                 c.attrs.scalar(0).to_double(), c.in(0));
+  });
+  t.set(OpId::linear, cpu::linear_kernel);
+}
 
 }  // namespace kiln::backend

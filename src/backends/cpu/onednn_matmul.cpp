@@ -1,0 +1,141 @@
+#include "backends/cpu/onednn_matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/loops.h"
+#include "backends/cpu/onednn_context.h"
+#include "kiln/error.h"
+
+namespace kiln::backend::cpu {
+namespace {
+
+// A cached primitive, or none when oneDNN cannot build one for the key.
+struct HalfMatmul {
+  bool available = false;
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c, scratchpad;
+};
+
+template <typename T>
+constexpr dnnl::memory::data_type onednn_type() {
+  return std::is_same_v<T, Half> ? dnnl::memory::data_type::f16 : dnnl::memory::data_type::bf16;
+}
+
+// Strides of size-1 dims are meaningless; oneDNN wants them consistent.
+template <typename T>
+dnnl::memory::desc strided_desc(const MatrixRef<T>& m) {
+  const int64_t cs = m.cols <= 1 ? 1 : m.col_stride;
+  const int64_t rs = m.rows <= 1 ? std::max<int64_t>(m.cols, 1) * std::max<int64_t>(cs, 1) : m.row_stride;
+  return dnnl::memory::desc({m.rows, m.cols}, onednn_type<T>(), {rs, cs});
+}
+
+template <typename T>
+HalfMatmul make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc, float alpha,
+                       float beta) {
+  HalfMatmul m;
+  try {
+    m.a = strided_desc(a);
+    m.b = strided_desc(b);
+    m.c = dnnl::memory::desc({a.rows, b.cols}, onednn_type<T>(), {ldc, 1});
+    dnnl::primitive_attr attr = onednn_default_attr();
+    if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.a, m.b, m.c), attr, onednn_engine());
+    m.primitive = dnnl::matmul(pd);
+    m.scratchpad = pd.scratchpad_desc();
+    m.available = true;
+  } catch (const dnnl::error&) {
+    m.available = false;  // unimplemented here: the caller converts to float32 instead
+  }
+  return m;
+}
+
+// The registry of 16-bit matmul primitives, keyed by dtype, shapes, strides, alpha and beta.
+OnednnPrimitiveCache<HalfMatmul>& half_matmul_cache() {
+  static OnednnPrimitiveCache<HalfMatmul> cache;
+  return cache;
+}
+
+int64_t float_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+template <typename T>
+std::vector<float> to_float(const MatrixRef<T>& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  parallel_for(m.rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m.cols, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t i = begin; i < end; ++i)
+                   for (int64_t j = 0; j < m.cols; ++j)
+                     out[i * m.cols + j] = float(m.data[i * m.row_stride + j * m.col_stride]);
+               });
+  return out;
+}
+
+template <typename T>
+void gemm_via_f32(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, float alpha,
+                  float beta) {
+  const int64_t m = a.rows, n = b.cols;
+  const std::vector<float> fa = to_float(a), fb = to_float(b);
+  std::vector<float> fc = beta != 0.f ? to_float(MatrixRef<T>{c, m, n, ldc, 1})
+                                      : std::vector<float>(static_cast<size_t>(m * n));
+  gemm_f32({fa.data(), m, a.cols, a.cols, 1}, {fb.data(), b.rows, n, n, 1}, fc.data(), n, alpha,
+           beta);
+  parallel_for(m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t i = begin; i < end; ++i)
+                   for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = T(fc[i * n + j]);
+               });
+}
+
+template <typename T>
+void gemm_half(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, float alpha,
+               float beta) {
+  const int64_t m = a.rows, n = b.cols, k = a.cols;
+  if (m == 0 || n == 0) return;
+  if (k == 0) return gemm_via_f32(a, b, c, ldc, alpha, beta);
+  const std::vector<int64_t> key = {static_cast<int64_t>(onednn_type<T>()), m, k, n,
+                                    a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
+                                    float_bits(alpha), float_bits(beta)};
+  auto mm = half_matmul_cache().get(key, [&] { return make_matmul(a, b, ldc, alpha, beta); });
+  if (!mm->available) return gemm_via_f32(a, b, c, ldc, alpha, beta);
+  try {
+    const dnnl::engine& engine = onednn_engine();
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(mm->a, engine, const_cast<T*>(a.data))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, engine, const_cast<T*>(b.data))},
+        {DNNL_ARG_DST, dnnl::memory(mm->c, engine, c)}};
+    const size_t scratch = mm->scratchpad.get_size();
+    if (scratch > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm->scratchpad, engine, onednn_scratchpad(scratch)));
+    }
+    dnnl::stream& stream = onednn_stream();
+    mm->primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(detail::str_cat("onednn: 16-bit matmul failed: ", e.what()));
+  }
+}
+
+}  // namespace
+
+void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
+               int64_t ldc, float alpha, float beta) {
+  gemm_half(a, b, c, ldc, alpha, beta);
+}
+
+void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc,
+              float alpha, float beta) {
+  gemm_half(a, b, c, ldc, alpha, beta);
+}
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,20 @@
+// 16-bit float matrix products through oneDNN's matmul primitive (float32
+// accumulation, one rounding at the end), where this CPU has kernels for them.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/onednn_gemm.h"
+#include "kiln/dtype.h"
+
+namespace kiln::backend::cpu {
+
+// c (row-major, leading dim ldc) = alpha * a @ b + beta * c, beta == 0 ignoring c.
+// Falls back to float32 sgemm and a final rounding when oneDNN has no kernel
+// for this dtype on this CPU (float16 before AVX512-FP16) or for these strides.
+void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
+               int64_t ldc, float alpha, float beta);
+void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc,
+              float alpha, float beta);
+
+}  // namespace kiln::backend::cpu
