@@ -5,13 +5,23 @@
 
 namespace kiln {
 
-using ops::AttrValue;
 using ops::dispatch1;
 using ops::OpId;
 
 namespace {
 
-AttrValue dtype_attr(std::optional<DType> t) { return t ? AttrValue(*t) : AttrValue(std::monostate{}); }
+// Absent optional attributes are std::monostate. Each list holds alternatives
+// known at compile time: GCC warns (falsely) about uninitialized variant members
+// when an AttrValue chosen at run time is copied next to a dims vector.
+ops::Attrs sum_attrs(const Dims& dims, bool keepdim, std::optional<DType> dtype) {
+  if (dtype) return {dims, keepdim, *dtype};
+  return {dims, keepdim, std::monostate{}};
+}
+
+ops::Attrs arg_attrs(std::optional<int64_t> dim, bool keepdim) {
+  if (dim) return {*dim, keepdim};
+  return {std::monostate{}, keepdim};
+}
 
 ValuesIndices with_indices(OpId op, const Tensor& x, int64_t dim, bool keepdim) {
   TensorList out = ops::dispatch(op, std::span<const Tensor>(&x, 1), {dim, keepdim});
@@ -22,14 +32,14 @@ ValuesIndices with_indices(OpId op, const Tensor& x, int64_t dim, bool keepdim) 
 
 Tensor sum(const Tensor& x) { return sum(x, {}); }
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim, std::optional<DType> dtype) {
-  return dispatch1(OpId::sum, {x}, {dims, keepdim, dtype_attr(dtype)});
+  return dispatch1(OpId::sum, {x}, sum_attrs(dims, keepdim, dtype));
 }
 Tensor mean(const Tensor& x) { return mean(x, {}); }
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim, std::optional<DType> dtype) {
-  return dispatch1(OpId::mean, {x}, {dims, keepdim, dtype_attr(dtype)});
+  return dispatch1(OpId::mean, {x}, sum_attrs(dims, keepdim, dtype));
 }
 Tensor prod(const Tensor& x, const Dims& dims, bool keepdim, std::optional<DType> dtype) {
-  return dispatch1(OpId::prod, {x}, {dims, keepdim, dtype_attr(dtype)});
+  return dispatch1(OpId::prod, {x}, sum_attrs(dims, keepdim, dtype));
 }
 
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
@@ -48,10 +58,10 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
   return with_indices(OpId::min_dim, x, dim, keepdim);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return dispatch1(OpId::argmax, {x}, {dim ? AttrValue(*dim) : AttrValue(std::monostate{}), keepdim});
+  return dispatch1(OpId::argmax, {x}, arg_attrs(dim, keepdim));
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return dispatch1(OpId::argmin, {x}, {dim ? AttrValue(*dim) : AttrValue(std::monostate{}), keepdim});
+  return dispatch1(OpId::argmin, {x}, arg_attrs(dim, keepdim));
 }
 
 Tensor var(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
@@ -75,7 +85,8 @@ Tensor all(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  return dispatch1(OpId::cumsum, {x}, {dim, dtype_attr(dtype)});
+  if (dtype) return dispatch1(OpId::cumsum, {x}, {dim, *dtype});
+  return dispatch1(OpId::cumsum, {x}, {dim, std::monostate{}});
 }
 Tensor softmax(const Tensor& x, int64_t dim) { return dispatch1(OpId::softmax, {x}, {dim}); }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
