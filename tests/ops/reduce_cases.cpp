@@ -296,5 +296,24 @@ const CaseRegistration kDTypes([](CaseList& c) {
                }});
 });
 
+// Layouts the shape lists do not reach: broadcast (stride 0) inputs and a
+// permutation whose kept dims are out of memory order (both copied first).
+const CaseRegistration kLayouts([](CaseList& c) {
+  c.push_back({.name = "reduce/expanded_and_permuted_inputs",
+               .ops = {OpId::sum, OpId::amax, OpId::argmax, OpId::var, OpId::cumsum, OpId::softmax},
+               .dtypes = {kFloat32, kFloat64, kBFloat16},
+               .make = [](DType t, Generator& g) {
+                 return TensorList{uniform({5, 1}, t, g), uniform({4, 5, 6}, t, g)};
+               },
+               .run = [](TensorList& in) {
+                 Tensor wide = in[0].expand({5, 7});
+                 Tensor perm = in[1].permute({2, 0, 1});
+                 return TensorList{sum(wide, {0}),       sum(wide, {1}),       amax(wide, {}),
+                                   argmax(wide, 1),      var(perm, {1}),       sum(perm, {0, 2}),
+                                   argmax(perm),         argmax(perm, 2),      cumsum(perm, 1),
+                                   softmax(perm, 0),     softmax(wide, 1)};
+               }});
+});
+
 }  // namespace
 }  // namespace kiln::testing
