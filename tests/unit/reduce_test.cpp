@@ -267,6 +267,14 @@ TEST(ReduceValues, Float32SumsAreAccurate) {
   EXPECT_NEAR(mean(tenth.view({1000, 1000}), {0}).to_vector<float>()[7], 0.1, 1e-7);
 }
 
+TEST(ReduceValues, Float32ProductsDoNotOverflowInPartialProducts) {
+  // 1e30 * 1e30 overflows float, but the whole product is 1e30 * 1e30 * 1e-30 * 1e-30 = 1.
+  std::vector<float> v(64, 1.f);
+  for (int i = 0; i < 64; i += 32) v[i] = 1e30f;
+  for (int i = 1; i < 64; i += 32) v[i] = 1e-30f;
+  EXPECT_NEAR(prod(from_vector<float>(v)).item<double>(), 1.0, 1e-5);
+}
+
 TEST(ReduceValues, TensorMethodsCallTheReductions) {
   auto x = floats({1, 4, 2, 3}, {2, 2});
   EXPECT_EQ(x.sum().item<float>(), 10.f);

@@ -35,10 +35,12 @@ struct SumOp : LaneOp<T, SumOp<T>> {
   }
 };
 
+// Products multiply in the total type (double for floats): partial products of
+// float lanes could overflow or underflow where the whole product does not.
 template <typename T>
 struct ProdOp : LaneOp<T, ProdOp<T>> {
-  using Acc = typename AddTypes<T>::Acc;
   using Total = typename AddTypes<T>::Total;
+  using Acc = Total;
   T* out;
   Acc lane_identity() const { return Acc(1); }
   Acc step(Acc a, compute_t<T> x, NoParam) const { return a * static_cast<Acc>(x); }
