@@ -152,6 +152,10 @@ struct LaneOp {
     using Param = decltype(d.param(k0));
     Param cs[kColumns];
     for (int64_t j = 0; j < ncols; ++j) cs[j] = d.param(k0 + j);
+    if (ncols == row_stride && 2 * ncols <= kLanes) {
+      narrow_columns(p, rows, ncols, cs, totals);
+      return;
+    }
     Acc acc[kColumns];
     for (int64_t r0 = 0; r0 < rows; r0 += kColumnRowBlock) {
       const int64_t r1 = std::min(rows, r0 + kColumnRowBlock);
@@ -161,6 +165,37 @@ struct LaneOp {
         for (int64_t j = 0; j < ncols; ++j) acc[j] = d.step(acc[j], static_cast<C>(q[j]), cs[j]);
       }
       for (int64_t j = 0; j < ncols; ++j) totals[j] = d.fold(totals[j], acc[j]);
+    }
+  }
+
+  // Dense rows narrower than half the lanes ([N, 3] reduced over N, say): the
+  // rows are one contiguous run, folded by `width` lanes (a multiple of ncols),
+  // so lane j always holds column j % ncols and the loop stays vectorizable.
+  template <typename Param, typename Total>
+  void narrow_columns(const T* p, int64_t rows, int64_t ncols, const Param* cs,
+                      Total* totals) const {
+    const Derived& d = static_cast<const Derived&>(*this);
+    using Acc = typename Derived::Acc;
+    const int64_t width = ncols * (kLanes / ncols);
+    Param lane_params[kLanes];
+    for (int64_t j = 0; j < width; ++j) lane_params[j] = cs[j % ncols];
+    const int64_t block_rows = std::max<int64_t>(1, kRowBlock / ncols);
+    for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+      const T* q = p + r0 * ncols;
+      const int64_t m = (std::min(rows, r0 + block_rows) - r0) * ncols;
+      Acc lanes[kLanes];
+      for (int64_t j = 0; j < width; ++j) lanes[j] = d.lane_identity();
+      int64_t i = 0;
+      for (; i + width <= m; i += width) {
+        for (int64_t j = 0; j < width; ++j) {
+          lanes[j] = d.step(lanes[j], static_cast<C>(q[i + j]), lane_params[j]);
+        }
+      }
+      for (int64_t j = 0; i + j < m; ++j) {
+        lanes[j] = d.step(lanes[j], static_cast<C>(q[i + j]), lane_params[j]);
+      }
+      for (int64_t j = ncols; j < width; ++j) lanes[j % ncols] = d.lane_merge(lanes[j % ncols], lanes[j]);
+      for (int64_t j = 0; j < ncols; ++j) totals[j] = d.fold(totals[j], lanes[j]);
     }
   }
 };
