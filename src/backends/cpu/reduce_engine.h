@@ -1,0 +1,353 @@
+// The CPU reduction engine. An input is seen as a dense [outer, reduced, inner]
+// block (a strided view when the layout allows it, else a contiguous copy):
+//   inner == 1  rows of `reduced` contiguous elements, folded by SIMD lanes;
+//   inner > 1   `reduced` rows of `inner` contiguous columns, accumulated
+//               column-wise into a buffer so that the loop over columns vectorizes.
+// Work is split over output elements, and over the reduced range as well when
+// there are fewer outputs than threads (partial results are merged in order).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/loops.h"
+#include "core/convert.h"
+#include "kiln/tensor.h"
+
+namespace kiln::backend::cpu {
+
+struct ReduceView {
+  Tensor holder;  // the contiguous copy, when one was needed
+  const char* data = nullptr;
+  int64_t outer = 1, reduced = 1, inner = 1;
+};
+
+// The [outer, reduced, inner] view of x for a reduction over dims (sorted, unique).
+// Output element o * inner + i is then output element number o * inner + i of the
+// reduced shape. With `ordered`, the reduced elements of one output are visited
+// in row-major order (the arg ops need it when they flatten several dims).
+ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, bool ordered);
+
+// The view of x for a scan or softmax along one dim: the same as above, but the
+// output (x's shape, contiguous) is addressed as [outer, reduced, inner] too.
+ReduceView make_line_view(const Tensor& x, int64_t dim);
+
+inline constexpr int64_t kLanes = 32;       // independent accumulators of a row fold
+inline constexpr int64_t kRowBlock = 1024;  // elements folded in Acc before widening to Total
+inline constexpr int64_t kColumns = 256;    // columns of one inner > 1 work item
+inline constexpr int64_t kColumnRowBlock = 64;
+
+struct NoParam {};
+
+// NaN-propagating max and min that vectorize (std::max would drop a NaN in x).
+template <typename C>
+inline C nan_max(C a, C x) {
+  return (x > a || x != x) ? x : a;
+}
+template <typename C>
+inline C nan_min(C a, C x) {
+  return (x < a || x != x) ? x : a;
+}
+
+// exp_f32 of vec_math.h (the same range reduction and polynomial) with n rounded
+// by adding and subtracting 1.5 * 2^23 instead of std::floor: GCC vectorizes
+// floorf only under -fno-trapping-math, so loops calling exp_f32 stay scalar.
+// Rounding to nearest instead of floor(x + 0.5) differs only at ties, where
+// |r| = ln2 / 2 is still inside the polynomial's range.
+inline float exp_vectorizable(float x) noexcept {
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t n1 = ni >> 1;
+  const int32_t n2 = ni - n1;
+  const float s1 = std::bit_cast<float>((n1 + 127) << 23);
+  const float s2 = std::bit_cast<float>((n2 + 127) << 23);
+  const float out = p * s1 * s2;
+  return x != x ? x : out;
+}
+inline double exp_vectorizable(double x) noexcept { return std::exp(x); }
+
+template <typename T>
+constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
+
+// visit_dtype for the ops that take floating dtypes only (their shape rules
+// reject the others), so that no integer instantiation is compiled.
+template <typename F>
+void visit_float_dtype(DType t, F&& f) {
+  visit_dtype(t, [&]<typename T>() {
+    if constexpr (kIsFloat<T>) f.template operator()<T>();
+  });
+}
+
+// The dims attribute at index k (a 0-dim input has none).
+inline std::vector<int64_t> reduce_dims_attr(const KernelCall& c, size_t k) {
+  return c.in(0).dim() == 0 ? std::vector<int64_t>{} : c.attrs.ints(k);
+}
+
+// Ops of the engine provide:
+//   using Total;  Total identity();  Total merge(Total earlier, Total later);
+//   Total row(const T* p, int64_t n, int64_t first, int64_t k);
+//   void columns(const T* p, int64_t row_stride, int64_t rows, int64_t first,
+//                int64_t ncols, int64_t k0, Total* totals);   // folds into totals
+//   void finish(int64_t k, Total t, int64_t n);               // writes output k
+// `first` is the position of p's row within the reduced range; k the output index.
+//
+// LaneOp implements row and columns for ops that fold with per-lane accumulators:
+// Derived provides Acc, Param, lane_identity, step(Acc, C, Param), lane_merge,
+// fold(Total, Acc) and param(k) (a per-output constant such as a mean).
+template <typename T, typename Derived>
+struct LaneOp {
+  using C = compute_t<T>;
+
+  template <typename Total>
+  Total fold_row(const T* p, int64_t n, int64_t k, Total total) const {
+    const Derived& d = static_cast<const Derived&>(*this);
+    using Acc = typename Derived::Acc;
+    const auto c = d.param(k);
+    for (int64_t b = 0; b < n; b += kRowBlock) {
+      const int64_t m = std::min(kRowBlock, n - b);
+      const T* q = p + b;
+      Acc lanes[kLanes];
+      for (int64_t j = 0; j < kLanes; ++j) lanes[j] = d.lane_identity();
+      int64_t i = 0;
+      for (; i + kLanes <= m; i += kLanes) {
+        for (int64_t j = 0; j < kLanes; ++j) lanes[j] = d.step(lanes[j], static_cast<C>(q[i + j]), c);
+      }
+      for (; i < m; ++i) lanes[i % kLanes] = d.step(lanes[i % kLanes], static_cast<C>(q[i]), c);
+      for (int64_t w = kLanes / 2; w > 0; w /= 2) {
+        for (int64_t j = 0; j < w; ++j) lanes[j] = d.lane_merge(lanes[j], lanes[j + w]);
+      }
+      total = d.fold(total, lanes[0]);
+    }
+    return total;
+  }
+
+  auto row(const T* p, int64_t n, int64_t /*first*/, int64_t k) const {
+    const Derived& d = static_cast<const Derived&>(*this);
+    return fold_row(p, n, k, d.identity());
+  }
+
+  template <typename Total>
+  void columns(const T* p, int64_t row_stride, int64_t rows, int64_t /*first*/, int64_t ncols,
+               int64_t k0, Total* totals) const {
+    const Derived& d = static_cast<const Derived&>(*this);
+    using Acc = typename Derived::Acc;
+    using Param = decltype(d.param(k0));
+    Param cs[kColumns];
+    for (int64_t j = 0; j < ncols; ++j) cs[j] = d.param(k0 + j);
+    if (ncols == row_stride && 2 * ncols <= kLanes) {
+      narrow_columns(p, rows, ncols, cs, totals);
+      return;
+    }
+    Acc acc[kColumns];
+    for (int64_t r0 = 0; r0 < rows; r0 += kColumnRowBlock) {
+      const int64_t r1 = std::min(rows, r0 + kColumnRowBlock);
+      for (int64_t j = 0; j < ncols; ++j) acc[j] = d.lane_identity();
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* q = p + r * row_stride;
+        for (int64_t j = 0; j < ncols; ++j) acc[j] = d.step(acc[j], static_cast<C>(q[j]), cs[j]);
+      }
+      for (int64_t j = 0; j < ncols; ++j) totals[j] = d.fold(totals[j], acc[j]);
+    }
+  }
+
+  // Dense rows narrower than half the lanes ([N, 3] reduced over N, say): the
+  // rows are one contiguous run, folded by `width` lanes (a multiple of ncols),
+  // so lane j always holds column j % ncols and the loop stays vectorizable.
+  template <typename Param, typename Total>
+  void narrow_columns(const T* p, int64_t rows, int64_t ncols, const Param* cs,
+                      Total* totals) const {
+    const Derived& d = static_cast<const Derived&>(*this);
+    using Acc = typename Derived::Acc;
+    const int64_t width = ncols * (kLanes / ncols);
+    Param lane_params[kLanes];
+    for (int64_t j = 0; j < width; ++j) lane_params[j] = cs[j % ncols];
+    const int64_t block_rows = std::max<int64_t>(1, kRowBlock / ncols);
+    for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+      const T* q = p + r0 * ncols;
+      const int64_t m = (std::min(rows, r0 + block_rows) - r0) * ncols;
+      Acc lanes[kLanes];
+      for (int64_t j = 0; j < width; ++j) lanes[j] = d.lane_identity();
+      int64_t i = 0;
+      for (; i + width <= m; i += width) {
+        for (int64_t j = 0; j < width; ++j) {
+          lanes[j] = d.step(lanes[j], static_cast<C>(q[i + j]), lane_params[j]);
+        }
+      }
+      for (int64_t j = 0; i + j < m; ++j) {
+        lanes[j] = d.step(lanes[j], static_cast<C>(q[i + j]), lane_params[j]);
+      }
+      for (int64_t j = ncols; j < width; ++j) lanes[j % ncols] = d.lane_merge(lanes[j % ncols], lanes[j]);
+      for (int64_t j = 0; j < ncols; ++j) totals[j] = d.fold(totals[j], lanes[j]);
+    }
+  }
+};
+
+// The identity of a max (kMax) or min fold over C.
+template <typename C, bool kMax>
+constexpr C extreme_identity() {
+  if constexpr (std::numeric_limits<C>::has_infinity) {
+    return kMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+  } else {
+    return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+  }
+}
+
+template <typename T, bool kMax>
+struct ExtremeOp : LaneOp<T, ExtremeOp<T, kMax>> {
+  using Acc = compute_t<T>;
+  using Total = Acc;
+  T* out = nullptr;
+  Acc lane_identity() const { return extreme_identity<Acc, kMax>(); }
+  Acc step(Acc a, Acc x, NoParam) const { return kMax ? nan_max(a, x) : nan_min(a, x); }
+  Acc lane_merge(Acc a, Acc b) const { return step(a, b, {}); }
+  Total fold(Total t, Acc a) const { return step(t, a, {}); }
+  NoParam param(int64_t) const { return {}; }
+  Total identity() const { return lane_identity(); }
+  Total merge(Total a, Total b) const { return step(a, b, {}); }
+  void finish(int64_t k, Total t, int64_t) const { out[k] = static_cast<T>(t); }
+};
+
+// Lane and total types of additive folds: integers wrap in uint64 (defined
+// overflow, the same bits as int64 arithmetic), floats widen to double.
+template <typename T>
+struct AddTypes {
+  using Acc = std::conditional_t<kIsFloat<T>, compute_t<T>, uint64_t>;
+  using Total = std::conditional_t<kIsFloat<T>, double, uint64_t>;
+};
+
+template <typename T, typename Total>
+T to_output(Total t) {
+  if constexpr (std::is_same_v<Total, uint64_t>) return convert<T>(static_cast<int64_t>(t));
+  else return convert<T>(t);
+}
+
+// How many pieces to cut the reduced range of each of `items` work items into, so
+// that all threads have work when the items alone are too few.
+inline int64_t reduce_segments(int64_t items, int64_t reduced, int64_t work_per_row) {
+  const int64_t threads = omp_get_max_threads();
+  const int64_t work = items * reduced * work_per_row;
+  if (threads <= 1 || items >= threads || work < 2 * kParallelGrain || omp_in_parallel()) return 1;
+  const int64_t wanted = (threads + items - 1) / items;
+  const int64_t affordable = std::max<int64_t>(1, reduced * work_per_row / (kParallelGrain / 4));
+  return std::max<int64_t>(1, std::min({wanted, affordable, reduced}));
+}
+
+// Merges per-segment partial totals (segment-major, nout each) in segment order.
+template <typename Op, typename Total>
+void reduce_finish_segments(const Op& op, const std::vector<Total>& partial, int64_t segments,
+                            int64_t nout, int64_t reduced) {
+  parallel_for(nout, kParallelGrain / 8, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      Total t = partial[k];
+      for (int64_t s = 1; s < segments; ++s) t = op.merge(t, partial[s * nout + k]);
+      op.finish(k, t, reduced);
+    }
+  });
+}
+
+// One segment [r0, r1) of the reduced range out of `segments` equal ones.
+inline void reduce_segment_range(int64_t s, int64_t segments, int64_t reduced, int64_t& r0,
+                                 int64_t& r1) {
+  const int64_t len = (reduced + segments - 1) / segments;
+  r0 = std::min(reduced, s * len);
+  r1 = std::min(reduced, r0 + len);
+}
+
+template <typename T, typename Op>
+void reduce_rows(const ReduceView& v, const Op& op) {
+  using Total = decltype(op.identity());
+  const T* data = reinterpret_cast<const T*>(v.data);
+  const int64_t outer = v.outer, reduced = v.reduced;
+  const int64_t segments = reduce_segments(outer, reduced, 1);
+  if (segments == 1) {
+    parallel_for(outer, std::max<int64_t>(1, kParallelGrain / reduced), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) op.finish(o, op.row(data + o * reduced, reduced, 0, o), reduced);
+    });
+    return;
+  }
+  std::vector<Total> partial(segments * outer);
+  parallel_for(segments * outer, 1, [&](int64_t b, int64_t e) {
+    for (int64_t w = b; w < e; ++w) {
+      const int64_t s = w / outer, o = w % outer;
+      int64_t r0, r1;
+      reduce_segment_range(s, segments, reduced, r0, r1);
+      partial[w] = r0 < r1 ? op.row(data + o * reduced + r0, r1 - r0, r0, o) : op.identity();
+    }
+  });
+  reduce_finish_segments(op, partial, segments, outer, reduced);
+}
+
+template <typename T, typename Op>
+void reduce_columns(const ReduceView& v, const Op& op) {
+  using Total = decltype(op.identity());
+  const T* data = reinterpret_cast<const T*>(v.data);
+  const int64_t outer = v.outer, reduced = v.reduced, inner = v.inner;
+  const int64_t chunks = (inner + kColumns - 1) / kColumns;
+  const int64_t items = outer * chunks;
+  const int64_t nout = outer * inner;
+  const int64_t segments = reduce_segments(items, reduced, std::min(inner, kColumns));
+  std::vector<Total> partial(segments > 1 ? segments * nout : 0);
+  const int64_t grain =
+      segments > 1 ? 1 : std::max<int64_t>(1, kParallelGrain / (reduced * std::min(inner, kColumns)));
+  parallel_for(segments * items, grain, [&](int64_t b, int64_t e) {
+    Total totals[kColumns];
+    for (int64_t w = b; w < e; ++w) {
+      const int64_t s = w / items, item = w % items;
+      const int64_t o = item / chunks, i0 = (item % chunks) * kColumns;
+      const int64_t ncols = std::min(kColumns, inner - i0);
+      int64_t r0, r1;
+      reduce_segment_range(s, segments, reduced, r0, r1);
+      for (int64_t j = 0; j < ncols; ++j) totals[j] = op.identity();
+      const int64_t k0 = o * inner + i0;
+      op.columns(data + (o * reduced + r0) * inner + i0, inner, r1 - r0, r0, ncols, k0, totals);
+      for (int64_t j = 0; j < ncols; ++j) {
+        if (segments == 1) op.finish(k0 + j, totals[j], reduced);
+        else partial[s * nout + k0 + j] = totals[j];
+      }
+    }
+  });
+  if (segments > 1) reduce_finish_segments(op, partial, segments, nout, reduced);
+}
+
+// Runs op over the view: every output element gets finish() exactly once.
+template <typename T, typename Op>
+void reduce_run(const ReduceView& v, const Op& op) {
+  const int64_t nout = v.outer * v.inner;
+  if (nout == 0) return;
+  if (v.reduced == 0) {  // an empty reduction: the identity (sum 0, prod 1, mean NaN, ...)
+    for (int64_t k = 0; k < nout; ++k) op.finish(k, op.identity(), 0);
+    return;
+  }
+  if (v.inner == 1) reduce_rows<T>(v, op);
+  else reduce_columns<T>(v, op);
+}
+
+}  // namespace kiln::backend::cpu
+
+namespace kiln::backend::cpu {
+
+// The kernel groups of the reduce files, registered by register_cpu_reduce_kernels.
+void register_cpu_sum_kernels(KernelTable& table);     // reduce_sum.cpp
+void register_cpu_extreme_kernels(KernelTable& table); // reduce_extreme.cpp
+void register_cpu_scan_kernels(KernelTable& table);    // reduce_scan.cpp
+void register_cpu_softmax_kernels(KernelTable& table); // softmax.cpp
+
+}  // namespace kiln::backend::cpu
