@@ -57,33 +57,6 @@ inline C nan_min(C a, C x) {
   return (x < a || x != x) ? x : a;
 }
 
-// exp_f32 of vec_math.h (the same range reduction and polynomial) with n rounded
-// by adding and subtracting 1.5 * 2^23 instead of std::floor: GCC vectorizes
-// floorf only under -fno-trapping-math, so loops calling exp_f32 stay scalar.
-// Rounding to nearest instead of floor(x + 0.5) differs only at ties, where
-// |r| = ln2 / 2 is still inside the polynomial's range.
-inline float exp_vectorizable(float x) noexcept {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t ni = static_cast<int32_t>(n);
-  const int32_t n1 = ni >> 1;
-  const int32_t n2 = ni - n1;
-  const float s1 = std::bit_cast<float>((n1 + 127) << 23);
-  const float s2 = std::bit_cast<float>((n2 + 127) << 23);
-  const float out = p * s1 * s2;
-  return x != x ? x : out;
-}
-inline double exp_vectorizable(double x) noexcept { return std::exp(x); }
-
 template <typename T>
 constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
 

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backends/cpu/reduce_engine.h"
+#include "backends/cpu/vec_math.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -161,7 +162,7 @@ struct ExpSumOp : LaneOp<T, ExpSumOp<T>> {
   T* out;
   const double* maxes;
   Acc lane_identity() const { return Acc(0); }
-  Acc step(Acc a, Acc x, Acc shift) const { return a + exp_vectorizable(x - shift); }
+  Acc step(Acc a, Acc x, Acc shift) const { return a + exp_f32(x - shift); }
   Acc lane_merge(Acc a, Acc b) const { return a + b; }
   Total fold(Total t, Acc a) const { return t + a; }
   Acc param(int64_t k) const { return std::isinf(maxes[k]) ? Acc(0) : static_cast<Acc>(maxes[k]); }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backends/cpu/reduce_engine.h"
+#include "backends/cpu/vec_math.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -26,13 +27,13 @@ double exp_sum_row(const T* x, T* y, int64_t n, compute_t<T> m) {
     int64_t i = b;
     for (; i + kLanes <= b + len; i += kLanes) {
       for (int64_t j = 0; j < kLanes; ++j) {
-        const C e = exp_vectorizable(static_cast<C>(x[i + j]) - m);
+        const C e = exp_f32(static_cast<C>(x[i + j]) - m);
         if constexpr (kStore) y[i + j] = e;
         lanes[j] += e;
       }
     }
     for (; i < b + len; ++i) {
-      const C e = exp_vectorizable(static_cast<C>(x[i]) - m);
+      const C e = exp_f32(static_cast<C>(x[i]) - m);
       if constexpr (kStore) y[i] = e;
       lanes[0] += e;
     }
@@ -55,7 +56,7 @@ void softmax_row(const T* x, T* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   } else {
     const C inv = static_cast<C>(1 / total);
-    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(exp_vectorizable(static_cast<C>(x[i]) - m) * inv);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(exp_f32(static_cast<C>(x[i]) - m) * inv);
   }
 }
 
@@ -77,7 +78,7 @@ void softmax_columns(const T* x, T* y, int64_t rows, int64_t row_stride, int64_t
     for (int64_t j = 0; j < ncols; ++j) acc[j] = 0;
     for (int64_t r = r0; r < std::min(rows, r0 + kColumnRowBlock); ++r) {
       for (int64_t j = 0; j < ncols; ++j) {
-        const C e = exp_vectorizable(static_cast<C>(x[r * row_stride + j]) - m[j]);
+        const C e = exp_f32(static_cast<C>(x[r * row_stride + j]) - m[j]);
         if constexpr (kStore) y[r * row_stride + j] = e;
         acc[j] += e;
       }
@@ -93,7 +94,7 @@ void softmax_columns(const T* x, T* y, int64_t rows, int64_t row_stride, int64_t
     for (int64_t j = 0; j < ncols; ++j) {
       if constexpr (kLog) w[j] = static_cast<T>((static_cast<C>(q[j]) - m[j]) - scale[j]);
       else if constexpr (kStore) w[j] *= scale[j];
-      else w[j] = static_cast<T>(exp_vectorizable(static_cast<C>(q[j]) - m[j]) * scale[j]);
+      else w[j] = static_cast<T>(exp_f32(static_cast<C>(q[j]) - m[j]) * scale[j]);
     }
   }
 }

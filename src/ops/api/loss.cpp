@@ -1,0 +1,117 @@
+// Composite losses, written with kiln ops only (no kernels of their own).
+#include "kiln/ops/loss.h"
+
+#include "kiln/ops/factory.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/pointwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
+
+namespace kiln::nn::functional {
+namespace {
+
+void check_reduction(const char* op, const std::string& reduction) {
+  if (reduction != "none" && reduction != "mean" && reduction != "sum") {
+    throw ValueError(detail::str_cat(op, ": reduction must be 'none', 'mean' or 'sum', got '",
+                                     reduction, "'"));
+  }
+}
+
+Tensor reduce(const Tensor& loss, const std::string& reduction) {
+  if (reduction == "mean") return mean(loss);
+  if (reduction == "sum") return sum(loss);
+  return loss;
+}
+
+// [C] weights shaped to broadcast against input along class_dim.
+Tensor class_weights_for(const Tensor& weight, const Tensor& input, int64_t class_dim) {
+  Shape shape(input.dim(), 1);
+  shape[class_dim] = weight.numel();
+  return weight.reshape(shape);
+}
+
+Tensor cross_entropy_probabilities(const Tensor& logp, const Tensor& target, int64_t class_dim,
+                                   const CrossEntropyOptions& o) {
+  if (target.sizes() != logp.sizes()) {
+    throw ShapeError(detail::str_cat("cross_entropy: probability targets must have the input's shape ",
+                                     logp.sizes(), ", got ", target.sizes()));
+  }
+  const int64_t classes = logp.size(class_dim);
+  Tensor t = o.label_smoothing > 0 ? target * (1 - o.label_smoothing) + o.label_smoothing / classes
+                                   : target;
+  Tensor per_class = logp * t;
+  if (o.weight.defined()) per_class = per_class * class_weights_for(o.weight, logp, class_dim);
+  Tensor loss = neg(sum(per_class, {class_dim}));
+  if (o.reduction == "mean") return sum(loss) / (logp.numel() / std::max<int64_t>(classes, 1));
+  return reduce(loss, o.reduction);
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& o) {
+  check_reduction("cross_entropy", o.reduction);
+  if (o.label_smoothing < 0 || o.label_smoothing > 1) {
+    throw ValueError(detail::str_cat("cross_entropy: label_smoothing must be in [0, 1], got ",
+                                     o.label_smoothing));
+  }
+  if (input.dim() == 0) throw ShapeError("cross_entropy: input must have at least 1 dim, got a 0-dim tensor");
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
+  const int64_t classes = input.size(class_dim);
+  if (o.weight.defined() && (o.weight.dim() != 1 || o.weight.numel() != classes)) {
+    throw ShapeError(detail::str_cat("cross_entropy: weight must have shape [", classes, "], got ",
+                                     o.weight.sizes()));
+  }
+  Tensor logp = log_softmax(input, class_dim);
+  if (is_floating(target.dtype())) return cross_entropy_probabilities(logp, target, class_dim, o);
+
+  Tensor nll = nll_loss(logp, target, {.weight = o.weight, .ignore_index = o.ignore_index, .reduction = o.reduction});
+  if (o.label_smoothing == 0) return nll;
+
+  // Smoothing spreads label_smoothing of the target mass uniformly over the
+  // classes: add label_smoothing / C times the summed (weighted) log-probabilities.
+  const Tensor ignored = target == o.ignore_index;
+  Tensor per_class = o.weight.defined() ? logp * class_weights_for(o.weight, logp, class_dim) : logp;
+  Tensor smooth = masked_fill(neg(sum(per_class, {class_dim})), ignored, 0.0);
+  Tensor smooth_reduced;
+  if (o.reduction == "mean") {
+    Tensor denominator;
+    if (o.weight.defined()) {
+      Tensor safe_target = where(ignored, scalar_tensor(0, {.dtype = target.dtype()}), target);
+      denominator = sum(masked_fill(index_select(o.weight, 0, safe_target.flatten()), ignored.flatten(), 0.0));
+    } else {
+      denominator = sum(logical_not(ignored)).to(logp.dtype());
+    }
+    smooth_reduced = sum(smooth) / denominator;
+  } else {
+    smooth_reduced = reduce(smooth, o.reduction);
+  }
+  return nll * (1 - o.label_smoothing) + smooth_reduced * (o.label_smoothing / classes);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  check_reduction("mse_loss", reduction);
+  if (input.sizes() != target.sizes()) broadcast_shapes(input.sizes(), target.sizes(), "mse_loss");
+  return reduce(square(input - target), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BceWithLogitsOptions& o) {
+  check_reduction("binary_cross_entropy_with_logits", o.reduction);
+  if (input.sizes() != target.sizes()) {
+    throw ShapeError(detail::str_cat("binary_cross_entropy_with_logits: target shape ", target.sizes(),
+                                     " must equal the input shape ", input.sizes()));
+  }
+  // log(1 + exp(-|x|)) + max(-x, 0) is log(1 + exp(-x)) without overflow.
+  Tensor log_sigmoid_neg = log1p(exp(neg(abs(input)))) + relu(neg(input));
+  Tensor loss;
+  if (o.pos_weight.defined()) {
+    Tensor log_weight = (o.pos_weight - 1) * target + 1;
+    loss = (1 - target) * input + log_weight * log_sigmoid_neg;
+  } else {
+    loss = (1 - target) * input + log_sigmoid_neg;
+  }
+  if (o.weight.defined()) loss = loss * o.weight;
+  return reduce(loss, o.reduction);
+}
+
+}  // namespace kiln::nn::functional
