@@ -15,7 +15,7 @@
 namespace kiln::nn::functional {
 
 struct CrossEntropyOptions {
-  Tensor weight;                   // per-class rescaling [C], optional
+  Tensor weight = {};              // per-class rescaling [C], optional
   int64_t ignore_index = -100;     // class-index targets only
   std::string reduction = "mean";  // "none", "mean" or "sum"
   double label_smoothing = 0.0;    // in [0, 1]
@@ -28,8 +28,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
 
 struct BceWithLogitsOptions {
-  Tensor weight;      // broadcast to input, optional
-  Tensor pos_weight;  // weight of positive examples, broadcast along the last dim, optional
+  Tensor weight = {};      // broadcast to input, optional
+  Tensor pos_weight = {};  // weight of positive examples, broadcast along the last dim, optional
   std::string reduction = "mean";
 };
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
