@@ -11,10 +11,9 @@ void RatioReporter::ReportRuns(const std::vector<Run>& runs) {
     if (run.run_type != Run::RT_Iteration && run.aggregate_name != "median") continue;
     auto& v = values_[run.run_name.str()];
     for (const auto& [name, counter] : run.counters) v[name] = counter.value;
-    v["time_ns"] = run.GetAdjustedRealTime() *
-                   (run.time_unit == benchmark::kMicrosecond   ? 1e3
-                    : run.time_unit == benchmark::kMillisecond ? 1e6
-                                                               : 1.0);
+    v["time_ns"] = run.GetAdjustedRealTime() * (run.time_unit == benchmark::kMicrosecond   ? 1e3
+                                                : run.time_unit == benchmark::kMillisecond ? 1e6
+                                                                                           : 1.0);
   }
 }
 
@@ -26,8 +25,8 @@ double RatioReporter::time_ns(const std::string& name) const {
 int RatioReporter::print_ratios(std::ostream& os) const {
   int missed = 0;
   char line[256];
-  std::snprintf(line, sizeof line, "\n%-44s %12s %12s %7s %7s\n", "kiln vs bound (same run)", "kiln",
-                "bound", "ratio", "target");
+  std::snprintf(line, sizeof line, "\n%-44s %12s %12s %7s %7s\n", "kiln vs bound (same run)",
+                "kiln", "bound", "ratio", "target");
   os << line;
   for (const auto& p : pairs_) {
     auto k = values_.find(p.kiln), b = values_.find(p.bound);

@@ -22,30 +22,38 @@ double exp_sum_row(const T* x, T* y, int64_t n, compute_t<T> m) {
   using C = compute_t<T>;
   double total = 0;
   for (int64_t b = 0; b < n; b += kRowBlock) {
-    const int64_t len = std::min(kRowBlock, n - b);
-    C lanes[kLanes] = {};
-    int64_t i = b;
-    for (; i + kLanes <= b + len; i += kLanes) {
-      for (int64_t j = 0; j < kLanes; ++j) {
-        const C e = exp_f32(static_cast<C>(x[i + j]) - m);
-        if constexpr (kStore) y[i + j] = e;
-        lanes[j] += e;
-      }
-    }
-    for (; i < b + len; ++i) {
+    const int64_t end = std::min(n, b + kRowBlock);
+    C block = 0;  // a float sum over one block, added into double: accurate and vectorized
+#pragma omp simd reduction(+ : block)
+    for (int64_t i = b; i < end; ++i) {
       const C e = exp_f32(static_cast<C>(x[i]) - m);
       if constexpr (kStore) y[i] = e;
-      lanes[0] += e;
+      block += e;
     }
-    for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+    total += block;
   }
   return total;
+}
+
+// The row's maximum, NaN when the row holds one; one vectorized pass.
+template <typename T>
+compute_t<T> row_max(const T* x, int64_t n) {
+  using C = compute_t<T>;
+  C m = -std::numeric_limits<C>::infinity();
+  int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+  for (int64_t i = 0; i < n; ++i) {
+    const C v = static_cast<C>(x[i]);
+    m = v > m ? v : m;
+    nan |= v != v;
+  }
+  return nan ? std::numeric_limits<C>::quiet_NaN() : m;
 }
 
 template <typename T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
   using C = compute_t<T>;
-  const C m = ExtremeOp<T, true>{}.row(x, n, 0, 0);
+  const C m = row_max(x, n);
   constexpr bool kStore = kStoresExp<T> && !kLog;
   const double total = exp_sum_row<T, kStore>(x, y, n, m);
   if constexpr (kLog) {
@@ -53,6 +61,7 @@ void softmax_row(const T* x, T* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<C>(x[i]) - m) - log_sum);
   } else if constexpr (kStore) {
     const C inv = static_cast<C>(1 / total);
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   } else {
     const C inv = static_cast<C>(1 / total);

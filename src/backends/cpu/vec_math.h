@@ -11,7 +11,8 @@ namespace kiln::backend::cpu {
 // exp(x) by range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6
 // polynomial for exp(r) (Cephes' expf coefficients). 2^n is applied in two
 // halves so that results in the subnormal range and overflow to inf are right.
-inline float exp_f32(float x) noexcept {
+// Always inlined: a call inside a loop would keep the loop from vectorizing.
+[[gnu::always_inline]] inline float exp_f32(float x) noexcept {
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
   // Round to nearest by adding and removing 1.5 * 2^23 (std::floor does not
   // vectorize under these flags); |r| <= ln2 / 2 either way.

@@ -84,7 +84,9 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
 }
 
 Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx) {
-  return dispatch1(OpId::embedding, {weight, input}, {optional_int(padding_idx)});
+  ops::Attrs attrs;  // built step by step: GCC 12 misreports a runtime-chosen variant in a list
+  attrs.push_back(optional_int(padding_idx));
+  return dispatch1(OpId::embedding, {weight, input}, std::move(attrs));
 }
 
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
