@@ -7,6 +7,10 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/conv.h"
+#include "unit/expect_error.h"
+
+using kiln::testing::expect_error;
+using kiln::testing::expect_error_with;
 
 namespace kiln {
 namespace {
@@ -17,19 +21,6 @@ Tensor iota(Shape shape) {
   std::vector<float> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0.f);
   return from_vector(v, shape);
-}
-
-template <typename E, typename F>
-void expect_error(F f, const std::string& op, const std::string& detail = "") {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
-    if (!detail.empty()) {
-      EXPECT_NE(std::string(e.what()).find(detail), std::string::npos) << e.what();
-    }
-  }
 }
 
 TEST(Conv2d, SumsWindowsByHand) {
@@ -47,7 +38,8 @@ TEST(Conv2d, SamePaddingWithEvenKernelPadsTheEnd) {
 }
 
 TEST(Conv2d, SingleIntsApplyToEveryDim) {
-  Tensor y = conv2d(ones({1, 1, 9, 7}), ones({1, 1, 3, 3}), Tensor(), {.stride = {2}, .padding = {1}});
+  Tensor y =
+      conv2d(ones({1, 1, 9, 7}), ones({1, 1, 3, 3}), Tensor(), {.stride = {2}, .padding = {1}});
   EXPECT_EQ(y.sizes(), (Shape{1, 1, 5, 4}));
 }
 
@@ -63,13 +55,19 @@ TEST(Conv2d, AcceptsUnbatchedInput) {
 }
 
 TEST(Conv2d, RejectsChannelsNotDivisibleByGroups) {
-  expect_error<ShapeError>([] { conv2d(ones({1, 3, 5, 5}), ones({2, 1, 3, 3}), Tensor(), {.groups = 2}); },
-                           "conv2d", "groups 2");
+  expect_error<ShapeError>(
+      [] {
+        conv2d(ones({1, 3, 5, 5}), ones({2, 1, 3, 3}), Tensor(), {.groups = 2});
+      },
+      "conv2d", "groups 2");
 }
 
 TEST(Conv2d, RejectsWeightChannelMismatch) {
-  expect_error<ShapeError>([] { conv2d(ones({1, 3, 5, 5}), ones({2, 4, 3, 3})); }, "conv2d",
-                           "[2, 4, 3, 3]");
+  expect_error<ShapeError>(
+      [] {
+        conv2d(ones({1, 3, 5, 5}), ones({2, 4, 3, 3}));
+      },
+      "conv2d", "[2, 4, 3, 3]");
 }
 
 TEST(Conv2d, RejectsKernelLargerThanPaddedInput) {
@@ -77,19 +75,27 @@ TEST(Conv2d, RejectsKernelLargerThanPaddedInput) {
 }
 
 TEST(Conv2d, RejectsNonPositiveStride) {
-  expect_error<ValueError>([] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.stride = {0}}); },
-                           "conv2d", "stride");
+  expect_error<ValueError>(
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.stride = {0}});
+      },
+      "conv2d", "stride");
 }
 
 TEST(Conv2d, RejectsNonPositiveDilation) {
   expect_error<ValueError>(
-      [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.dilation = {1, -1}}); },
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.dilation = {1, -1}});
+      },
       "conv2d", "dilation");
 }
 
 TEST(Conv2d, RejectsNonPositiveGroups) {
   expect_error<ValueError>(
-      [] { conv2d(ones({1, 2, 5, 5}), ones({2, 2, 3, 3}), Tensor(), {.groups = 0}); }, "conv2d", "groups");
+      [] {
+        conv2d(ones({1, 2, 5, 5}), ones({2, 2, 3, 3}), Tensor(), {.groups = 0});
+      },
+      "conv2d", "groups");
 }
 
 TEST(Conv2d, RejectsEmptyKernel) {
@@ -98,7 +104,10 @@ TEST(Conv2d, RejectsEmptyKernel) {
 
 TEST(Conv2d, RejectsNegativePadding) {
   expect_error<ValueError>(
-      [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.padding = {-1}}); }, "conv2d");
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.padding = {-1}});
+      },
+      "conv2d");
 }
 
 TEST(Conv2d, RejectsInputsOfWrongRank) {
@@ -108,30 +117,47 @@ TEST(Conv2d, RejectsInputsOfWrongRank) {
 
 TEST(Conv2d, RejectsSamePaddingWithStride) {
   expect_error<ValueError>(
-      [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.stride = {2}, .padding_mode = "same"}); },
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(),
+               {.stride = {2}, .padding_mode = "same"});
+      },
       "conv2d", "same");
 }
 
 TEST(Conv2d, RejectsUnknownPaddingMode) {
   expect_error<ValueError>(
-      [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.padding_mode = "full"}); },
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.padding_mode = "full"});
+      },
       "conv2d", "full");
 }
 
 TEST(Conv2d, RejectsListsOfWrongLength) {
   expect_error<ValueError>(
-      [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.stride = {1, 1, 1}}); }, "conv2d");
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}), Tensor(), {.stride = {1, 1, 1}});
+      },
+      "conv2d");
 }
 
 TEST(Conv2d, RejectsBiasOfWrongShape) {
-  expect_error<ShapeError>([] { conv2d(ones({1, 1, 5, 5}), ones({2, 1, 3, 3}), ones({3})); }, "conv2d");
+  expect_error<ShapeError>(
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({2, 1, 3, 3}), ones({3}));
+      },
+      "conv2d");
 }
 
 TEST(Conv2d, RejectsMixedAndIntegerDtypes) {
   expect_error<DTypeError>(
-      [] { conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}, {.dtype = kFloat64})); }, "conv2d");
+      [] {
+        conv2d(ones({1, 1, 5, 5}), ones({1, 1, 3, 3}, {.dtype = kFloat64}));
+      },
+      "conv2d");
   expect_error<DTypeError>(
-      [] { conv2d(ones({1, 1, 5, 5}, {.dtype = kInt32}), ones({1, 1, 3, 3}, {.dtype = kInt32})); },
+      [] {
+        conv2d(ones({1, 1, 5, 5}, {.dtype = kInt32}), ones({1, 1, 3, 3}, {.dtype = kInt32}));
+      },
       "conv2d");
 }
 
@@ -208,7 +234,11 @@ TEST(MaxPool2d, RejectsEmptySpatialDims) {
 }
 
 TEST(MaxPool2d, RejectsIntegerInput) {
-  expect_error<DTypeError>([] { max_pool2d(ones({1, 4, 4}, {.dtype = kInt32}), {2}); }, "max_pool2d");
+  expect_error<DTypeError>(
+      [] {
+        max_pool2d(ones({1, 4, 4}, {.dtype = kInt32}), {2});
+      },
+      "max_pool2d");
 }
 
 TEST(AvgPool2d, CountIncludePadDecidesTheDivisor) {
@@ -224,8 +254,11 @@ TEST(AvgPool2d, DivisorOverrideReplacesTheCount) {
 }
 
 TEST(AvgPool2d, RejectsZeroDivisor) {
-  expect_error<ValueError>([] { avg_pool2d(ones({1, 4, 4}), {2}, {}, {0}, false, true, 0); },
-                           "avg_pool2d");
+  expect_error<ValueError>(
+      [] {
+        avg_pool2d(ones({1, 4, 4}), {2}, {}, {0}, false, true, 0);
+      },
+      "avg_pool2d");
 }
 
 TEST(AvgPool2d, RejectsPaddingOverHalfTheKernel) {
@@ -239,12 +272,19 @@ TEST(AdaptiveAvgPool2d, UsesFloorAndCeilWindowEdges) {
 }
 
 TEST(AdaptiveAvgPool2d, RejectsNegativeOutputSize) {
-  expect_error<ValueError>([] { adaptive_avg_pool2d(ones({1, 4, 4}), {-1}); }, "adaptive_avg_pool2d");
+  expect_error<ValueError>(
+      [] {
+        adaptive_avg_pool2d(ones({1, 4, 4}), {-1});
+      },
+      "adaptive_avg_pool2d");
 }
 
 TEST(AdaptiveAvgPool2d, RejectsOutputSizeOfWrongLength) {
-  expect_error<ValueError>([] { adaptive_avg_pool2d(ones({1, 4, 4}), {1, 2, 3}); },
-                           "adaptive_avg_pool2d");
+  expect_error<ValueError>(
+      [] {
+        adaptive_avg_pool2d(ones({1, 4, 4}), {1, 2, 3});
+      },
+      "adaptive_avg_pool2d");
 }
 
 }  // namespace

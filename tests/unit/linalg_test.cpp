@@ -6,24 +6,15 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/linalg.h"
+#include "unit/expect_error.h"
+
+using kiln::testing::expect_error;
+using kiln::testing::expect_error_with;
 
 namespace kiln {
 namespace {
 
 Tensor values(std::vector<float> v, Shape shape) { return from_vector(v, shape); }
-
-template <typename E, typename F>
-void expect_error(F f, const std::string& op, const std::string& detail = "") {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error from " << op;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
-    if (!detail.empty()) {
-      EXPECT_NE(std::string(e.what()).find(detail), std::string::npos) << e.what();
-    }
-  }
-}
 
 TEST(Matmul, DotOfTwoVectorsIsZeroDim) {
   Tensor d = matmul(values({1, 2, 3}, {3}), values({4, 5, 6}, {3}));
@@ -82,13 +73,19 @@ TEST(Matmul, RejectsBatchDimsThatDoNotBroadcast) {
 }
 
 TEST(Matmul, RejectsMixedDtypes) {
-  expect_error<DTypeError>([] { matmul(ones({2, 2}), ones({2, 2}, {.dtype = kFloat64})); },
-                           "matmul");
+  expect_error<DTypeError>(
+      [] {
+        matmul(ones({2, 2}), ones({2, 2}, {.dtype = kFloat64}));
+      },
+      "matmul");
 }
 
 TEST(Matmul, RejectsIntegerInputs) {
   expect_error<DTypeError>(
-      [] { matmul(ones({2, 2}, {.dtype = kInt32}), ones({2, 2}, {.dtype = kInt32})); }, "matmul");
+      [] {
+        matmul(ones({2, 2}, {.dtype = kInt32}), ones({2, 2}, {.dtype = kInt32}));
+      },
+      "matmul");
 }
 
 TEST(Matmul, IsSafeToCallFromManyThreads) {
@@ -154,7 +151,10 @@ TEST(Addmm, RejectsNonMatrixOperands) {
 
 TEST(Addmm, RejectsSelfOfAnotherDtype) {
   expect_error<DTypeError>(
-      [] { addmm(ones({2}, {.dtype = kFloat64}), ones({2, 2}), ones({2, 2})); }, "addmm");
+      [] {
+        addmm(ones({2}, {.dtype = kFloat64}), ones({2, 2}), ones({2, 2}));
+      },
+      "addmm");
 }
 
 TEST(Linear, MultipliesByTransposedWeightAndAddsBias) {
@@ -186,12 +186,18 @@ TEST(Linear, RejectsWeightThatIsNot2D) {
 
 TEST(Linear, RejectsBiasOfAnotherDtype) {
   expect_error<DTypeError>(
-      [] { linear(ones({2, 3}), ones({4, 3}), ones({4}, {.dtype = kFloat64})); }, "linear");
+      [] {
+        linear(ones({2, 3}), ones({4, 3}), ones({4}, {.dtype = kFloat64}));
+      },
+      "linear");
 }
 
 TEST(Linear, RejectsIntegerInputs) {
   expect_error<DTypeError>(
-      [] { linear(ones({2, 3}, {.dtype = kInt64}), ones({4, 3}, {.dtype = kInt64})); }, "linear");
+      [] {
+        linear(ones({2, 3}, {.dtype = kInt64}), ones({4, 3}, {.dtype = kInt64}));
+      },
+      "linear");
 }
 
 }  // namespace

@@ -10,6 +10,10 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/nn.h"
 #include "ops/dispatch.h"
+#include "unit/expect_error.h"
+
+using kiln::testing::expect_error;
+using kiln::testing::expect_error_with;
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
@@ -22,21 +26,6 @@ void on_both_backends(const std::function<void()>& f) {
   f();
   ops::ReferenceModeGuard reference;
   f();
-}
-
-template <typename E>
-void expect_error(const std::function<void()>& f, const std::string& op,
-                  const std::string& also = "") {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error naming " << op;
-  } catch (const E& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(op), std::string::npos) << what;
-    EXPECT_NE(what.find(also), std::string::npos) << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
 }
 
 void expect_near_all(const Tensor& t, const std::vector<double>& expected, double tol = 1e-5) {

@@ -9,6 +9,10 @@
 #include "kiln/kiln.h"
 #include "kiln/ops/reduce.h"
 #include "ops/dispatch.h"
+#include "unit/expect_error.h"
+
+using kiln::testing::expect_error;
+using kiln::testing::expect_error_with;
 
 using namespace kiln;
 
@@ -17,20 +21,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr float kInfF = std::numeric_limits<float>::infinity();
-
-// Runs f, expects E, and checks that the message names `op` (and `also`).
-template <typename E, typename F>
-void expect_error(F f, const std::string& op, const std::string& also = "") {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception naming " << op;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(also), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 Tensor floats(std::vector<float> v, Shape shape) { return from_vector<float>(v, shape); }
 
