@@ -39,7 +39,12 @@ void BM_Memcpy(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * bytes));
 }
-BENCHMARK(BM_Memcpy)->Arg(kBigN)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Memcpy)
+    ->Arg(kBigN)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 template <bool kMul>
 void BM_Binary(benchmark::State& state) {
@@ -55,12 +60,16 @@ BENCHMARK(BM_Binary<false>)
     ->Name("BM_Add")
     ->Arg(kBigN)
     ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 BENCHMARK(BM_Binary<true>)
     ->Name("BM_Mul")
     ->Arg(kBigN)
     ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 // Host time of one eager op on one-element tensors: dispatch, shape rule,
 // allocation, kernel call.
@@ -85,7 +94,12 @@ void BM_Softmax(benchmark::State& state) {
   state.SetBytesProcessed(
       static_cast<int64_t>(state.iterations() * 2 * state.range(0) * sizeof(float)));
 }
-BENCHMARK(BM_Softmax)->Arg(kBigN)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Softmax)
+    ->Arg(kBigN)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 void BM_LayerNorm(benchmark::State& state) {
   Tensor x = randn({state.range(0) / kRowWidth, kRowWidth});
@@ -97,7 +111,12 @@ void BM_LayerNorm(benchmark::State& state) {
   state.SetBytesProcessed(
       static_cast<int64_t>(state.iterations() * 2 * state.range(0) * sizeof(float)));
 }
-BENCHMARK(BM_LayerNorm)->Arg(kBigN)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerNorm)
+    ->Arg(kBigN)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 // --- matmul against oneDNN's sgemm called directly -----------------------------------
 void set_flops(benchmark::State& state, double flops_per_iteration) {
@@ -114,7 +133,12 @@ void BM_MatmulKiln(benchmark::State& state) {
   }
   set_flops(state, 2.0 * n * n * n);
 }
-BENCHMARK(BM_MatmulKiln)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MatmulKiln)
+    ->Arg(1024)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 void BM_MatmulSgemm(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -126,7 +150,12 @@ void BM_MatmulSgemm(benchmark::State& state) {
   }
   set_flops(state, 2.0 * n * n * n);
 }
-BENCHMARK(BM_MatmulSgemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MatmulSgemm)
+    ->Arg(1024)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 // --- conv2d on ResNet-50's layer shapes against a direct oneDNN primitive ------------
 struct ConvLayer {
@@ -212,18 +241,18 @@ void register_conv_benchmarks() {
 
 std::vector<kiln::bench::RatioPair> ratio_pairs() {
   using kiln::bench::RatioPair;
-  const std::string memcpy_big = "BM_Memcpy/16777216/real_time";
+  const std::string memcpy_big = "BM_Memcpy/16777216/repeats:3/real_time";
   std::vector<RatioPair> pairs = {
-      {"add, 16M floats vs memcpy bandwidth", "BM_Add/16777216/real_time", memcpy_big,
+      {"add, 16M floats vs memcpy bandwidth", "BM_Add/16777216/repeats:3/real_time", memcpy_big,
        "bytes_per_second", 0.7},
-      {"mul, 16M floats vs memcpy bandwidth", "BM_Mul/16777216/real_time", memcpy_big,
+      {"mul, 16M floats vs memcpy bandwidth", "BM_Mul/16777216/repeats:3/real_time", memcpy_big,
        "bytes_per_second", 0.7},
-      {"softmax, 4096-wide rows vs memcpy", "BM_Softmax/16777216/real_time", memcpy_big,
+      {"softmax, 4096-wide rows vs memcpy", "BM_Softmax/16777216/repeats:3/real_time", memcpy_big,
        "bytes_per_second", 0.5},
-      {"layer_norm, 4096-wide rows vs memcpy", "BM_LayerNorm/16777216/real_time", memcpy_big,
-       "bytes_per_second", 0.5},
-      {"matmul 1024^3 fp32 vs dnnl_sgemm", "BM_MatmulKiln/1024/real_time",
-       "BM_MatmulSgemm/1024/real_time", "FLOPS", 0.9},
+      {"layer_norm, 4096-wide rows vs memcpy", "BM_LayerNorm/16777216/repeats:3/real_time",
+       memcpy_big, "bytes_per_second", 0.5},
+      {"matmul 1024^3 fp32 vs dnnl_sgemm", "BM_MatmulKiln/1024/repeats:3/real_time",
+       "BM_MatmulSgemm/1024/repeats:3/real_time", "FLOPS", 0.9},
   };
   for (int64_t batch : {1, 8}) {
     for (size_t i = 0; i < kResNet50Layers.size(); ++i) {
