@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -19,7 +21,15 @@ using AttrValue = std::variant<std::monostate, int64_t, double, bool, std::vecto
 class Attrs {
  public:
   Attrs() = default;
-  Attrs(std::initializer_list<AttrValue> values) : values_(values) {}
+  // Attrs{dims, keepdim, ...}: one value per schema attribute, in order. Values are
+  // emplaced one by one rather than copied out of an initializer_list, which GCC 12
+  // misreports as maybe-uninitialized when a value's alternative is chosen at run time.
+  template <typename... Values>
+    requires(sizeof...(Values) > 0 && (!std::is_same_v<std::remove_cvref_t<Values>, Attrs> && ...))
+  Attrs(Values&&... values) {  // NOLINT: implicit, so that {a, b} converts
+    values_.reserve(sizeof...(Values));
+    (values_.emplace_back(std::forward<Values>(values)), ...);
+  }
 
   size_t size() const noexcept { return values_.size(); }
   AttrValue& operator[](size_t i) { return values_[i]; }

@@ -84,9 +84,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
 }
 
 Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx) {
-  ops::Attrs attrs;  // built step by step: GCC 12 misreports a runtime-chosen variant in a list
-  attrs.push_back(optional_int(padding_idx));
-  return dispatch1(OpId::embedding, {weight, input}, std::move(attrs));
+  return dispatch1(OpId::embedding, {weight, input}, {optional_int(padding_idx)});
 }
 
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
@@ -100,9 +98,8 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const AttentionOptions& o) {
-  AttrValue scale = o.scale ? AttrValue(*o.scale) : AttrValue(std::monostate{});
   return dispatch1(OpId::scaled_dot_product_attention, {query, key, value, o.attn_mask},
-                   {o.is_causal, scale});
+                   {o.is_causal, o.scale ? AttrValue(*o.scale) : AttrValue(std::monostate{})});
 }
 
 Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, std::string_view mode,
