@@ -91,7 +91,7 @@ struct OpSchema {
   std::vector<InputSpec> inputs;
   std::vector<AttrSpec> attrs;
   int num_outputs;
-  ShapeRule shape_rule;  // nullptr while the op's group has no rules yet
+  ShapeRule shape_rule;
   uint32_t flags;
 
   bool has_flag(OpFlags f) const noexcept { return (flags & f) != 0; }
@@ -103,10 +103,8 @@ const OpSchema& op_schema(OpId id);
 std::span<const OpSchema> all_op_schemas();
 std::optional<OpId> find_op(std::string_view name);
 
-// Shape rules, defined in shape_rules/. Declared weak so that a group of ops can be
-// built before its rules exist; the coverage test fails on any that is missing.
-#define KILN_OP(name, inputs, attrs, outputs, rule, flags) \
-  void rule(ShapeCtx&) __attribute__((weak));
+// Shape rules, defined in shape_rules/.
+#define KILN_OP(name, inputs, attrs, outputs, rule, flags) void rule(ShapeCtx&);
 #include "ops/defs/all.def"
 #undef KILN_OP
 
