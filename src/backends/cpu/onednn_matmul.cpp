@@ -52,7 +52,7 @@ HalfMatmul make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc
     m.scratchpad = pd.scratchpad_desc();
     m.available = true;
   } catch (const dnnl::error&) {
-    m.available = false;  // unimplemented here: the caller converts to float32 instead
+    m.available = false;  // oneDNN has no kernel for this type here: the caller goes through float32
   }
   return m;
 }
