@@ -27,37 +27,35 @@ struct SplitMean {
       : hi(static_cast<C>(mean)), lo(static_cast<C>(mean - static_cast<double>(hi))) {}
 };
 
-// Sum of (p[i] - pivot): with a pivot from the data the terms stay small, so
-// the float partial sums do not lose the low bits of a large common offset.
-template <typename T>
-double shifted_sum(const T* p, int64_t n, compute_t<T> pivot) {
-  using C = compute_t<T>;
+// Sum of term(i) over [0, n): vectorized float sums over blocks, added in double.
+template <typename C, typename Term>
+double blocked_sum(int64_t n, Term term) {
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
     const int64_t e = std::min(n, b + kSumBlock);
     C s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = b; i < e; ++i) s += static_cast<C>(p[i]) - pivot;
+    for (int64_t i = b; i < e; ++i) s += term(i);
     total += static_cast<double>(s);
   }
   return total;
 }
 
+// Sum of (p[i] - pivot): with a pivot from the data the terms stay small, so
+// the float partial sums do not lose the low bits of a large common offset.
+template <typename T>
+double shifted_sum(const T* p, int64_t n, compute_t<T> pivot) {
+  using C = compute_t<T>;
+  return blocked_sum<C>(n, [&](int64_t i) { return static_cast<C>(p[i]) - pivot; });
+}
+
 template <typename T>
 double squared_deviations_of(const T* p, int64_t n, SplitMean<compute_t<T>> m) {
   using C = compute_t<T>;
-  double total = 0;
-  for (int64_t b = 0; b < n; b += kSumBlock) {
-    const int64_t e = std::min(n, b + kSumBlock);
-    C s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = b; i < e; ++i) {
-      const C d = (static_cast<C>(p[i]) - m.hi) - m.lo;
-      s += d * d;
-    }
-    total += static_cast<double>(s);
-  }
-  return total;
+  return blocked_sum<C>(n, [&](int64_t i) {
+    const C d = (static_cast<C>(p[i]) - m.hi) - m.lo;
+    return d * d;
+  });
 }
 
 // An optional parameter (already in the compute type C) or n copies of fallback.
