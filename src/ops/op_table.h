@@ -33,6 +33,9 @@ enum OpFlags : uint32_t {
   // Elementwise over broadcast inputs: kernels write any strided output, the
   // compiler may fuse it into a loop with its neighbours.
   kPointwise = 1u << 3,
+  // No derivative: the outputs are integers or bools, or do not depend on the
+  // inputs' values. Every other op has a backward rule (src/autograd/derivatives.def).
+  kNoGrad = 1u << 4,
 };
 
 // What a shape rule produces for one output.
