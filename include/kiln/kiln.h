@@ -20,4 +20,5 @@
 #include "kiln/ops/shape.h"
 #include "kiln/runtime.h"
 #include "kiln/scalar.h"
+#include "kiln/state_dict.h"
 #include "kiln/tensor.h"
