@@ -7,6 +7,7 @@
 //   std::cout << relu(matmul(x, w)).sum(1) << "\n";
 #pragma once
 
+#include "kiln/autograd.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"

@@ -31,6 +31,11 @@ namespace kiln {
 
 using Shape = std::vector<int64_t>;
 
+namespace autograd {
+struct AutogradMeta;
+class Node;
+}  // namespace autograd
+
 // A device allocation (or, for meta tensors, none) shared by every view of it.
 // The version counter lives here so that every view sees in-place writes.
 class Storage {
@@ -69,6 +74,16 @@ struct TensorImpl {
   DType dtype = kFloat32;
   // A number the user wrote (x * 2.0): it takes part in type promotion below tensors.
   bool wrapped_number = false;
+  // Gradient bookkeeping (requires_grad, grad, grad_fn, hooks); null for a tensor
+  // that never took part in autograd.
+  std::shared_ptr<autograd::AutogradMeta> autograd;
+  // For a view: the tensor whose storage it views (never itself a view). In-place
+  // writes through a view update the base's gradient history.
+  std::shared_ptr<TensorImpl> view_base;
+  // The storage version when this view was made or its history last refreshed.
+  uint64_t view_version = 0;
+  // Made under InferenceModeGuard: it can never take part in autograd.
+  bool inference = false;
 };
 
 // One entry of Tensor::index: an integer, a Slice, kiln::None (new axis) or kiln::Ellipsis.
@@ -114,10 +129,38 @@ class Tensor {
   bool shares_storage(const Tensor& other) const;
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   TensorImpl& impl() const;
+  const std::shared_ptr<TensorImpl>& impl_ptr() const noexcept { return impl_; }
 
   // The version counter shared by all views; in-place ops bump it.
   uint64_t version() const { return impl().storage->version(); }
   void bump_version() const { impl().storage->bump_version(); }
+
+  // --- autograd (see kiln/autograd.h) -----------------------------------------
+  bool requires_grad() const;
+  // Makes this leaf tensor record the ops it takes part in; floating dtypes only.
+  const Tensor& requires_grad_(bool requires_grad = true) const;
+  // The gradient accumulated by backward() (undefined until there is one).
+  Tensor grad() const;
+  // Replaces the accumulated gradient (undefined clears it; optimizers' zero_grad).
+  void set_grad(const Tensor& grad) const;
+  // True for tensors the user created and tensors that do not require grad.
+  bool is_leaf() const;
+  // The node that produced this tensor, null for leaves.
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  // Computes gradients of this tensor with respect to the leaves of its graph and
+  // accumulates them into their grad(). gradient defaults to 1 for one-element
+  // tensors; retain_graph defaults to create_graph.
+  void backward(const Tensor& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false, const TensorList& inputs = {}) const;
+  // The same data, cut off from the graph (requires_grad() is false).
+  Tensor detach() const;
+  // Makes backward() also store this non-leaf tensor's gradient in grad().
+  void retain_grad() const;
+  bool retains_grad() const;
+  // hook(grad) runs when this tensor's gradient is computed; a defined result
+  // replaces the gradient. Returns a handle for remove_hook.
+  int64_t register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  void remove_hook(int64_t handle) const;
 
   // --- data access (CPU tensors) ---------------------------------------------
   void* data_ptr() const;  // first element of this view; DeviceError for meta tensors

@@ -2,7 +2,9 @@
 
 #include <cassert>
 
+#include "autograd/record.h"
 #include "backends/backend.h"
+#include "kiln/autograd.h"
 
 namespace kiln::ops {
 namespace {
@@ -70,6 +72,24 @@ std::span<const Tensor> cast_inputs(const ShapeCtx& ctx, std::span<const Tensor>
   return storage;
 }
 
+// Write straight into self when the kernel can. Kernels of in-place ops accept
+// an input that is exactly self; pointwise kernels also write any strides.
+// Partial overlap, a dtype change or a strided self for another kernel goes
+// through a temporary.
+bool direct_inplace_possible(const OpSchema& schema, const Tensor& self,
+                             std::span<const Tensor> inputs, DType result_dtype) {
+  if (result_dtype != self.dtype() || !(schema.has_flag(kPointwise) || self.is_contiguous()))
+    return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.shares_storage(self) &&
+        (t.storage_offset() != self.storage_offset() || t.strides() != self.strides() ||
+         t.sizes() != self.sizes() || t.dtype() != self.dtype())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 ReferenceModeGuard::ReferenceModeGuard() noexcept : previous_(t_reference_mode) {
@@ -101,6 +121,7 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta) {
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
+  impl->inference = InferenceModeGuard::enabled();
   return Tensor(std::move(impl));
 }
 
@@ -115,17 +136,24 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
   ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
   TensorList outputs;
   outputs.reserve(ctx.outputs.size());
+  const bool record = autograd::should_record(schema, inputs);
   if (schema.has_flag(kView)) {
-    for (const auto& meta : ctx.outputs) outputs.push_back(make_view(inputs[0], meta));
-    return outputs;
+    for (const auto& meta : ctx.outputs) {
+      outputs.push_back(make_view(inputs[0], meta));
+      autograd::mark_view(inputs[0], outputs.back());
+    }
+  } else {
+    const bool meta = any_meta(inputs);
+    for (const auto& m : ctx.outputs)
+      outputs.push_back(make_tensor(m.sizes, m.dtype, m.device, meta));
+    if (!meta) {
+      TensorList cast_storage;
+      auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
+      const Device device = ctx.outputs.empty() ? Device::cpu() : ctx.outputs[0].device;
+      find_kernel(schema, device)(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
+    }
   }
-  const bool meta = any_meta(inputs);
-  for (const auto& m : ctx.outputs) outputs.push_back(make_tensor(m.sizes, m.dtype, m.device, meta));
-  if (meta) return outputs;
-  TensorList cast_storage;
-  auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
-  const Device device = ctx.outputs.empty() ? Device::cpu() : ctx.outputs[0].device;
-  find_kernel(schema, device)(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
+  if (record) autograd::record_op(schema, inputs, attrs, outputs);
   return outputs;
 }
 
@@ -147,31 +175,19 @@ Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, 
     throw DTypeError(detail::str_cat(schema.name, "_: result type ", result.dtype,
                                      " can't be cast to the type of self, ", self.dtype()));
   }
-  if (self.is_meta() || any_meta(inputs)) {
-    self.bump_version();
-    return self;
-  }
-  // Write straight into self when the kernel can. Kernels of in-place ops accept
-  // an input that is exactly self; pointwise kernels also write any strides.
-  // Partial overlap, a dtype change or a strided self for another kernel goes
-  // through a temporary.
-  bool direct = result.dtype == self.dtype() && (schema.has_flag(kPointwise) || self.is_contiguous());
-  for (const Tensor& t : inputs) {
-    if (t.defined() && t.shares_storage(self) &&
-        (t.storage_offset() != self.storage_offset() || t.strides() != self.strides() ||
-         t.sizes() != self.sizes() || t.dtype() != self.dtype())) {
-      direct = false;
-    }
-  }
-  if (!direct) {
+  if (!direct_inplace_possible(schema, self, inputs, result.dtype)) {
     Tensor tmp = dispatch(op, inputs, attrs)[0];
     return dispatch_inplace(OpId::copy, self, {tmp}, Attrs{self.dtype()});
   }
-  TensorList cast_storage;
-  auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
-  Tensor outputs[1] = {self};
-  find_kernel(schema, self.device())(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
+  autograd::InplaceRecord record(schema, self, inputs, attrs);
+  if (!self.is_meta() && !any_meta(inputs)) {
+    TensorList cast_storage;
+    auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
+    Tensor outputs[1] = {self};
+    find_kernel(schema, self.device())(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
+  }
   self.bump_version();
+  record.finish(self);
   return self;
 }
 

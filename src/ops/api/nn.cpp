@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kiln/autograd.h"
 #include "kiln/ops/pointwise.h"
 #include "ops/dispatch.h"
 #include "ops/random.h"
@@ -62,6 +63,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   const int64_t count = input.size(1) == 0 ? 0 : input.numel() / input.size(1);
   if (count == 0) return out[0];  // no statistics to fold in
   const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
+  NoGradGuard no_grad;  // running statistics are state, not part of the graph
   if (running_mean.defined()) {
     Tensor r = running_mean;
     r.mul_(1 - momentum).add_(out[1], momentum);

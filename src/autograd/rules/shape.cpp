@@ -1,0 +1,146 @@
+// Backward rules of the views and shape ops. View attributes arrive canonical
+// (dims wrapped, slice bounds clamped).
+#include <numeric>
+
+#include "autograd/rules.h"
+#include "autograd/rules/common.h"
+
+namespace kiln::autograd {
+namespace {
+
+Tensor zeros_of(const Shape& sizes, const Tensor& like) {
+  return zeros(sizes, {.dtype = like.dtype(), .device = like.device()});
+}
+
+// g placed at [start, start + g.size(dim)) of a zero tensor of sizes along dim.
+Tensor embed_along(const Tensor& g, const Shape& sizes, int64_t dim, int64_t start) {
+  const int64_t after = sizes[dim] - start - g.size(dim);
+  if (start == 0 && after == 0) return g;
+  TensorList parts;
+  Shape s = g.sizes();
+  if (start > 0) {
+    s[dim] = start;
+    parts.push_back(zeros_of(s, g));
+  }
+  parts.push_back(g);
+  if (after > 0) {
+    s[dim] = after;
+    parts.push_back(zeros_of(s, g));
+  }
+  return cat(parts, dim);
+}
+
+}  // namespace
+
+TensorList grad_view(const BackwardCtx& ctx, const TensorList& g) {
+  return {g[0].reshape(ctx.input_sizes(0))};
+}
+TensorList grad_squeeze(const BackwardCtx& ctx, const TensorList& g) {
+  return {g[0].reshape(ctx.input_sizes(0))};
+}
+TensorList grad_unsqueeze(const BackwardCtx& ctx, const TensorList& g) {
+  return {g[0].reshape(ctx.input_sizes(0))};
+}
+TensorList grad_expand(const BackwardCtx&, const TensorList& g) { return {g[0]}; }
+
+TensorList grad_permute(const BackwardCtx& ctx, const TensorList& g) {
+  const Shape& dims = ctx.attrs().ints(0);
+  Shape inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) inverse[static_cast<size_t>(dims[i])] = static_cast<int64_t>(i);
+  return {g[0].permute(inverse)};
+}
+
+// slice: dim, start, stop, step.
+TensorList grad_slice(const BackwardCtx& ctx, const TensorList& g) {
+  const auto& a = ctx.attrs();
+  const int64_t dim = a.i(0), start = a.i(1), step = a.i(3);
+  const Shape& sizes = ctx.input_sizes(0);
+  if (step == 1) return {embed_along(g[0], sizes, dim, start)};
+  const int64_t n = g[0].size(dim);
+  Shape index_shape(g[0].dim(), 1);
+  index_shape[dim] = n;
+  Tensor index = arange(start, start + step * n, step, {.dtype = kInt64, .device = g[0].device()})
+                     .reshape(index_shape)
+                     .expand(g[0].sizes())
+                     .contiguous();
+  return {scatter(zeros_of(sizes, g[0]), dim, index, g[0])};
+}
+
+// select: dim, index.
+TensorList grad_select(const BackwardCtx& ctx, const TensorList& g) {
+  const int64_t dim = ctx.attrs().i(0);
+  const Shape& sizes = ctx.input_sizes(0);
+  int64_t index = ctx.attrs().i(1);
+  if (index < 0) index += sizes[dim];
+  return {embed_along(g[0].unsqueeze(dim), sizes, dim, index)};
+}
+
+TensorList grad_cat(const BackwardCtx& ctx, const TensorList& g) {
+  const int64_t dim = ctx.attrs().i(0);
+  TensorList out(ctx.num_inputs());
+  int64_t offset = 0;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    const Shape& sizes = ctx.input_sizes(i);
+    if (sizes == Shape{0} && g[0].dim() != 1) continue;  // an empty 1-D input cat skipped
+    const int64_t n = sizes[dim];
+    if (ctx.needs_grad(i)) out[i] = g[0].narrow(dim, offset, n);
+    offset += n;
+  }
+  return out;
+}
+
+TensorList grad_stack(const BackwardCtx& ctx, const TensorList& g) {
+  const int64_t dim = ctx.attrs().i(0);
+  TensorList out(ctx.num_inputs());
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.needs_grad(i)) out[i] = g[0].select(dim, static_cast<int64_t>(i));
+  return out;
+}
+
+// scatter(self, index, src): the scattered positions came from src, the rest from self.
+TensorList grad_scatter(const BackwardCtx& ctx, const TensorList& g) {
+  const int64_t dim = ctx.attrs().i(0);
+  const Tensor& index = ctx.input(1);
+  TensorList out(3);
+  if (ctx.needs_grad(0)) out[0] = scatter(g[0], dim, index, zeros_like(g[0]));
+  if (ctx.needs_grad(2)) {
+    Tensor picked = gather(g[0], dim, index);
+    const Shape& src_sizes = ctx.input_sizes(2);
+    for (int64_t d = 0; d < picked.dim(); ++d)
+      if (picked.size(d) != src_sizes[d]) picked = embed_along(picked, [&] {
+          Shape s = picked.sizes();
+          s[d] = src_sizes[d];
+          return s;
+        }(), d, 0);
+    out[2] = picked;
+  }
+  return out;
+}
+
+// repeat: every output element is a copy of one input element; sum the copies.
+TensorList grad_repeat(const BackwardCtx& ctx, const TensorList& g) {
+  const Shape& repeats = ctx.attrs().ints(0);
+  const Shape& sizes = ctx.input_sizes(0);
+  const size_t lead = repeats.size() - sizes.size();
+  Shape split;  // [r0, s0, r1, s1, ...] with s = 1 for the leading dims
+  Shape sum_dims;
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    sum_dims.push_back(static_cast<int64_t>(split.size()));
+    split.push_back(repeats[i]);
+    split.push_back(i < lead ? 1 : sizes[i - lead]);
+  }
+  if (sum_dims.empty()) return {g[0]};
+  return {sum(g[0].reshape(split), sum_dims).reshape(sizes)};
+}
+
+TensorList grad_flip(const BackwardCtx& ctx, const TensorList& g) {
+  return {flip(g[0], ctx.attrs().ints(0))};
+}
+TensorList grad_tril(const BackwardCtx& ctx, const TensorList& g) {
+  return {tril(g[0], ctx.attrs().i(0))};
+}
+TensorList grad_triu(const BackwardCtx& ctx, const TensorList& g) {
+  return {triu(g[0], ctx.attrs().i(0))};
+}
+
+}  // namespace kiln::autograd
