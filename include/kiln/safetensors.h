@@ -5,7 +5,7 @@
 //
 //   kiln::SafetensorsFile f("big.safetensors");       // reads the header only
 //   for (const auto& name : f.names()) std::cout << name << " " << f.info(name).shape << "\n";
-//   kiln::Tensor w = f.get("fc.weight");              // maps just this tensor's bytes
+//   kiln::Tensor w = f.get("fc.weight");              // touches only this tensor's pages
 //
 // Saving is atomic: the file is written under a temporary name in the same
 // directory, synced, then renamed over `path`, so readers and crashes see the
@@ -56,6 +56,8 @@ struct SafetensorsTensorInfo {
 // One safetensors file, opened for reading tensors one at a time. Construction
 // maps the file and validates the whole header; get() reads only the bytes of
 // the tensor it returns. Tensors keep the mapping alive after the object dies.
+// Const members are safe to call from several threads; a moved-from object may
+// only be assigned to or destroyed.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
