@@ -18,8 +18,8 @@ namespace kiln {
 namespace {
 
 [[noreturn]] void throw_errno(const std::string& path, const char* what) {
-  throw IOError(detail::str_cat("safetensors file '", path, "': cannot ", what, ": ",
-                                std::strerror(errno)));
+  throw IOError(
+      detail::str_cat("safetensors file '", path, "': cannot ", what, ": ", std::strerror(errno)));
 }
 
 // A file mapped copy-on-write: writes through the mapping stay in this process.

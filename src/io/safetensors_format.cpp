@@ -19,9 +19,16 @@ struct DTypeName {
   std::string_view name;
 };
 constexpr std::array<DTypeName, kNumDTypes> kDTypeNames = {{
-    {kBool, "BOOL"},     {kUInt8, "U8"},        {kInt8, "I8"},       {kInt16, "I16"},
-    {kInt32, "I32"},     {kInt64, "I64"},       {kFloat16, "F16"},   {kBFloat16, "BF16"},
-    {kFloat32, "F32"},   {kFloat64, "F64"},
+    {kBool, "BOOL"},
+    {kUInt8, "U8"},
+    {kInt8, "I8"},
+    {kInt16, "I16"},
+    {kInt32, "I32"},
+    {kInt64, "I64"},
+    {kFloat16, "F16"},
+    {kBFloat16, "BF16"},
+    {kFloat32, "F32"},
+    {kFloat64, "F64"},
 }};
 // Dtypes the format defines that kiln has no dtype for: named as such in errors.
 constexpr std::array<std::string_view, 10> kUnsupportedDTypes = {
@@ -131,8 +138,8 @@ class HeaderReader {
   }
   void enter() {
     if (++nesting_ > kSafetensorsMaxNesting) {
-      fail(detail::str_cat("the header nests JSON deeper than ", kSafetensorsMaxNesting,
-                           " levels"));
+      fail(
+          detail::str_cat("the header nests JSON deeper than ", kSafetensorsMaxNesting, " levels"));
     }
   }
 
@@ -164,10 +171,12 @@ bool HeaderReader::on_value(Value v) {
       break;
     case Where::Root:
       if (key_ == "__metadata__") {
-        if (v.kind != Kind::Object) fail("__metadata__ is " + v.description + ", expected an object");
+        if (v.kind != Kind::Object)
+          fail("__metadata__ is " + v.description + ", expected an object");
         where_ = Where::Metadata;
       } else {
-        if (v.kind != Kind::Object) fail_tensor("the entry is " + v.description + ", expected an object");
+        if (v.kind != Kind::Object)
+          fail_tensor("the entry is " + v.description + ", expected an object");
         where_ = Where::Entry;
         entry_ = SafetensorsEntry{};
         entry_.name = key_;
@@ -206,9 +215,9 @@ void HeaderReader::on_entry_field(Value v) {
       if (!dtype) {
         const bool known = std::find(kUnsupportedDTypes.begin(), kUnsupportedDTypes.end(),
                                      v.text) != kUnsupportedDTypes.end();
-        fail_tensor(detail::str_cat("dtype '", v.text, "' is ",
-                                    known ? "not supported by kiln" : "unknown",
-                                    " (kiln reads BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64)"));
+        fail_tensor(
+            detail::str_cat("dtype '", v.text, "' is ", known ? "not supported by kiln" : "unknown",
+                            " (kiln reads BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64)"));
       }
       entry_.dtype = *dtype;
       break;
@@ -236,8 +245,8 @@ void HeaderReader::on_array_item(const Value& v) {
   const bool shape = where_ == Where::Shape;
   const char* what = shape ? "shape" : "data_offsets";
   if (v.kind != Kind::Unsigned) {
-    fail_tensor(detail::str_cat(what, " holds ", v.description,
-                                ", expected non-negative integers"));
+    fail_tensor(
+        detail::str_cat(what, " holds ", v.description, ", expected non-negative integers"));
   }
   if (shape) {
     if (v.number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -248,7 +257,8 @@ void HeaderReader::on_array_item(const Value& v) {
     }
     entry_.shape.push_back(static_cast<int64_t>(v.number));
   } else {
-    if (offsets_.size() == 2) fail_tensor("data_offsets has more than 2 values, expected [begin, end]");
+    if (offsets_.size() == 2)
+      fail_tensor("data_offsets has more than 2 values, expected [begin, end]");
     offsets_.push_back(v.number);
   }
 }
@@ -268,10 +278,14 @@ bool HeaderReader::key(std::string& k) {
       break;
     case Where::Entry: {
       bool* seen = nullptr;
-      if (k == "dtype") field_ = Field::DType, seen = &has_dtype_;
-      else if (k == "shape") field_ = Field::Shape, seen = &has_shape_;
-      else if (k == "data_offsets") field_ = Field::Offsets, seen = &has_offsets_;
-      else field_ = Field::Unknown;
+      if (k == "dtype")
+        field_ = Field::DType, seen = &has_dtype_;
+      else if (k == "shape")
+        field_ = Field::Shape, seen = &has_shape_;
+      else if (k == "data_offsets")
+        field_ = Field::Offsets, seen = &has_offsets_;
+      else
+        field_ = Field::Unknown;
       if (seen && *seen) fail_tensor(detail::str_cat("key '", k, "' appears twice"));
       if (seen) *seen = true;
       break;
@@ -328,8 +342,8 @@ void HeaderReader::finish_entry() {
     fail_tensor(detail::str_cat("data_offsets [", begin, ", ", end, "] end before they begin"));
   }
   if (end > out_.data_size) {
-    fail_tensor(detail::str_cat("data_offsets [", begin, ", ", end, "] run past the data buffer of ",
-                                out_.data_size, " bytes"));
+    fail_tensor(detail::str_cat("data_offsets [", begin, ", ", end,
+                                "] run past the data buffer of ", out_.data_size, " bytes"));
   }
   const auto nbytes = safetensors_nbytes(entry_.shape, entry_.dtype);
   if (!nbytes) {

@@ -38,8 +38,8 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  uint64_t data_start = 0;  // file offset of the data buffer: 8 + header length
-  uint64_t data_size = 0;   // bytes from data_start to the end of the file
+  uint64_t data_start = 0;                // file offset of the data buffer: 8 + header length
+  uint64_t data_size = 0;                 // bytes from data_start to the end of the file
   std::vector<SafetensorsEntry> entries;  // in the order the header lists them
   std::map<std::string, std::string> metadata;
 };

@@ -37,7 +37,8 @@ std::string read_file(const std::string& path) {
 }
 
 void write_file(const std::string& path, std::string_view bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // The /proc/self/maps line that holds address p: its permissions and its file.
@@ -63,16 +64,20 @@ MappingInfo mapping_at(const void* p) {
 // Values of every dtype, with negatives, fractions and extremes where the dtype has them.
 Tensor sample(DType dtype, const Shape& shape = {2, 3}) {
   std::vector<float> v;
-  if (dtype == kBool) v = {1, 0, 0, 1, 1, 0};
-  else if (dtype == kUInt8) v = {0, 1, 2, 3, 128, 255};
-  else if (is_integral(dtype)) v = {-3, 0, 1, 2, 100, -128};
-  else v = {-1.5f, 0, 0.25f, 2, 3.5f, 1000};
+  if (dtype == kBool)
+    v = {1, 0, 0, 1, 1, 0};
+  else if (dtype == kUInt8)
+    v = {0, 1, 2, 3, 128, 255};
+  else if (is_integral(dtype))
+    v = {-3, 0, 1, 2, 100, -128};
+  else
+    v = {-1.5f, 0, 0.25f, 2, 3.5f, 1000};
   v.resize(static_cast<size_t>(shape_numel(shape)), 7);
   return from_vector<float>(v, shape).to(dtype);
 }
 
-constexpr DType kAllDTypes[] = {kBool,    kUInt8,    kInt8,    kInt16,   kInt32,
-                                kInt64,   kFloat16,  kBFloat16, kFloat32, kFloat64};
+constexpr DType kAllDTypes[] = {kBool,  kUInt8,   kInt8,     kInt16,   kInt32,
+                                kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
 
 void expect_same_tensor(const Tensor& got, const Tensor& want, const std::string& name) {
   EXPECT_EQ(got.dtype(), want.dtype()) << name;
@@ -172,7 +177,12 @@ TEST_F(Safetensors, WritesTheHeaderAndLayoutOfTheFormat) {
       R"("c":{"dtype":"U8","shape":[1],"data_offsets":[16,17]},)"
       R"("a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})";
   const std::string padded = json + std::string((8 - json.size() % 8) % 8, ' ');
-  const std::string data("\x07\0\0\0\0\0\0\0" "\0\0\x80\x3f" "\0\0\0\x40" "\x09", 17);
+  const std::string data(
+      "\x07\0\0\0\0\0\0\0"
+      "\0\0\x80\x3f"
+      "\0\0\0\x40"
+      "\x09",
+      17);
   EXPECT_EQ(read_file(path("exact.safetensors")), file_bytes(padded, data));
 }
 
@@ -229,9 +239,14 @@ TEST_F(Safetensors, ReadsAHandWrittenFileWithAnUnalignedHeader) {
       R"("step":{"dtype":"I64","shape":[],"data_offsets":[16,24]}})";
   json += (json.size() % 2 ? "  " : "   ");  // an odd buffer start misaligns every dtype
   ASSERT_EQ((8 + json.size()) % 2, 1u);
-  const std::string data("\0\0\xc0\x3f" "\0\0\0\xc0" "\0\0\x80\x3e"  // 1.5f, -2.0f, 0.25f
-                         "\0\x3c" "\0\xc0"                           // half 1.0, -2.0
-                         "\x2a\0\0\0\0\0\0\0", 24);                  // int64 42
+  const std::string data(
+      "\0\0\xc0\x3f"
+      "\0\0\0\xc0"
+      "\0\0\x80\x3e"  // 1.5f, -2.0f, 0.25f
+      "\0\x3c"
+      "\0\xc0"  // half 1.0, -2.0
+      "\x2a\0\0\0\0\0\0\0",
+      24);  // int64 42
   write_file(path("pt.safetensors"), file_bytes(json, data));
 
   const StateDict sd = load_safetensors(path("pt.safetensors"));
@@ -274,8 +289,7 @@ TEST_F(Safetensors, FileGivesNamesInfoAndSingleTensors) {
   EXPECT_EQ(info.shape, (Shape{3, 2}));
   EXPECT_EQ(info.nbytes, 12u);
   expect_same_tensor(f.get("fc.bias"), sd.at("fc.bias"), "fc.bias");
-  expect_error_with<ValueError>([&] { f.get("fc.gamma"); },
-                                {path("lazy.safetensors"), "fc.gamma"});
+  expect_error_with<ValueError>([&] { f.get("fc.gamma"); }, {path("lazy.safetensors"), "fc.gamma"});
   expect_error_with<ValueError>([&] { f.info("x"); }, {path("lazy.safetensors"), "'x'"});
 }
 
@@ -360,8 +374,11 @@ TEST_F(Safetensors, SaveRejectsTensorsItCannotWrite) {
   expect_error_with<ValueError>([&] { save_safetensors(p, bad_name); }, {p, "UTF-8"});
   StateDict ok;
   ok.set("w", sample(kFloat32));
-  expect_error_with<ValueError>([&] { save_safetensors(p, ok, {{"k", "\xc0\x80"}}); },
-                                {p, "metadata value", "UTF-8"});
+  expect_error_with<ValueError>(
+      [&] {
+        save_safetensors(p, ok, {{"k", "\xc0\x80"}});
+      },
+      {p, "metadata value", "UTF-8"});
   EXPECT_TRUE(dir_entries().empty());
 }
 
@@ -396,43 +413,74 @@ std::vector<Malformed> malformed_files() {
       {"trailing garbage", file_bytes("{} x"), {"not valid JSON"}},
       {"not an object", file_bytes("[1,2]"), {"is an array, not a JSON object"}},
       {"entry not an object", file_bytes(R"({"w":[1]})"), {"'w'", "an array, expected an object"}},
-      {"missing dtype", file_bytes(entry(R"("shape":[],"data_offsets":[0,0])")), {"'w'", "'dtype' is missing"}},
-      {"missing shape", file_bytes(entry(R"("dtype":"F32","data_offsets":[0,0])")), {"'w'", "'shape' is missing"}},
+      {"missing dtype",
+       file_bytes(entry(R"("shape":[],"data_offsets":[0,0])")),
+       {"'w'", "'dtype' is missing"}},
+      {"missing shape",
+       file_bytes(entry(R"("dtype":"F32","data_offsets":[0,0])")),
+       {"'w'", "'shape' is missing"}},
       {"missing offsets", file_bytes(entry(f32x2)), {"'w'", "'data_offsets' is missing"}},
       {"dtype not a string", file_bytes(entry(R"("dtype":7)")), {"'w'", "dtype is the number 7"}},
       {"shape not an array", file_bytes(entry(R"("shape":"2")")), {"'w'", "shape is a string"}},
-      {"offsets not an array", file_bytes(entry(R"("data_offsets":{})")), {"'w'", "data_offsets is an object"}},
+      {"offsets not an array",
+       file_bytes(entry(R"("data_offsets":{})")),
+       {"'w'", "data_offsets is an object"}},
       {"unknown dtype", file_bytes(entry(R"("dtype":"X9")")), {"'w'", "'X9' is unknown"}},
-      {"unsupported dtype", file_bytes(entry(R"("dtype":"F8_E4M3")")), {"'w'", "'F8_E4M3' is not supported"}},
+      {"unsupported dtype",
+       file_bytes(entry(R"("dtype":"F8_E4M3")")),
+       {"'w'", "'F8_E4M3' is not supported"}},
       {"negative dim", file_bytes(entry(R"("shape":[2,-3])")), {"'w'", "negative number -3"}},
       {"fractional dim", file_bytes(entry(R"("shape":[2.5])")), {"'w'", "non-integer number 2.5"}},
       {"nested dim", file_bytes(entry(R"("shape":[[2]])")), {"'w'", "shape holds an array"}},
       {"overflowing shape",
        file_bytes(entry(R"("dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0])")),
        {"'w'", "more elements than fit"}},
-      {"one offset", file_bytes(entry(f32x2 + R"(,"data_offsets":[0])")), {"'w'", "data_offsets has 1 value, expected [begin, end]"}},
-      {"three offsets", file_bytes(entry(f32x2 + R"(,"data_offsets":[0,8,8])")), {"'w'", "more than 2 values"}},
-      {"negative offset", file_bytes(entry(f32x2 + R"(,"data_offsets":[-8,0])")), {"'w'", "data_offsets holds the negative"}},
-      {"end before begin", file_bytes(entry(f32x2 + R"(,"data_offsets":[8,0])"), eight), {"'w'", "[8, 0] end before"}},
-      {"end past the buffer", file_bytes(entry(f32x2 + R"(,"data_offsets":[4,12])"), eight),
+      {"one offset",
+       file_bytes(entry(f32x2 + R"(,"data_offsets":[0])")),
+       {"'w'", "data_offsets has 1 value, expected [begin, end]"}},
+      {"three offsets",
+       file_bytes(entry(f32x2 + R"(,"data_offsets":[0,8,8])")),
+       {"'w'", "more than 2 values"}},
+      {"negative offset",
+       file_bytes(entry(f32x2 + R"(,"data_offsets":[-8,0])")),
+       {"'w'", "data_offsets holds the negative"}},
+      {"end before begin",
+       file_bytes(entry(f32x2 + R"(,"data_offsets":[8,0])"), eight),
+       {"'w'", "[8, 0] end before"}},
+      {"end past the buffer",
+       file_bytes(entry(f32x2 + R"(,"data_offsets":[4,12])"), eight),
        {"'w'", "[4, 12] run past the data buffer of 8 bytes"}},
-      {"byte count mismatch", file_bytes(entry(f32x2 + R"(,"data_offsets":[0,4])"), eight),
+      {"byte count mismatch",
+       file_bytes(entry(f32x2 + R"(,"data_offsets":[0,4])"), eight),
        {"'w'", "hold 4 bytes, but shape [2] of F32 needs 8"}},
       {"overlap",
        file_bytes(R"({"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
-                  R"("b":{"dtype":"I16","shape":[2],"data_offsets":[6,10]}})", eight + "ab"),
+                  R"("b":{"dtype":"I16","shape":[2],"data_offsets":[6,10]}})",
+                  eight + "ab"),
        {"'a' [0, 8] and 'b' [6, 10] overlap"}},
-      {"metadata not an object", file_bytes(R"({"__metadata__":"x"})"), {"__metadata__ is a string"}},
-      {"metadata not strings", file_bytes(R"({"__metadata__":{"epoch":3}})"),
+      {"metadata not an object",
+       file_bytes(R"({"__metadata__":"x"})"),
+       {"__metadata__ is a string"}},
+      {"metadata not strings",
+       file_bytes(R"({"__metadata__":{"epoch":3}})"),
        {"__metadata__ value of key 'epoch' is the number 3"}},
-      {"duplicate metadata key", file_bytes(R"({"__metadata__":{"k":"a","k":"b"}})"), {"key 'k' twice"}},
-      {"duplicate tensor", file_bytes(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"w":{}})"), {"tensor 'w' appears twice"}},
-      {"duplicate entry key", file_bytes(entry(R"("dtype":"F32","dtype":"F32")")), {"'w'", "key 'dtype' appears twice"}},
+      {"duplicate metadata key",
+       file_bytes(R"({"__metadata__":{"k":"a","k":"b"}})"),
+       {"key 'k' twice"}},
+      {"duplicate tensor",
+       file_bytes(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"w":{}})"),
+       {"tensor 'w' appears twice"}},
+      {"duplicate entry key",
+       file_bytes(entry(R"("dtype":"F32","dtype":"F32")")),
+       {"'w'", "key 'dtype' appears twice"}},
       {"deep arrays", file_bytes(deep("[", "]", 100000)), {"is an array, not a JSON object"}},
       {"deep objects", file_bytes(deep("{\"a\":", "}", 100000)), {"nests JSON deeper than 32"}},
-      {"deep unknown key", file_bytes(entry(R"("x":)" + deep("[", "]", 100000))), {"deeper than 32"}},
+      {"deep unknown key",
+       file_bytes(entry(R"("x":)" + deep("[", "]", 100000))),
+       {"deeper than 32"}},
       {"BOOL byte not 0 or 1",
-       file_bytes(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x01\x00\x02", 3)),
+       file_bytes(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
+                  std::string("\x01\x00\x02", 3)),
        {"'m'", "BOOL element 2 is the byte 2, expected 0 or 1"}},
   };
 }
