@@ -50,16 +50,18 @@ const CaseRegistration kScatterAdd([](CaseList& c) {
   add(
       c, "scatter_add/transposed_empty_and_0dim", {OpId::scatter_add}, kNumericTypes,
       [](DType t, Generator& g) {
-        return TensorList{uniform_transposed({6, 9}, t, g), indices(6, {5, 9}, g),
-                          uniform_transposed({7, 9}, t, g), uniform({}, t, g),
-                          zeros({}, {.dtype = kInt64}),     uniform({}, t, g),
+        return TensorList{uniform_transposed({6, 9}, t, g),
+                          indices(6, {5, 9}, g),
+                          uniform_transposed({7, 9}, t, g),
+                          uniform({}, t, g),
+                          zeros({}, {.dtype = kInt64}),
+                          uniform({}, t, g),
                           indices(6, {0, 9}, g)};
       },
       [](TensorList& in) {
         return TensorList{scatter_add(in[0], 0, in[1], in[2]),
                           scatter_add(in[0], 1, in[1].t().slice(0, 0, 6), in[2].t()),
-                          scatter_add(in[3], 0, in[4], in[5]),
-                          scatter_add(in[0], 0, in[6], in[2])};
+                          scatter_add(in[3], 0, in[4], in[5]), scatter_add(in[0], 0, in[6], in[2])};
       });
   add(
       c, "scatter_add_/in_place", {OpId::scatter_add}, kNumericTypes,
@@ -81,8 +83,7 @@ const CaseRegistration kScatterAdd([](CaseList& c) {
                           uniform({300, 150}, t, g), indices(300, {250, 200}, g)};
       },
       [](TensorList& in) {
-        return TensorList{scatter_add(in[0], 1, in[1], in[2]),
-                          scatter_add(in[0], 0, in[3], in[0])};
+        return TensorList{scatter_add(in[0], 1, in[1], in[2]), scatter_add(in[0], 0, in[3], in[0])};
       });
 });
 
@@ -214,9 +215,9 @@ struct AdaptiveCase {
 
 const CaseRegistration kAdaptive([](CaseList& c) {
   const std::vector<AdaptiveCase> list = {
-      {"global", {2, 3, 7, 5}, {1, 1}},         {"overlapping", {2, 3, 10, 7}, {4, 3}},
-      {"upsampling", {1, 2, 3, 2}, {5, 7}},      {"unbatched", {3, 9, 8}, {2, 5}},
-      {"empty_output", {2, 3, 4, 4}, {0, 2}},    {"transposed", {2, 3, 6, 7}, {3, 4}, true},
+      {"global", {2, 3, 7, 5}, {1, 1}},       {"overlapping", {2, 3, 10, 7}, {4, 3}},
+      {"upsampling", {1, 2, 3, 2}, {5, 7}},   {"unbatched", {3, 9, 8}, {2, 5}},
+      {"empty_output", {2, 3, 4, 4}, {0, 2}}, {"transposed", {2, 3, 6, 7}, {3, 4}, true},
       {"large", {8, 64, 14, 14}, {3, 3}},
   };
   for (const auto& s : list) {

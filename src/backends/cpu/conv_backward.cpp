@@ -178,9 +178,8 @@ void backward_weight_f64(const ConvGeometry& g, const double* gy, const double* 
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const double* image = x + (n * g.c + grp * cg) * g.h * g.w;
-      for_each_patch_row(g, cg, [&](int64_t at, int64_t pixel) {
-        col[at] = pixel >= 0 ? image[pixel] : 0.0;
-      });
+      for_each_patch_row(
+          g, cg, [&](int64_t at, int64_t pixel) { col[at] = pixel >= 0 ? image[pixel] : 0.0; });
       // gw_group += gy_group @ col^T.
       gemm_f64({gy + (n * g.o + grp * og) * spatial, og, spatial, spatial, 1},
                {col.data(), spatial, depth, 1, spatial}, gw + grp * og * depth, depth, 1.0, 1.0);

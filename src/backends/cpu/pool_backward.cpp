@@ -117,7 +117,7 @@ void avg_pool_backward(const KernelCall& call) {
         const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w1, p.w);
         const int64_t count = std::max<int64_t>(he - hb, 0) * std::max<int64_t>(we - wb, 0);
         if (count == 0) continue;
-        const int64_t div = has_divisor ? divisor
+        const int64_t div = has_divisor         ? divisor
                             : count_include_pad ? (h1 - h0) * (w1 - w0)
                                                 : count;
         const C share = C(grad[oh * p.ow + ow]) / C(div);

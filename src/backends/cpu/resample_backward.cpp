@@ -62,18 +62,19 @@ void nearest_backward(const Tensor& gy, const Tensor& gx) {
   const int64_t in_plane = s.in[0] * s.in[1] * s.in[2];
   const int64_t out_plane = s.out[0] * s.out[1] * s.out[2];
   const T* g = gy.data<T>();
-  for_each_plane_accumulator<T>(
-      gx.size(0) * gx.size(1), in_plane, out_plane + in_plane, gx.data<T>(),
-      [&](int64_t plane, C* acc) {
-        const T* grad = g + plane * out_plane;
-        for (int64_t od = 0; od < s.out[0]; ++od) {
-          for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-            C* row = acc + (tables[0][od] * s.in[1] + tables[1][oh]) * s.in[2];
-            const T* gr = grad + (od * s.out[1] + oh) * s.out[2];
-            for (int64_t ow = 0; ow < s.out[2]; ++ow) row[tables[2][ow]] += C(gr[ow]);
-          }
-        }
-      });
+  for_each_plane_accumulator<T>(gx.size(0) * gx.size(1), in_plane, out_plane + in_plane,
+                                gx.data<T>(), [&](int64_t plane, C* acc) {
+                                  const T* grad = g + plane * out_plane;
+                                  for (int64_t od = 0; od < s.out[0]; ++od) {
+                                    for (int64_t oh = 0; oh < s.out[1]; ++oh) {
+                                      C* row =
+                                          acc + (tables[0][od] * s.in[1] + tables[1][oh]) * s.in[2];
+                                      const T* gr = grad + (od * s.out[1] + oh) * s.out[2];
+                                      for (int64_t ow = 0; ow < s.out[2]; ++ow)
+                                        row[tables[2][ow]] += C(gr[ow]);
+                                    }
+                                  }
+                                });
 }
 
 // The two source indices and the weight of the second, per output index.
@@ -97,23 +98,23 @@ void bilinear_backward(const Tensor& gy, const Tensor& gx, bool align_corners) {
   const int64_t in_h = gx.size(2), in_w = gx.size(3), out_h = gy.size(2), out_w = gy.size(3);
   const LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
   const T* g = gy.data<T>();
-  for_each_plane_accumulator<T>(
-      gx.size(0) * gx.size(1), in_h * in_w, 4 * out_h * out_w + in_h * in_w, gx.data<T>(),
-      [&](int64_t plane, C* acc) {
-        const T* grad = g + plane * out_h * out_w;
-        for (int64_t oh = 0; oh < out_h; ++oh) {
-          C* top = acc + th.lo[oh] * in_w;
-          C* bottom = acc + th.hi[oh] * in_w;
-          const C fh = th.frac[oh];
-          for (int64_t ow = 0; ow < out_w; ++ow) {
-            const C v = C(grad[oh * out_w + ow]), fw = tw.frac[ow];
-            top[tw.lo[ow]] += v * (1 - fh) * (1 - fw);
-            top[tw.hi[ow]] += v * (1 - fh) * fw;
-            bottom[tw.lo[ow]] += v * fh * (1 - fw);
-            bottom[tw.hi[ow]] += v * fh * fw;
-          }
-        }
-      });
+  for_each_plane_accumulator<T>(gx.size(0) * gx.size(1), in_h * in_w,
+                                4 * out_h * out_w + in_h * in_w, gx.data<T>(),
+                                [&](int64_t plane, C* acc) {
+                                  const T* grad = g + plane * out_h * out_w;
+                                  for (int64_t oh = 0; oh < out_h; ++oh) {
+                                    C* top = acc + th.lo[oh] * in_w;
+                                    C* bottom = acc + th.hi[oh] * in_w;
+                                    const C fh = th.frac[oh];
+                                    for (int64_t ow = 0; ow < out_w; ++ow) {
+                                      const C v = C(grad[oh * out_w + ow]), fw = tw.frac[ow];
+                                      top[tw.lo[ow]] += v * (1 - fh) * (1 - fw);
+                                      top[tw.hi[ow]] += v * (1 - fh) * fw;
+                                      bottom[tw.lo[ow]] += v * fh * (1 - fw);
+                                      bottom[tw.hi[ow]] += v * fh * fw;
+                                    }
+                                  }
+                                });
 }
 
 void interpolate_backward(const KernelCall& c) {
@@ -199,7 +200,8 @@ void pad_backward(const Tensor& gy, const Tensor& gx, const KernelCall& c) {
       for (int64_t base : sources) {
         const T* gr = g + base;
         for (int64_t i = 0; i < width; ++i)
-          for (int64_t e = last.begin[i]; e < last.begin[i + 1]; ++e) acc[i] += C(gr[last.entries[e]]);
+          for (int64_t e = last.begin[i]; e < last.begin[i + 1]; ++e)
+            acc[i] += C(gr[last.entries[e]]);
       }
       for (int64_t i = 0; i < width; ++i) dst[r * width + i] = static_cast<T>(acc[i]);
     }

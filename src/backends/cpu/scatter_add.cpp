@@ -21,8 +21,8 @@ void check_indices(const Tensor& index, int64_t dim, int64_t size) {
   const int64_t* v = index.data<int64_t>();
   for (int64_t i = 0; i < index.numel(); ++i) {
     if (v[i] < 0 || v[i] >= size) {
-      throw IndexError(detail::str_cat("scatter_add: index ", v[i], " is out of range for dim ", dim,
-                                       " of size ", size));
+      throw IndexError(detail::str_cat("scatter_add: index ", v[i], " is out of range for dim ",
+                                       dim, " of size ", size));
     }
   }
 }

@@ -83,7 +83,8 @@ void for_each_conv_term(const ConvGeometry& g, F f) {
                 if (iw < 0 || iw >= g.w) continue;
                 const int64_t channel = (o / og) * cg + ci;
                 f(((n * g.o + o) * g.oh + oh) * g.ow + ow,
-                  ((n * g.c + channel) * g.h + ih) * g.w + iw, ((o * cg + ci) * g.kh + kh) * g.kw + kw);
+                  ((n * g.c + channel) * g.h + ih) * g.w + iw,
+                  ((o * cg + ci) * g.kh + kh) * g.kw + kw);
               }
             }
 }
@@ -173,7 +174,7 @@ void avg_pool_backward_kernel(const KernelCall& c) {
         const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w1, pl.w);
         const int64_t count = std::max<int64_t>(he - hb, 0) * std::max<int64_t>(we - wb, 0);
         if (count == 0) continue;
-        const int64_t divisor = c.attrs.has(6)       ? c.attrs.i(6)
+        const int64_t divisor = c.attrs.has(6)      ? c.attrs.i(6)
                                 : count_include_pad ? (h1 - h0) * (w1 - w0)
                                                     : count;
         const double share = gv[flat] / static_cast<double>(divisor);
@@ -224,7 +225,8 @@ void interpolate_backward_kernel(const KernelCall& c) {
     const double g = gv[flat++];
     Index src = o;
     if (!bilinear) {
-      for (size_t d = 2; d < out.size(); ++d) src[d] = resample::nearest_source(o[d], in[d], out[d]);
+      for (size_t d = 2; d < out.size(); ++d)
+        src[d] = resample::nearest_source(o[d], in[d], out[d]);
       gx[flat_index(in, src)] += g;
       return;
     }

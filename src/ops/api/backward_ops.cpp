@@ -26,9 +26,9 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size,
                            bool ceil_mode, bool count_include_pad,
                            std::optional<int64_t> divisor_override) {
   AttrValue divisor = divisor_override ? AttrValue(*divisor_override) : AttrValue(std::monostate{});
-  return dispatch1(OpId::avg_pool2d_backward, {grad_output},
-                   {input_size, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                    std::move(divisor)});
+  return dispatch1(
+      OpId::avg_pool2d_backward, {grad_output},
+      {input_size, kernel_size, stride, padding, ceil_mode, count_include_pad, std::move(divisor)});
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_size) {

@@ -94,8 +94,7 @@ void infer_conv_backward_weight(ShapeCtx& ctx) {
              grad.dtype(), " but input has ", input.dtype());
   const OpId op = conv_op(ctx, static_cast<int64_t>(weight_size.size()));
   Attrs forward = attrs_from(ctx.attrs, 1);
-  const TensorMeta out =
-      forward_output(ctx, op, {input, meta_like(weight_size, grad)}, forward);
+  const TensorMeta out = forward_output(ctx, op, {input, meta_like(weight_size, grad)}, forward);
   copy_back(ctx.attrs, 1, forward);
   check_grad_output(ctx, out, "weight_size");
   ctx.add_output(weight_size, grad.dtype(), ctx.common_device());
@@ -125,8 +124,8 @@ void infer_adaptive_avg_pool2d_backward(ShapeCtx& ctx) {
   KILN_CHECK(grad.dim() >= 2, ShapeError, ctx.name(),
              ": grad_output must have at least 2 dims, got ", grad.sizes());
   Attrs forward{Shape(grad.sizes().end() - 2, grad.sizes().end())};
-  const TensorMeta out = forward_output(ctx, OpId::adaptive_avg_pool2d,
-                                        {meta_like(ctx.attrs.ints(0), grad)}, forward);
+  const TensorMeta out =
+      forward_output(ctx, OpId::adaptive_avg_pool2d, {meta_like(ctx.attrs.ints(0), grad)}, forward);
   check_grad_output(ctx, out, "input_size");
   ctx.add_output(ctx.attrs.ints(0), grad.dtype(), ctx.common_device());
 }
