@@ -1,9 +1,11 @@
 // CPU kernels of the convolution gradients. float32 runs oneDNN's backward-data
-// and backward-weights primitives on the plain NCHW/OIHW layouts the forward
-// uses (cached per geometry); float64 is im2col/col2im around our float64 GEMM;
-// the 16-bit floats convert to float32 around oneDNN.
+// and backward-weights primitives (cached per geometry) in the layouts oneDNN
+// prefers, reordering from and to kiln's NCHW/OIHW tensors; float64 is
+// im2col/col2im around our float64 GEMM; the 16-bit floats convert to float32.
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/conv_geometry.h"
@@ -22,15 +24,18 @@ struct ConvDescs {
   dnnl::memory::desc src, weights, dst;
 };
 
-ConvDescs conv_descs(const ConvGeometry& g) {
+// The user's plain layouts (NCHW, OIHW or GOIHW) or, with `any`, free for oneDNN to choose.
+ConvDescs conv_descs(const ConvGeometry& g, bool any) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
-  return {memory::desc({g.n, g.c, g.h, g.w}, f32, tag::nchw),
-          g.groups == 1 ? memory::desc({g.o, g.c, g.kh, g.kw}, f32, tag::oihw)
-                        : memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
-                                       tag::goihw),
-          memory::desc({g.n, g.o, g.oh, g.ow}, f32, tag::nchw)};
+  const bool grouped = g.groups > 1;
+  const memory::dims weights =
+      grouped ? memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}
+              : memory::dims{g.o, g.c, g.kh, g.kw};
+  return {memory::desc({g.n, g.c, g.h, g.w}, f32, any ? tag::any : tag::nchw),
+          memory::desc(weights, f32, any ? tag::any : (grouped ? tag::goihw : tag::oihw)),
+          memory::desc({g.n, g.o, g.oh, g.ow}, f32, any ? tag::any : tag::nchw)};
 }
 
 // The forward primitive descriptor oneDNN wants as a hint for both backward ones.
@@ -42,57 +47,100 @@ dnnl::convolution_forward::primitive_desc forward_hint(const ConvGeometry& g, co
   return {desc, onednn_default_attr(), onednn_engine()};
 }
 
-struct BackwardDataPrimitive {
-  dnnl::convolution_backward_data primitive;
-  ConvDescs descs;
+// One tensor argument of a primitive: the user's plain layout, the layout the
+// primitive chose, and the reorder between them when they differ (plain to
+// chosen for an input, chosen to plain for the output).
+struct Operand {
+  int arg;
+  dnnl::memory::desc plain, chosen;
+  std::optional<dnnl::reorder> reorder;
+};
+
+Operand make_operand(int arg, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen,
+                     bool is_output) {
+  Operand op{arg, plain, chosen, std::nullopt};
+  if (plain != chosen) {
+    const dnnl::engine& engine = onednn_engine();
+    op.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, is_output ? chosen : plain,
+                                                             engine, is_output ? plain : chosen));
+  }
+  return op;
+}
+
+// A backward-data or backward-weights primitive with its two inputs and its output.
+struct BackwardPrimitive {
+  dnnl::primitive primitive;
+  Operand in0, in1, out;
   dnnl::memory::desc scratchpad;
 };
 
-struct BackwardWeightsPrimitive {
-  dnnl::convolution_backward_weights primitive;
-  ConvDescs descs;
-  dnnl::memory::desc scratchpad;
-};
-
-BackwardDataPrimitive make_backward_data(const ConvGeometry& g) {
-  const ConvDescs m = conv_descs(g);
+// oneDNN picks the layouts (blocked ones run its direct JIT kernels, several
+// times faster than the GEMM path it takes on plain layouts for backward-weights);
+// the operands reorder from and to kiln's contiguous tensors around the call.
+BackwardPrimitive make_backward_data(const ConvGeometry& g) {
+  const ConvDescs plain = conv_descs(g, false), any = conv_descs(g, true);
   const dnnl::convolution_backward_data::desc desc(
-      dnnl::algorithm::convolution_direct, m.src, m.weights, m.dst, {g.sh, g.sw},
+      dnnl::algorithm::convolution_direct, any.src, any.weights, any.dst, {g.sh, g.sw},
       {g.dh - 1, g.dw - 1}, {g.ph0, g.pw0}, {g.ph1, g.pw1});
   const dnnl::convolution_backward_data::primitive_desc pd(desc, onednn_default_attr(),
-                                                           onednn_engine(), forward_hint(g, m));
-  return {dnnl::convolution_backward_data(pd), m, pd.scratchpad_desc()};
+                                                           onednn_engine(), forward_hint(g, any));
+  return {dnnl::convolution_backward_data(pd),
+          make_operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false),
+          make_operand(DNNL_ARG_WEIGHTS, plain.weights, pd.weights_desc(), false),
+          make_operand(DNNL_ARG_DIFF_SRC, plain.src, pd.diff_src_desc(), true),
+          pd.scratchpad_desc()};
 }
 
-BackwardWeightsPrimitive make_backward_weights(const ConvGeometry& g) {
-  const ConvDescs m = conv_descs(g);
+BackwardPrimitive make_backward_weights(const ConvGeometry& g) {
+  const ConvDescs plain = conv_descs(g, false), any = conv_descs(g, true);
   const dnnl::convolution_backward_weights::desc desc(
-      dnnl::algorithm::convolution_direct, m.src, m.weights, m.dst, {g.sh, g.sw},
+      dnnl::algorithm::convolution_direct, any.src, any.weights, any.dst, {g.sh, g.sw},
       {g.dh - 1, g.dw - 1}, {g.ph0, g.pw0}, {g.ph1, g.pw1});
-  const dnnl::convolution_backward_weights::primitive_desc pd(desc, onednn_default_attr(),
-                                                              onednn_engine(), forward_hint(g, m));
-  return {dnnl::convolution_backward_weights(pd), m, pd.scratchpad_desc()};
+  const dnnl::convolution_backward_weights::primitive_desc pd(
+      desc, onednn_default_attr(), onednn_engine(), forward_hint(g, any));
+  return {dnnl::convolution_backward_weights(pd),
+          make_operand(DNNL_ARG_DIFF_DST, plain.dst, pd.diff_dst_desc(), false),
+          make_operand(DNNL_ARG_SRC, plain.src, pd.src_desc(), false),
+          make_operand(DNNL_ARG_DIFF_WEIGHTS, plain.weights, pd.diff_weights_desc(), true),
+          pd.scratchpad_desc()};
 }
 
-OnednnPrimitiveCache<BackwardDataPrimitive>& backward_data_cache() {
-  static OnednnPrimitiveCache<BackwardDataPrimitive> cache;
+// Primitives keyed by ConvGeometry::key(), one registry per direction.
+OnednnPrimitiveCache<BackwardPrimitive>& backward_data_cache() {
+  static OnednnPrimitiveCache<BackwardPrimitive> cache;
   return cache;
 }
 
-OnednnPrimitiveCache<BackwardWeightsPrimitive>& backward_weights_cache() {
-  static OnednnPrimitiveCache<BackwardWeightsPrimitive> cache;
+OnednnPrimitiveCache<BackwardPrimitive>& backward_weights_cache() {
+  static OnednnPrimitiveCache<BackwardPrimitive> cache;
   return cache;
 }
 
-void execute(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory>& args,
-             const dnnl::memory::desc& scratchpad) {
-  const size_t bytes = scratchpad.get_size();
-  if (bytes > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(scratchpad, onednn_engine(), onednn_scratchpad(bytes)));
-  }
+// Runs p on plain float32 buffers, through temporaries in the chosen layouts.
+void run_backward(const BackwardPrimitive& p, const float* in0, const float* in1, float* out) {
+  const dnnl::engine& engine = onednn_engine();
   dnnl::stream& stream = onednn_stream();
-  primitive.execute(stream, args);
+  std::vector<Tensor> temporaries;  // alive until the stream is done with them
+  auto bind = [&](const Operand& op, void* data) {
+    dnnl::memory user(op.plain, engine, data);
+    if (!op.reorder) return std::pair{user, user};
+    const auto floats = static_cast<int64_t>((op.chosen.get_size() + 3) / 4);
+    temporaries.push_back(empty({floats}, {.dtype = kFloat32}));
+    return std::pair{user, dnnl::memory(op.chosen, engine, temporaries.back().data_ptr())};
+  };
+  auto [user0, mem0] = bind(p.in0, const_cast<float*>(in0));
+  auto [user1, mem1] = bind(p.in1, const_cast<float*>(in1));
+  auto [user_out, mem_out] = bind(p.out, out);
+  if (p.in0.reorder) p.in0.reorder->execute(stream, user0, mem0);
+  if (p.in1.reorder) p.in1.reorder->execute(stream, user1, mem1);
+  std::unordered_map<int, dnnl::memory> args{
+      {p.in0.arg, mem0}, {p.in1.arg, mem1}, {p.out.arg, mem_out}};
+  const size_t bytes = p.scratchpad.get_size();
+  if (bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, engine, onednn_scratchpad(bytes)));
+  }
+  p.primitive.execute(stream, args);
+  if (p.out.reorder) p.out.reorder->execute(stream, mem_out, user_out);
   stream.wait();
 }
 
@@ -100,12 +148,7 @@ void execute(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::mem
 void backward_input_f32(const ConvGeometry& g, const float* gy, const float* w, float* gx) {
   try {
     auto p = backward_data_cache().get(g.key(), [&] { return make_backward_data(g); });
-    const dnnl::engine& engine = onednn_engine();
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_DIFF_DST, dnnl::memory(p->descs.dst, engine, const_cast<float*>(gy))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(p->descs.weights, engine, const_cast<float*>(w))},
-        {DNNL_ARG_DIFF_SRC, dnnl::memory(p->descs.src, engine, gx)}};
-    execute(p->primitive, args, p->scratchpad);
+    run_backward(*p, gy, w, gx);
   } catch (const dnnl::error& e) {
     throw Error(detail::str_cat("conv_backward_input: oneDNN convolution failed: ", e.what()));
   }
@@ -115,12 +158,7 @@ void backward_input_f32(const ConvGeometry& g, const float* gy, const float* w, 
 void backward_weight_f32(const ConvGeometry& g, const float* gy, const float* x, float* gw) {
   try {
     auto p = backward_weights_cache().get(g.key(), [&] { return make_backward_weights(g); });
-    const dnnl::engine& engine = onednn_engine();
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_DIFF_DST, dnnl::memory(p->descs.dst, engine, const_cast<float*>(gy))},
-        {DNNL_ARG_SRC, dnnl::memory(p->descs.src, engine, const_cast<float*>(x))},
-        {DNNL_ARG_DIFF_WEIGHTS, dnnl::memory(p->descs.weights, engine, gw)}};
-    execute(p->primitive, args, p->scratchpad);
+    run_backward(*p, gy, x, gw);
   } catch (const dnnl::error& e) {
     throw Error(detail::str_cat("conv_backward_weight: oneDNN convolution failed: ", e.what()));
   }
