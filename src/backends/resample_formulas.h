@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln::backend::resample {
 
@@ -35,5 +36,21 @@ inline double bilinear_source(int64_t o, int64_t in, int64_t out, bool align_cor
       (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
   return std::max(src, 0.0);
 }
+
+// Bilinear weights along one dim: the two source indices of each output index
+// and the weight of the second (the first has 1 - frac).
+template <typename C>
+struct LinearTable {
+  std::vector<int64_t> lo, hi;
+  std::vector<C> frac;
+  LinearTable(int64_t in, int64_t out, bool align_corners) : lo(out), hi(out), frac(out) {
+    for (int64_t o = 0; o < out; ++o) {
+      const double src = bilinear_source(o, in, out, align_corners);
+      lo[o] = static_cast<int64_t>(src);
+      hi[o] = std::min(lo[o] + 1, in - 1);
+      frac[o] = static_cast<C>(src - static_cast<double>(lo[o]));
+    }
+  }
+};
 
 }  // namespace kiln::backend::resample

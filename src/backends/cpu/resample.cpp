@@ -16,7 +16,6 @@ namespace {
 
 using ops::OpId;
 using IndexTable = std::vector<int64_t>;
-using resample::bilinear_source;
 using resample::nearest_source;
 using resample::pad_source;
 
@@ -137,26 +136,11 @@ void nearest(const Tensor& x, Tensor& out) {
   });
 }
 
-// The two source indices and the weight of the second, per output index.
-template <typename C>
-struct LinearTable {
-  IndexTable lo, hi;
-  std::vector<C> frac;
-  LinearTable(int64_t in, int64_t out, bool align_corners) : lo(out), hi(out), frac(out) {
-    for (int64_t o = 0; o < out; ++o) {
-      const double src = bilinear_source(o, in, out, align_corners);
-      lo[o] = static_cast<int64_t>(src);
-      hi[o] = std::min(lo[o] + 1, in - 1);
-      frac[o] = static_cast<C>(src - static_cast<double>(lo[o]));
-    }
-  }
-};
-
 template <typename T>
 void bilinear(const Tensor& x, Tensor& out, bool align_corners) {
   using C = compute_t<T>;
   const int64_t in_h = x.size(2), in_w = x.size(3), out_h = out.size(2), out_w = out.size(3);
-  const LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
+  const resample::LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
   const T* px = x.data<T>();
   T* py = out.data<T>();
   const int64_t rows = out.numel() / out_w;

@@ -77,26 +77,11 @@ void nearest_backward(const Tensor& gy, const Tensor& gx) {
                                 });
 }
 
-// The two source indices and the weight of the second, per output index.
-template <typename C>
-struct LinearTable {
-  IndexTable lo, hi;
-  std::vector<C> frac;
-  LinearTable(int64_t in, int64_t out, bool align_corners) : lo(out), hi(out), frac(out) {
-    for (int64_t o = 0; o < out; ++o) {
-      const double src = resample::bilinear_source(o, in, out, align_corners);
-      lo[o] = static_cast<int64_t>(src);
-      hi[o] = std::min(lo[o] + 1, in - 1);
-      frac[o] = static_cast<C>(src - static_cast<double>(lo[o]));
-    }
-  }
-};
-
 template <typename T>
 void bilinear_backward(const Tensor& gy, const Tensor& gx, bool align_corners) {
   using C = compute_t<T>;
   const int64_t in_h = gx.size(2), in_w = gx.size(3), out_h = gy.size(2), out_w = gy.size(3);
-  const LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
+  const resample::LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
   const T* g = gy.data<T>();
   for_each_plane_accumulator<T>(gx.size(0) * gx.size(1), in_h * in_w,
                                 4 * out_h * out_w + in_h * in_w, gx.data<T>(),
