@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "kiln/kiln.h"
 #include "kiln/ops/conv.h"
@@ -140,6 +141,40 @@ TEST(ConvBackward, AcceptsForwardStyleAttributesAndFloat32) {
       g, from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7, 8}, Shape{1, 1, 3, 3}), {1, 1, 2, 2}, {1}, {0},
       {1}, 1);
   EXPECT_EQ(gw.to_vector<float>(), (std::vector<float>{8, 12, 20, 24}));
+}
+
+TEST(ConvBackward, GivesTheSameFloat32ResultsFromManyThreads) {
+  Generator gen(51);
+  const Tensor x = randn({2, 16, 12, 12}, {}, &gen), w = randn({32, 16, 3, 3}, {}, &gen);
+  const Tensor gy = randn({2, 32, 12, 12}, {}, &gen);
+  const ConvSpec s{x.sizes(), w.sizes(), {1, 1}, {1, 1, 1, 1}, {1, 1}};
+  auto grad_input = [&] {
+    return ops::conv_backward_input(gy, w, s.input, s.stride, s.padding, s.dilation, 1);
+  };
+  auto grad_weight = [&] {
+    return ops::conv_backward_weight(gy, x, s.weight, s.stride, s.padding, s.dilation, 1);
+  };
+  const auto expected_input = grad_input().to_vector<float>();
+  const auto expected_weight = grad_weight().to_vector<float>();
+  std::vector<int> ok(6, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      bool same = true;
+      for (int i = 0; i < 5; ++i) {
+        same = same && grad_input().to_vector<float>() == expected_input;
+        same = same && grad_weight().to_vector<float>() == expected_weight;
+        // Another geometry per thread fills the primitive registries concurrently.
+        const Shape stride = {t + 1, 1};
+        const Tensor y = conv(x, w, {x.sizes(), w.sizes(), stride, {0}, {1, 1}});
+        same = same && ops::conv_backward_weight(y, x, w.sizes(), stride, {0}, {1, 1}, 1).numel() ==
+                           w.numel();
+      }
+      ok[t] = same;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int v : ok) EXPECT_TRUE(v);
 }
 
 TEST(ConvBackward, RejectsAGradientOfTheWrongShape) {
