@@ -79,11 +79,14 @@ const CaseRegistration kScatterAdd([](CaseList& c) {
   add(
       c, "scatter_add/large", {OpId::scatter_add}, kNumericTypes,
       [](DType t, Generator& g) {
-        return TensorList{uniform({300, 200}, t, g), indices(200, {300, 150}, g),
-                          uniform({300, 150}, t, g), indices(300, {250, 200}, g)};
+        return TensorList{uniform({300, 200}, t, g),          indices(200, {300, 150}, g),
+                          uniform({300, 150}, t, g),          indices(300, {250, 200}, g),
+                          uniform({8, 60, 100}, t, g),        indices(60, {8, 70, 99}, g),
+                          uniform_strided({8, 70, 100}, t, g)};
       },
       [](TensorList& in) {
-        return TensorList{scatter_add(in[0], 1, in[1], in[2]), scatter_add(in[0], 0, in[3], in[0])};
+        return TensorList{scatter_add(in[0], 1, in[1], in[2]), scatter_add(in[0], 0, in[3], in[0]),
+                          scatter_add(in[4], 1, in[5], in[6])};
       });
 });
 

@@ -27,7 +27,8 @@ void check_indices(const Tensor& index, int64_t dim, int64_t size) {
   }
 }
 
-// Offsets of line l's first element in index (contiguous), src and out.
+// Offsets in index (contiguous), src and out of the element at coordinates 0
+// in dim and in the last dim, l in row-major order over the other dims.
 struct LineStart {
   int64_t index, src, out;
 };
@@ -35,7 +36,8 @@ struct LineStart {
 LineStart line_start(int64_t l, const Shape& is, const Shape& ist, const Shape& sst,
                      const Shape& ost, int64_t dim) {
   LineStart at{0, 0, 0};
-  for (int64_t d = static_cast<int64_t>(is.size()) - 1; d >= 0; --d) {
+  const int64_t last = static_cast<int64_t>(is.size()) - 1;
+  for (int64_t d = last - 1; d >= 0; --d) {
     if (d == dim) continue;
     const int64_t i = l % is[d];
     l /= is[d];
@@ -46,6 +48,9 @@ LineStart line_start(int64_t l, const Shape& is, const Shape& ist, const Shape& 
   return at;
 }
 
+// A task owns a block of positions of the last dim for one choice of the other
+// coordinates outside dim, and walks dim in its outer loop so that each step
+// reads a contiguous run of index and src (along the last dim, a block is one line).
 template <typename T>
 void scatter_add(const KernelCall& c, const Tensor& index, int64_t dim) {
   using C = compute_t<T>;
@@ -53,23 +58,33 @@ void scatter_add(const KernelCall& c, const Tensor& index, int64_t dim) {
   const Tensor& src = c.in(2);
   const Shape is = sizes_1d(index), ist = strides_1d(index);
   const Shape sst = strides_1d(src), ost = strides_1d(out);
-  const int64_t len = is[dim], lines = index.numel() / len;
+  const int64_t last = static_cast<int64_t>(is.size()) - 1;
+  const bool along_last = dim == last;
+  const int64_t len = is[dim], width = along_last ? 1 : is[last];
+  const int64_t block = std::min<int64_t>(width, 64), blocks = (width + block - 1) / block;
+  const int64_t tasks = index.numel() / (len * width) * blocks;
   const int64_t istep = ist[dim], sstep = sst[dim], ostep = ost[dim];
+  const int64_t ilast = along_last ? 0 : ist[last], slast = along_last ? 0 : sst[last];
+  const int64_t olast = along_last ? 0 : ost[last];
   const int64_t* iv = index.data<int64_t>();
   const T* s = src.data<T>();
   T* o = out.data<T>();
-  parallel_for(lines, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t b, int64_t e) {
-    for (int64_t l = b; l < e; ++l) {
-      const LineStart at = line_start(l, is, ist, sst, ost, dim);
-      const int64_t* v = iv + at.index;
-      const T* sl = s + at.src;
-      T* ol = o + at.out;
-      for (int64_t j = 0; j < len; ++j) {
-        T& dst = ol[v[j * istep] * ostep];
-        dst = static_cast<T>(static_cast<C>(dst) + static_cast<C>(sl[j * sstep]));
-      }
-    }
-  });
+  parallel_for(tasks, std::max<int64_t>(1, kParallelGrain / (len * block)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t t = b; t < e; ++t) {
+                   const LineStart at = line_start(t / blocks, is, ist, sst, ost, dim);
+                   const int64_t j0 = (t % blocks) * block, j1 = std::min(width, j0 + block);
+                   T* ol = o + at.out;
+                   for (int64_t i = 0; i < len; ++i) {
+                     const int64_t* v = iv + at.index + i * istep;
+                     const T* sl = s + at.src + i * sstep;
+                     for (int64_t j = j0; j < j1; ++j) {
+                       T& dst = ol[v[j * ilast] * ostep + j * olast];
+                       dst = static_cast<T>(static_cast<C>(dst) + static_cast<C>(sl[j * slast]));
+                     }
+                   }
+                 }
+               });
 }
 
 void scatter_add_kernel(const KernelCall& c) {
