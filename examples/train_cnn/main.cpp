@@ -24,9 +24,9 @@ struct Cnn : nn::Module {
     register_module("fc", fc);
   }
   Tensor forward(const Tensor& x) {
-    Tensor y = F::max_pool2d(relu(bn1(conv1(x))), {2});
+    Tensor y = max_pool2d(relu(bn1(conv1(x))), {2});
     y = relu(bn2(conv2(y)));
-    return fc(F::adaptive_avg_pool2d(y, {1}).flatten(1));
+    return fc(adaptive_avg_pool2d(y, {1}).flatten(1));
   }
 };
 
