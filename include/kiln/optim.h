@@ -130,6 +130,10 @@ class Optimizer {
  private:
   GroupOptions complete_options(const GroupOptions& given, size_t group_index) const;
   void check_params(const std::vector<Tensor>& params, size_t group_index) const;
+  // The parts of load_state_dict: they check and build, and change nothing.
+  GroupOptions load_group_options(const StateDict& group, size_t group_index) const;
+  ParamState load_param_state(const StateDict& entries, int64_t index, const GroupOptions& options,
+                              const Tensor& param) const;
   ParamGroup& group_at(size_t group, const char* what);
   const ParamGroup& group_at(size_t group, const char* what) const;
 

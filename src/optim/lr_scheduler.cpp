@@ -17,9 +17,8 @@ constexpr std::string_view kSchedulersPrefix = "schedulers.";
 std::vector<double> read_lrs(const StateDict& sd, std::string_view key, size_t groups,
                              const std::string& where) {
   const Tensor& t = sd.at(key);
-  KILN_CHECK(t.dim() == 1 && static_cast<size_t>(t.numel()) == groups, ValueError, where, ": ",
-             key, " has shape ", t.sizes(), ", expected [", groups,
-             "] (one value per parameter group)");
+  KILN_CHECK(t.dim() == 1 && static_cast<size_t>(t.numel()) == groups, ValueError, where, ": ", key,
+             " has shape ", t.sizes(), ", expected [", groups, "] (one value per parameter group)");
   return t.to_vector<double>();
 }
 
@@ -134,8 +133,7 @@ LinearLR::LinearLR(Optimizer& optimizer, LinearLROptions options)
 double LinearLR::lr_at(int64_t epoch, double base_lr) const {
   const double done = static_cast<double>(std::min(epoch, options_.total_iters)) /
                       static_cast<double>(options_.total_iters);
-  return base_lr *
-         (options_.start_factor + (options_.end_factor - options_.start_factor) * done);
+  return base_lr * (options_.start_factor + (options_.end_factor - options_.start_factor) * done);
 }
 
 // --- SequentialLR ------------------------------------------------------------------
@@ -145,8 +143,8 @@ SequentialLR::SequentialLR(Optimizer& optimizer,
                            std::vector<int64_t> milestones)
     : LRScheduler(optimizer, "SequentialLR"), milestones_(std::move(milestones)) {
   KILN_CHECK(!schedulers.empty(), ValueError, "SequentialLR: needs at least one scheduler");
-  KILN_CHECK(milestones_.size() + 1 == schedulers.size(), ValueError, "SequentialLR: ",
-             schedulers.size(), " schedulers need ", schedulers.size() - 1,
+  KILN_CHECK(milestones_.size() + 1 == schedulers.size(), ValueError,
+             "SequentialLR: ", schedulers.size(), " schedulers need ", schedulers.size() - 1,
              " milestones, got ", milestones_.size());
   for (size_t i = 0; i < milestones_.size(); ++i) {
     const int64_t previous = i == 0 ? 0 : milestones_[i - 1];
@@ -205,8 +203,8 @@ std::vector<StateDict> SequentialLR::split_state(const StateDict& sd) const {
     const std::string_view rest = std::string_view(key).substr(kSchedulersPrefix.size());
     const size_t dot = rest.find('.');
     size_t index = 0;
-    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + std::min(dot, rest.size()),
-                                           index);
+    const auto [end, ec] =
+        std::from_chars(rest.data(), rest.data() + std::min(dot, rest.size()), index);
     const bool valid = dot != std::string_view::npos && dot > 0 && ec == std::errc() &&
                        end == rest.data() + dot && index < schedulers_.size();
     KILN_CHECK(valid, ValueError, "SequentialLR.load_state_dict: unexpected key '", key,

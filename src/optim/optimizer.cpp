@@ -83,8 +83,8 @@ GroupOptions Optimizer::complete_options(const GroupOptions& given, size_t group
       std::vector<std::string> known;
       for (const auto& option : defaults_) known.push_back(option.first);
       throw ValueError(detail::str_cat(name_, ": parameter group ", group_index,
-                                       " sets unknown option '", name, "'; known options: ",
-                                       known));
+                                       " sets unknown option '", name,
+                                       "'; known options: ", known));
     }
     it->second = value;
   }

@@ -306,9 +306,9 @@ TEST(Optimizer, StateDictRoundTripResumesBitForBit) {
   expect_resume_matches(
       [](const Tensor& p, bool other) -> Ptr {
         return std::make_unique<optim::SGD>(
-            std::vector<Tensor>{p}, optim::SGDOptions{.lr = other ? 1.0 : 0.1,
-                                                      .momentum = other ? 0.1 : 0.9,
-                                                      .nesterov = !other});
+            std::vector<Tensor>{p},
+            optim::SGDOptions{
+                .lr = other ? 1.0 : 0.1, .momentum = other ? 0.1 : 0.9, .nesterov = !other});
       },
       start64);
   expect_resume_matches(
@@ -321,7 +321,8 @@ TEST(Optimizer, StateDictRoundTripResumesBitForBit) {
   expect_resume_matches(
       [](const Tensor& p, bool other) -> Ptr {
         return std::make_unique<optim::AdamW>(
-            std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 0.1, .weight_decay = other ? 0 : 0.3});
+            std::vector<Tensor>{p},
+            optim::AdamWOptions{.lr = 0.1, .weight_decay = other ? 0 : 0.3});
       },
       start64);
 }
@@ -336,14 +337,28 @@ TEST(Optimizer, StateDictHasPyTorchsLayout) {
   opt.step();
   opt.step();
   const StateDict sd = opt.state_dict();
-  const std::vector<std::string> expected = {
-      "state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq", "state.2.step", "state.2.exp_avg",
-      "state.2.exp_avg_sq", "param_groups.0.lr", "param_groups.0.betas.0",
-      "param_groups.0.betas.1", "param_groups.0.eps", "param_groups.0.weight_decay",
-      "param_groups.0.amsgrad", "param_groups.0.maximize", "param_groups.0.params",
-      "param_groups.1.lr", "param_groups.1.betas.0", "param_groups.1.betas.1",
-      "param_groups.1.eps", "param_groups.1.weight_decay", "param_groups.1.amsgrad",
-      "param_groups.1.maximize", "param_groups.1.params"};
+  const std::vector<std::string> expected = {"state.0.step",
+                                             "state.0.exp_avg",
+                                             "state.0.exp_avg_sq",
+                                             "state.2.step",
+                                             "state.2.exp_avg",
+                                             "state.2.exp_avg_sq",
+                                             "param_groups.0.lr",
+                                             "param_groups.0.betas.0",
+                                             "param_groups.0.betas.1",
+                                             "param_groups.0.eps",
+                                             "param_groups.0.weight_decay",
+                                             "param_groups.0.amsgrad",
+                                             "param_groups.0.maximize",
+                                             "param_groups.0.params",
+                                             "param_groups.1.lr",
+                                             "param_groups.1.betas.0",
+                                             "param_groups.1.betas.1",
+                                             "param_groups.1.eps",
+                                             "param_groups.1.weight_decay",
+                                             "param_groups.1.amsgrad",
+                                             "param_groups.1.maximize",
+                                             "param_groups.1.params"};
   EXPECT_EQ(sd.keys(), expected);
   const Tensor& step = sd.at("state.2.step");
   EXPECT_EQ(step.dim(), 0);
@@ -439,16 +454,24 @@ TEST(Optimizer, RejectsInvalidHyperparametersNamingTheValue) {
       "dampening 0.1");
   expect_error<ValueError>([&] { optim::Adam({p}, {.lr = -1e-3}); }, "Adam", "-0.001");
   expect_error<ValueError>([&] { optim::Adam({p}, {.betas = {1.0, 0.9}}); }, "Adam", "beta1 1");
-  expect_error<ValueError>([&] { optim::Adam({p}, {.betas = {0.9, -0.1}}); }, "Adam",
-                           "beta2 -0.1");
+  expect_error<ValueError>([&] { optim::Adam({p}, {.betas = {0.9, -0.1}}); }, "Adam", "beta2 -0.1");
   expect_error<ValueError>([&] { optim::Adam({p}, {.eps = -1}); }, "Adam", "eps -1");
   expect_error<ValueError>([&] { optim::AdamW({p}, {.weight_decay = -0.01}); }, "AdamW", "-0.01");
-  expect_error<ValueError>([&] { optim::SGD({{.params = {p}, .options = {{"lr", -3}}}}); }, "SGD",
-                           "-3");
-  expect_error<ValueError>([&] { optim::SGD({{.params = {p}, .options = {{"lrr", 1}}}}); }, "SGD",
-                           "'lrr'");
   expect_error<ValueError>(
-      [&] { optim::SGD({{.params = {p}, .options = {{"maximize", 2}}}}); }, "SGD", "maximize");
+      [&] {
+        optim::SGD({{.params = {p}, .options = {{"lr", -3}}}});
+      },
+      "SGD", "-3");
+  expect_error<ValueError>(
+      [&] {
+        optim::SGD({{.params = {p}, .options = {{"lrr", 1}}}});
+      },
+      "SGD", "'lrr'");
+  expect_error<ValueError>(
+      [&] {
+        optim::SGD({{.params = {p}, .options = {{"maximize", 2}}}});
+      },
+      "SGD", "maximize");
   optim::SGD opt({p});
   expect_error<ValueError>([&] { opt.set_lr(0, -1); }, "SGD", "-1");
   expect_error<ValueError>([&] { opt.set_option(0, "betas.0", 0.5); }, "SGD", "betas.0");
@@ -459,13 +482,16 @@ TEST(Optimizer, RejectsInvalidHyperparametersNamingTheValue) {
 TEST(Optimizer, RejectsParametersItCannotOptimize) {
   Tensor p = param({1.0});
   expect_error<ValueError>([&] { optim::SGD(std::vector<Tensor>{}); }, "SGD", "empty");
-  expect_error<DTypeError>(
-      [&] { optim::SGD({from_vector(std::vector<int64_t>{1})}); }, "SGD", "int64");
+  expect_error<DTypeError>([&] { optim::SGD({from_vector(std::vector<int64_t>{1})}); }, "SGD",
+                           "int64");
   expect_error<ValueError>([&] { optim::Adam({p * 2}); }, "Adam", "not a leaf");
   expect_error<ValueError>([&] { optim::Adam({from_vector(Values{1.0})}); }, "Adam",
                            "require grad");
-  expect_error<ValueError>([&] { optim::SGD({{.params = {p}}, {.params = {p}}}); }, "SGD",
-                           "parameter 0 of group 0");
+  expect_error<ValueError>(
+      [&] {
+        optim::SGD({{.params = {p}}, {.params = {p}}});
+      },
+      "SGD", "parameter 0 of group 0");
   optim::SGD opt({p});
   expect_error<ValueError>([&] { opt.add_param_group({.params = {p}}); }, "SGD",
                            "parameter 0 of group 1");
@@ -495,8 +521,13 @@ void expect_lrs(optim::LRScheduler& sched, const std::vector<Values>& expected) 
 TEST(LRScheduler, StepLRMultipliesByGammaEveryStepSizeEpochs) {
   TwoGroups t;
   optim::StepLR sched(t.opt, {.step_size = 2, .gamma = 0.5});
-  expect_lrs(sched, {{0.1, 0.02}, {0.1, 0.02}, {0.05, 0.01}, {0.05, 0.01}, {0.025, 0.005},
-                     {0.025, 0.005}, {0.0125, 0.0025}});
+  expect_lrs(sched, {{0.1, 0.02},
+                     {0.1, 0.02},
+                     {0.05, 0.01},
+                     {0.05, 0.01},
+                     {0.025, 0.005},
+                     {0.025, 0.005},
+                     {0.0125, 0.0025}});
 }
 
 TEST(LRScheduler, CosineAnnealingFollowsTheClosedFormAndRisesAfterTMax) {
@@ -516,8 +547,12 @@ TEST(LRScheduler, LinearLRAppliesTheStartFactorAtConstruction) {
   optim::LinearLR sched(t.opt, {.start_factor = 0.25, .end_factor = 1.0, .total_iters = 4});
   EXPECT_EQ(t.opt.option(0, "initial_lr"), 0.1);
   EXPECT_EQ(t.opt.option(1, "initial_lr"), 0.02);
-  expect_lrs(sched, {{0.025, 0.005}, {0.04375, 0.00875}, {0.0625, 0.0125}, {0.08125, 0.01625},
-                     {0.1, 0.02}, {0.1, 0.02}});
+  expect_lrs(sched, {{0.025, 0.005},
+                     {0.04375, 0.00875},
+                     {0.0625, 0.0125},
+                     {0.08125, 0.01625},
+                     {0.1, 0.02},
+                     {0.1, 0.02}});
   TwoGroups d;
   optim::LinearLR decay(d.opt, {.start_factor = 1.0, .end_factor = 0.5, .total_iters = 2});
   expect_lrs(decay, {{0.1, 0.02}, {0.075, 0.015}, {0.05, 0.01}, {0.05, 0.01}});
@@ -576,14 +611,19 @@ TEST(LRScheduler, RejectsInvalidArguments) {
                            "t_max");
   expect_error<ValueError>([&] { optim::LinearLR(t.opt, {.start_factor = 0}); }, "LinearLR",
                            "start_factor");
-  expect_error<ValueError>([&] { optim::LinearLR(t.opt, {.end_factor = 1.5}); }, "LinearLR",
-                           "1.5");
+  expect_error<ValueError>([&] { optim::LinearLR(t.opt, {.end_factor = 1.5}); }, "LinearLR", "1.5");
   optim::StepLR a(t.opt, {.step_size = 3});
   optim::StepLR b(t.opt, {.step_size = 5});
-  expect_error<ValueError>([&] { optim::SequentialLR(t.opt, {a, b}, {}); }, "SequentialLR",
-                           "2 schedulers need 1 milestones, got 0");
-  expect_error<ValueError>([&] { optim::SequentialLR(t.opt, {a, b, b}, {4, 4}); },
-                           "SequentialLR", "[4, 4]");
+  expect_error<ValueError>(
+      [&] {
+        optim::SequentialLR(t.opt, {a, b}, {});
+      },
+      "SequentialLR", "2 schedulers need 1 milestones, got 0");
+  expect_error<ValueError>(
+      [&] {
+        optim::SequentialLR(t.opt, {a, b, b}, {4, 4});
+      },
+      "SequentialLR", "[4, 4]");
   TwoGroups other;
   expect_error<ValueError>([&] { optim::SequentialLR(other.opt, {a}, {}); }, "SequentialLR",
                            "another optimizer");
@@ -637,8 +677,8 @@ TEST(ClipGradNorm, LeavesGradientsBelowTheMaxAlone) {
 TEST(ClipGradNorm, ReportsNonFiniteNormsWhenAsked) {
   Tensor a = param({0.0, 0.0});
   a.set_grad(from_vector(Values{std::numeric_limits<double>::infinity(), 1.0}));
-  expect_error<ValueError>([&] { optim::clip_grad_norm_({a}, 1.0, 2.0, true); },
-                           "clip_grad_norm_", "inf");
+  expect_error<ValueError>([&] { optim::clip_grad_norm_({a}, 1.0, 2.0, true); }, "clip_grad_norm_",
+                           "inf");
   EXPECT_TRUE(std::isinf(optim::clip_grad_norm_({a}, 1.0)));
   expect_error<ValueError>([&] { optim::clip_grad_norm_({a}, -1.0); }, "clip_grad_norm_", "-1");
 }
