@@ -258,6 +258,16 @@ TEST(Optimizer, ZeroGradDropsOrZeroesGradients) {
   EXPECT_FALSE(a.grad().defined());
 }
 
+TEST(Optimizer, ZeroGradDetachesAGradientThatHasHistory) {
+  Tensor a = param({1.0, 2.0});
+  optim::SGD opt({a});
+  (a * a).sum().backward({}, std::nullopt, /*create_graph=*/true);
+  ASSERT_TRUE(a.grad().requires_grad());
+  opt.zero_grad(/*set_to_none=*/false);
+  EXPECT_FALSE(a.grad().requires_grad());
+  EXPECT_EQ(a.grad().to_vector<double>(), (Values{0.0, 0.0}));
+}
+
 // --- state dicts -------------------------------------------------------------------
 
 // What a safetensors round trip gives: fresh contiguous copies of every tensor.
@@ -635,6 +645,14 @@ TEST(LRScheduler, RejectsInvalidArguments) {
   sd.erase("base_lrs");
   expect_error<ValueError>([&] { a.load_state_dict(sd); }, "StepLR", "base_lrs");
   EXPECT_EQ(a.base_lrs(), (Values{0.1, 0.02}));
+}
+
+TEST(LRScheduler, RejectsAnOptimizerThatGainedGroups) {
+  TwoGroups t;
+  optim::StepLR sched(t.opt, {.step_size = 1});
+  t.opt.add_param_group({.params = {param({0.0})}});
+  expect_error<ValueError>([&] { sched.step(); }, "StepLR", "3 parameter groups");
+  EXPECT_EQ(sched.last_epoch(), 0);
 }
 
 // --- gradient clipping ---------------------------------------------------------------------
