@@ -337,7 +337,8 @@ class LinearLR final : public LRScheduler {
 // so on (torch.optim.lr_scheduler.SequentialLR). The constructor resets every
 // group's lr to its initial_lr, moves every scheduler back one epoch and repeats
 // the initial step of the first only, as PyTorch's does. The schedulers must
-// drive the same optimizer and outlive this one; milestones must increase.
+// drive the same optimizer and outlive this one, and may not be SequentialLRs;
+// milestones must be positive and increasing.
 class SequentialLR final : public LRScheduler {
  public:
   SequentialLR(Optimizer& optimizer, std::vector<std::reference_wrapper<LRScheduler>> schedulers,

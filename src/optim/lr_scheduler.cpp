@@ -155,6 +155,9 @@ SequentialLR::SequentialLR(Optimizer& optimizer,
     LRScheduler& s = schedulers[i].get();
     KILN_CHECK(&s.optimizer() == &optimizer, ValueError, "SequentialLR: scheduler ", i, " (",
                s.name(), ") drives another optimizer than the one given");
+    // A nested one would restart at a milestone without restarting its own schedulers.
+    KILN_CHECK(dynamic_cast<SequentialLR*>(&s) == nullptr, ValueError, "SequentialLR: scheduler ",
+               i, " is a SequentialLR; nesting them is not supported");
     schedulers_.push_back(&s);
   }
   for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer.set_lr(g, base_lrs_[g]);

@@ -634,6 +634,12 @@ TEST(LRScheduler, RejectsInvalidArguments) {
         optim::SequentialLR(t.opt, {a, b, b}, {4, 4});
       },
       "SequentialLR", "[4, 4]");
+  optim::SequentialLR inner(t.opt, {a}, {});
+  expect_error<ValueError>(
+      [&] {
+        optim::SequentialLR(t.opt, {a, inner}, {2});
+      },
+      "SequentialLR", "scheduler 1 is a SequentialLR");
   TwoGroups other;
   expect_error<ValueError>([&] { optim::SequentialLR(other.opt, {a}, {}); }, "SequentialLR",
                            "another optimizer");
