@@ -142,8 +142,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_,
 }
 
 AttentionResult MultiheadAttention::forward(const Tensor& query, const Tensor& key,
-                                            const Tensor& value,
-                                            const AttentionForwardOptions& o) {
+                                            const Tensor& value, const AttentionForwardOptions& o) {
   const Dims d = check_inputs(*this, query, key, value, options_.batch_first);
   // Sequence-first with a batch dim: [L, N, E].
   auto canonical = [&](const Tensor& x) {

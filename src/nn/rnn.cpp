@@ -193,8 +193,10 @@ RNNBase::RNNBase(const char* name, int64_t gates, int64_t input_size, int64_t hi
       const std::string suffix = detail::str_cat("_l", layer, d == 1 ? "_reverse" : "");
       Tensor* slot = &weights_[static_cast<size_t>(layer * directions + d) * kPerDirection];
       const int64_t rows = gates * hidden_size;
-      register_uniform(*this, "weight_ih" + suffix, slot[kWeightIh], {rows, layer_input}, hidden_size);
-      register_uniform(*this, "weight_hh" + suffix, slot[kWeightHh], {rows, hidden_size}, hidden_size);
+      register_uniform(*this, "weight_ih" + suffix, slot[kWeightIh], {rows, layer_input},
+                       hidden_size);
+      register_uniform(*this, "weight_hh" + suffix, slot[kWeightHh], {rows, hidden_size},
+                       hidden_size);
       if (!options.bias) continue;
       register_uniform(*this, "bias_ih" + suffix, slot[kBiasIh], {rows}, hidden_size);
       register_uniform(*this, "bias_hh" + suffix, slot[kBiasHh], {rows}, hidden_size);
@@ -282,7 +284,8 @@ LSTMResult LSTM::forward(const Tensor& input, const LSTMState& initial) {
   const Tensor sequence = sequence_first(input);
   KILN_CHECK(initial.h.defined() == initial.c.defined(), ValueError,
              "LSTM: give both h0 and c0 of the initial state, or neither");
-  const LSTMState start{initial_state(initial.h, input, "h0"), initial_state(initial.c, input, "c0")};
+  const LSTMState start{initial_state(initial.h, input, "h0"),
+                        initial_state(initial.c, input, "c0")};
   Tensor output;
   LSTMState end = run(sequence, start, output);
   if (input.dim() == 2) end = {end.h.squeeze(1), end.c.squeeze(1)};

@@ -2,6 +2,7 @@
 // the output projection written out in plain double loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -45,8 +46,8 @@ struct Reference {
 };
 
 // y [T, N, out] = x [T, N, in] W^T + b with W's rows from w_first and b's from b_first.
-Values project(const Values& x, const Values& w, const Values& b, int64_t T, int64_t N,
-               int64_t in, int64_t out, int64_t w_first, int64_t b_first) {
+Values project(const Values& x, const Values& w, const Values& b, int64_t T, int64_t N, int64_t in,
+               int64_t out, int64_t w_first, int64_t b_first) {
   Values y(static_cast<size_t>(T * N * out));
   for (int64_t t = 0; t < T * N; ++t) {
     for (int64_t o = 0; o < out; ++o) {
@@ -123,17 +124,24 @@ void randomize_biases(nn::MultiheadAttention& m) {
 }
 
 TEST(MultiheadAttention, ListsParametersInPyTorchsOrderAndShapes) {
-  const std::vector<std::pair<std::string, Shape>> packed = {
-      {"in_proj_weight", {24, 8}}, {"in_proj_bias", {24}},
-      {"out_proj.weight", {8, 8}}, {"out_proj.bias", {8}}};
+  const std::vector<std::pair<std::string, Shape>> packed = {{"in_proj_weight", {24, 8}},
+                                                             {"in_proj_bias", {24}},
+                                                             {"out_proj.weight", {8, 8}},
+                                                             {"out_proj.bias", {8}}};
   EXPECT_EQ(names_and_shapes(nn::MultiheadAttention(8, 2)), packed);
   const std::vector<std::pair<std::string, Shape>> separate = {
-      {"q_proj_weight", {8, 8}}, {"k_proj_weight", {8, 3}},  {"v_proj_weight", {8, 5}},
+      {"q_proj_weight", {8, 8}}, {"k_proj_weight", {8, 3}},   {"v_proj_weight", {8, 5}},
       {"in_proj_bias", {24}},    {"out_proj.weight", {8, 8}}, {"out_proj.bias", {8}}};
   EXPECT_EQ(names_and_shapes(nn::MultiheadAttention(8, 2, {.kdim = 3, .vdim = 5})), separate);
   const std::vector<std::pair<std::string, Shape>> no_bias = {{"in_proj_weight", {24, 8}},
                                                               {"out_proj.weight", {8, 8}}};
   EXPECT_EQ(names_and_shapes(nn::MultiheadAttention(8, 4, {.bias = false})), no_bias);
+}
+
+TEST(MultiheadAttention, PrintsItsOutputProjection) {
+  EXPECT_EQ(
+      nn::MultiheadAttention(8, 2).repr(),
+      "MultiheadAttention(\n  (out_proj): Linear(in_features=8, out_features=8, bias=True)\n)");
 }
 
 TEST(MultiheadAttention, StartsWithXavierProjectionsAndZeroBiases) {
@@ -191,8 +199,9 @@ TEST(MultiheadAttention, AppliesBoolMasksWithTrueMeaningBlocked) {
   for (bool need_weights : {true, false}) {
     SCOPED_TRACE(need_weights ? "explicit softmax" : "fused op");
     NoGradGuard no_grad;
-    auto [output, weights] = m(
-        q, k, v, {.key_padding_mask = padding, .need_weights = need_weights, .attn_mask = attn_mask});
+    auto [output, weights] =
+        m(q, k, v,
+          {.key_padding_mask = padding, .need_weights = need_weights, .attn_mask = attn_mask});
     ASSERT_EQ(output.sizes(), (Shape{z.N, z.L, z.E}));
     expect_near(values(output.transpose(0, 1)), want.output);
     if (need_weights) expect_near(values(weights), average_heads(want.weights, z));
@@ -300,32 +309,61 @@ TEST(MultiheadAttention, RejectsInputsOfWrongShape) {
   const Tensor q = randn({3, 2, 4}), k = randn({5, 2, 4}), v = randn({5, 2, 6});
   using testing::expect_error_with;
   expect_error_with<ShapeError>([&] { m(randn({4}), k, v); }, {"MultiheadAttention", "[4]"});
-  expect_error_with<ShapeError>([&] { m(q, randn({5, 4}), v); },
-                                {"MultiheadAttention", "[5, 4]", "[5, 2, 6]"});
-  expect_error_with<ShapeError>([&] { m(randn({3, 2, 5}), k, v); },
-                                {"MultiheadAttention", "query has 5", "embed_dim 4"});
-  expect_error_with<ShapeError>([&] { m(q, randn({5, 2, 3}), v); },
-                                {"MultiheadAttention", "key has 3", "kdim 4"});
-  expect_error_with<ShapeError>([&] { m(q, k, randn({5, 2, 4})); },
-                                {"MultiheadAttention", "value has 4", "vdim 6"});
-  expect_error_with<ShapeError>([&] { m(q, k, randn({6, 2, 6})); },
-                                {"MultiheadAttention", "sequence lengths", "[6, 2, 6]"});
-  expect_error_with<ShapeError>([&] { m(q, randn({5, 3, 4}), randn({5, 3, 6})); },
-                                {"MultiheadAttention", "batch sizes", "[5, 3, 4]"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(q, randn({5, 4}), v);
+      },
+      {"MultiheadAttention", "[5, 4]", "[5, 2, 6]"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(randn({3, 2, 5}), k, v);
+      },
+      {"MultiheadAttention", "query has 5", "embed_dim 4"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(q, randn({5, 2, 3}), v);
+      },
+      {"MultiheadAttention", "key has 3", "kdim 4"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(q, k, randn({5, 2, 4}));
+      },
+      {"MultiheadAttention", "value has 4", "vdim 6"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(q, k, randn({6, 2, 6}));
+      },
+      {"MultiheadAttention", "sequence lengths", "[6, 2, 6]"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(q, randn({5, 3, 4}), randn({5, 3, 6}));
+      },
+      {"MultiheadAttention", "batch sizes", "[5, 3, 4]"});
 }
 
 TEST(MultiheadAttention, RejectsMasksOfWrongShapeOrDType) {
   nn::MultiheadAttention m(4, 2);
   const Tensor x = randn({3, 2, 4});
   using testing::expect_error_with;
-  expect_error_with<ShapeError>([&] { m(x, x, x, {.key_padding_mask = zeros({3, 2})}); },
-                                {"MultiheadAttention", "key_padding_mask", "[2, 3]", "[3, 2]"});
-  expect_error_with<ShapeError>([&] { m(x, x, x, {.attn_mask = zeros({3, 4})}); },
-                                {"MultiheadAttention", "attn_mask", "[3, 3]", "[4, 3, 3]", "[3, 4]"});
-  expect_error_with<ShapeError>([&] { m(x, x, x, {.attn_mask = zeros({2, 3, 3})}); },
-                                {"MultiheadAttention", "attn_mask", "[2, 3, 3]"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(x, x, x, {.key_padding_mask = zeros({3, 2})});
+      },
+      {"MultiheadAttention", "key_padding_mask", "[2, 3]", "[3, 2]"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(x, x, x, {.attn_mask = zeros({3, 4})});
+      },
+      {"MultiheadAttention", "attn_mask", "[3, 3]", "[4, 3, 3]", "[3, 4]"});
+  expect_error_with<ShapeError>(
+      [&] {
+        m(x, x, x, {.attn_mask = zeros({2, 3, 3})});
+      },
+      {"MultiheadAttention", "attn_mask", "[2, 3, 3]"});
   expect_error_with<DTypeError>(
-      [&] { m(x, x, x, {.attn_mask = zeros({3, 3}, {.dtype = kInt64})}); },
+      [&] {
+        m(x, x, x, {.attn_mask = zeros({3, 3}, {.dtype = kInt64})});
+      },
       {"MultiheadAttention", "attn_mask", "int64"});
 }
 

@@ -1,8 +1,10 @@
 // LSTM, GRU and their cells against a per-step reference in plain double loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "kiln/nn/rnn.h"
 #include "kiln/ops/factory.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/state_dict.h"
 
 namespace kiln {
 namespace {
@@ -74,7 +77,9 @@ void ref_step(bool lstm, const RefWeights& w, const double* x, int64_t H, double
   const int64_t gates = lstm ? 4 : 3;
   const Values gx = affine(w.w_ih, w.b_ih, x, w.in, gates * H);
   const Values gh = affine(w.w_hh, w.b_hh, h, H, gates * H);
-  auto at = [&](const Values& v, int64_t gate, int64_t j) { return v[static_cast<size_t>(gate * H + j)]; };
+  auto at = [&](const Values& v, int64_t gate, int64_t j) {
+    return v[static_cast<size_t>(gate * H + j)];
+  };
   for (int64_t j = 0; j < H; ++j) {
     if (lstm) {
       const double i = sigmoid(at(gx, 0, j) + at(gh, 0, j));
@@ -99,8 +104,8 @@ struct RefResult {
 
 // The whole multi-layer, maybe bidirectional network over x [T, B, I] from
 // h0, c0 [L * D, B, H]; a layer whose input is zeroed models dropout with p = 1.
-RefResult ref_network(bool lstm, const nn::Module& m, const nn::RNNOptions& o, int64_t H,
-                      Values x, int64_t T, int64_t B, Values h, Values c,
+RefResult ref_network(bool lstm, const nn::Module& m, const nn::RNNOptions& o, int64_t H, Values x,
+                      int64_t T, int64_t B, Values h, Values c,
                       int64_t zeroed_input_from_layer = -1) {
   const int64_t D = o.bidirectional ? 2 : 1;
   for (int64_t layer = 0; layer < o.num_layers; ++layer) {
@@ -164,7 +169,7 @@ void check_against_reference(const Case& k) {
     auto [out, h] = net(x, state_arg(h0));
     output = out, h_n = h;
   }
-  const Shape out_shape = k.unbatched ? Shape{kT, D * kH}
+  const Shape out_shape = k.unbatched             ? Shape{kT, D * kH}
                           : k.options.batch_first ? Shape{B, kT, D * kH}
                                                   : Shape{kT, B, D * kH};
   const Shape state_shape = k.unbatched ? Shape{L * D, kH} : Shape{L * D, B, kH};
@@ -207,17 +212,50 @@ TEST(GRU, MatchesPerStepReferenceInEveryConfiguration) {
   }
 }
 
+TEST(LSTM, RunsInFloat64AfterConversion) {
+  manual_seed(11);
+  const nn::RNNOptions o{.num_layers = 2, .bidirectional = true};
+  nn::LSTM lstm(kI, kH, o);
+  lstm.to(kFloat64);
+  const Tensor x = randn({kT, kB, kI}, {.dtype = kFloat64});
+  const Tensor h0 = randn({4, kB, kH}, {.dtype = kFloat64});
+  const Tensor c0 = randn({4, kB, kH}, {.dtype = kFloat64});
+  const RefResult want = ref_network(true, lstm, o, kH, values(x), kT, kB, values(h0), values(c0));
+  auto [output, state] = lstm(x, {h0, c0});
+  EXPECT_EQ(output.dtype(), kFloat64);
+  expect_near(values(output), want.output, 1e-12);
+  expect_near(values(state.c), want.c, 1e-12);
+}
+
+TEST(LSTM, LoadsAStateDictUnderPyTorchsNames) {
+  manual_seed(12);
+  nn::LSTM source(kI, kH, {.bidirectional = true});
+  nn::LSTM target(kI, kH, {.bidirectional = true});
+  const StateDict dict = source.state_dict();
+  target.load_state_dict(dict);
+  const Tensor x = randn({kT, kB, kI});
+  expect_near(values(target(x).output), values(source(x).output), 0);
+}
+
 TEST(LSTM, ListsParametersInPyTorchsOrderAndShapes) {
   nn::LSTM lstm(3, 5, {.num_layers = 2, .bidirectional = true});
   const std::vector<std::pair<std::string, Shape>> want = {
-      {"weight_ih_l0", {20, 3}},          {"weight_hh_l0", {20, 5}},
-      {"bias_ih_l0", {20}},               {"bias_hh_l0", {20}},
-      {"weight_ih_l0_reverse", {20, 3}},  {"weight_hh_l0_reverse", {20, 5}},
-      {"bias_ih_l0_reverse", {20}},       {"bias_hh_l0_reverse", {20}},
-      {"weight_ih_l1", {20, 10}},         {"weight_hh_l1", {20, 5}},
-      {"bias_ih_l1", {20}},               {"bias_hh_l1", {20}},
-      {"weight_ih_l1_reverse", {20, 10}}, {"weight_hh_l1_reverse", {20, 5}},
-      {"bias_ih_l1_reverse", {20}},       {"bias_hh_l1_reverse", {20}},
+      {"weight_ih_l0", {20, 3}},
+      {"weight_hh_l0", {20, 5}},
+      {"bias_ih_l0", {20}},
+      {"bias_hh_l0", {20}},
+      {"weight_ih_l0_reverse", {20, 3}},
+      {"weight_hh_l0_reverse", {20, 5}},
+      {"bias_ih_l0_reverse", {20}},
+      {"bias_hh_l0_reverse", {20}},
+      {"weight_ih_l1", {20, 10}},
+      {"weight_hh_l1", {20, 5}},
+      {"bias_ih_l1", {20}},
+      {"bias_hh_l1", {20}},
+      {"weight_ih_l1_reverse", {20, 10}},
+      {"weight_hh_l1_reverse", {20, 5}},
+      {"bias_ih_l1_reverse", {20}},
+      {"bias_hh_l1_reverse", {20}},
   };
   EXPECT_EQ(names_and_shapes(lstm), want);
 }
@@ -225,23 +263,32 @@ TEST(LSTM, ListsParametersInPyTorchsOrderAndShapes) {
 TEST(GRU, ListsParametersInPyTorchsOrderAndShapes) {
   nn::GRU gru(3, 5, {.num_layers = 2, .bidirectional = true});
   const std::vector<std::pair<std::string, Shape>> want = {
-      {"weight_ih_l0", {15, 3}},          {"weight_hh_l0", {15, 5}},
-      {"bias_ih_l0", {15}},               {"bias_hh_l0", {15}},
-      {"weight_ih_l0_reverse", {15, 3}},  {"weight_hh_l0_reverse", {15, 5}},
-      {"bias_ih_l0_reverse", {15}},       {"bias_hh_l0_reverse", {15}},
-      {"weight_ih_l1", {15, 10}},         {"weight_hh_l1", {15, 5}},
-      {"bias_ih_l1", {15}},               {"bias_hh_l1", {15}},
-      {"weight_ih_l1_reverse", {15, 10}}, {"weight_hh_l1_reverse", {15, 5}},
-      {"bias_ih_l1_reverse", {15}},       {"bias_hh_l1_reverse", {15}},
+      {"weight_ih_l0", {15, 3}},
+      {"weight_hh_l0", {15, 5}},
+      {"bias_ih_l0", {15}},
+      {"bias_hh_l0", {15}},
+      {"weight_ih_l0_reverse", {15, 3}},
+      {"weight_hh_l0_reverse", {15, 5}},
+      {"bias_ih_l0_reverse", {15}},
+      {"bias_hh_l0_reverse", {15}},
+      {"weight_ih_l1", {15, 10}},
+      {"weight_hh_l1", {15, 5}},
+      {"bias_ih_l1", {15}},
+      {"bias_hh_l1", {15}},
+      {"weight_ih_l1_reverse", {15, 10}},
+      {"weight_hh_l1_reverse", {15, 5}},
+      {"bias_ih_l1_reverse", {15}},
+      {"bias_hh_l1_reverse", {15}},
   };
   EXPECT_EQ(names_and_shapes(gru), want);
 }
 
 TEST(LSTM, WithoutBiasHasOnlyWeights) {
   nn::LSTM lstm(3, 5, {.num_layers = 2, .bias = false});
-  const std::vector<std::pair<std::string, Shape>> want = {
-      {"weight_ih_l0", {20, 3}}, {"weight_hh_l0", {20, 5}},
-      {"weight_ih_l1", {20, 5}}, {"weight_hh_l1", {20, 5}}};
+  const std::vector<std::pair<std::string, Shape>> want = {{"weight_ih_l0", {20, 3}},
+                                                           {"weight_hh_l0", {20, 5}},
+                                                           {"weight_ih_l1", {20, 5}},
+                                                           {"weight_hh_l1", {20, 5}}};
   EXPECT_EQ(names_and_shapes(lstm), want);
 }
 
@@ -249,8 +296,8 @@ TEST(RNNCells, ListParametersInPyTorchsOrderAndShapes) {
   const std::vector<std::pair<std::string, Shape>> lstm_want = {
       {"weight_ih", {16, 3}}, {"weight_hh", {16, 4}}, {"bias_ih", {16}}, {"bias_hh", {16}}};
   EXPECT_EQ(names_and_shapes(nn::LSTMCell(3, 4)), lstm_want);
-  const std::vector<std::pair<std::string, Shape>> gru_want = {
-      {"weight_ih", {12, 3}}, {"weight_hh", {12, 4}}};
+  const std::vector<std::pair<std::string, Shape>> gru_want = {{"weight_ih", {12, 3}},
+                                                               {"weight_hh", {12, 4}}};
   EXPECT_EQ(names_and_shapes(nn::GRUCell(3, 4, {.bias = false})), gru_want);
 }
 
@@ -388,8 +435,8 @@ TEST(RNNCells, GradientsReachEveryParameterAndTheState) {
   const Tensor h = randn({kB, kH}).requires_grad_();
   const auto next = lstm_cell(x, {h, zeros({kB, kH})});
   (next.h.sum() + next.c.sum() + gru_cell(x, h).sum()).backward();
-  for (const nn::Module* m : {static_cast<const nn::Module*>(&lstm_cell),
-                              static_cast<const nn::Module*>(&gru_cell)}) {
+  for (const nn::Module* m :
+       {static_cast<const nn::Module*>(&lstm_cell), static_cast<const nn::Module*>(&gru_cell)}) {
     for (const auto& [name, p] : m->named_parameters()) {
       SCOPED_TRACE(name);
       ASSERT_TRUE(p.grad().defined());
@@ -403,46 +450,78 @@ TEST(LSTM, RejectsInputOfWrongRankOrFeatureCount) {
   nn::LSTM lstm(4, 3);
   testing::expect_error<ShapeError>([&] { lstm(randn({2, 3, 4, 1})); }, "LSTM", "[2, 3, 4, 1]");
   testing::expect_error<ShapeError>([&] { lstm(randn({4})); }, "LSTM", "[4]");
-  testing::expect_error_with<ShapeError>([&] { lstm(randn({5, 2, 7})); },
-                                         {"LSTM", "7 features", "expected 4"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        lstm(randn({5, 2, 7}));
+      },
+      {"LSTM", "7 features", "expected 4"});
   testing::expect_error<ShapeError>([&] { lstm(randn({0, 2, 4})); }, "LSTM", "no time steps");
   nn::GRU gru(4, 3, {.batch_first = true});
-  testing::expect_error_with<ShapeError>([&] { gru(randn({2, 5, 6})); },
-                                         {"GRU", "6 features", "expected 4"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        gru(randn({2, 5, 6}));
+      },
+      {"GRU", "6 features", "expected 4"});
 }
 
 TEST(LSTM, RejectsInitialStateOfWrongShape) {
   nn::LSTM lstm(4, 3, {.num_layers = 2, .bidirectional = true});
   const Tensor x = randn({5, 2, 4});
   const Tensor good = zeros({4, 2, 3});
-  testing::expect_error_with<ShapeError>([&] { lstm(x, {zeros({2, 2, 3}), good}); },
-                                         {"LSTM", "h0", "[4, 2, 3]", "[2, 2, 3]"});
-  testing::expect_error_with<ShapeError>([&] { lstm(x, {good, zeros({4, 3})}); },
-                                         {"LSTM", "c0", "[4, 2, 3]", "[4, 3]"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        lstm(x, {zeros({2, 2, 3}), good});
+      },
+      {"LSTM", "h0", "[4, 2, 3]", "[2, 2, 3]"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        lstm(x, {good, zeros({4, 3})});
+      },
+      {"LSTM", "c0", "[4, 2, 3]", "[4, 3]"});
   // Unbatched input takes an unbatched state.
-  testing::expect_error_with<ShapeError>([&] { lstm(randn({5, 4}), {good, good}); },
-                                         {"LSTM", "h0", "[4, 3]", "[4, 2, 3]"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        lstm(randn({5, 4}), {good, good});
+      },
+      {"LSTM", "h0", "[4, 3]", "[4, 2, 3]"});
   testing::expect_error<ValueError>([&] { lstm(x, {good, Tensor()}); }, "LSTM", "c0");
   nn::GRU gru(4, 3, {.batch_first = true});
-  testing::expect_error_with<ShapeError>([&] { gru(randn({2, 5, 4}), zeros({1, 5, 3})); },
-                                         {"GRU", "h0", "[1, 2, 3]", "[1, 5, 3]"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        gru(randn({2, 5, 4}), zeros({1, 5, 3}));
+      },
+      {"GRU", "h0", "[1, 2, 3]", "[1, 5, 3]"});
 }
 
 TEST(RNNCells, RejectWrongInputAndStateShapes) {
   nn::LSTMCell lstm_cell(4, 3);
-  testing::expect_error_with<ShapeError>([&] { lstm_cell(randn({2, 5})); },
-                                         {"LSTMCell", "5 features", "expected 4"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        lstm_cell(randn({2, 5}));
+      },
+      {"LSTMCell", "5 features", "expected 4"});
   testing::expect_error<ShapeError>([&] { lstm_cell(randn({1, 2, 4})); }, "LSTMCell", "[1, 2, 4]");
   testing::expect_error_with<ShapeError>(
-      [&] { lstm_cell(randn({2, 4}), {zeros({2, 3}), zeros({3, 3})}); },
+      [&] {
+        lstm_cell(randn({2, 4}), {zeros({2, 3}), zeros({3, 3})});
+      },
       {"LSTMCell", "c", "[2, 3]", "[3, 3]"});
-  testing::expect_error<ValueError>([&] { lstm_cell(randn({2, 4}), {zeros({2, 3}), Tensor()}); },
-                                    "LSTMCell");
+  testing::expect_error<ValueError>(
+      [&] {
+        lstm_cell(randn({2, 4}), {zeros({2, 3}), Tensor()});
+      },
+      "LSTMCell");
   nn::GRUCell gru_cell(4, 3);
-  testing::expect_error_with<ShapeError>([&] { gru_cell(randn({2, 4}), zeros({2, 4})); },
-                                         {"GRUCell", "hidden", "[2, 3]", "[2, 4]"});
-  testing::expect_error_with<ShapeError>([&] { gru_cell(randn({4}), zeros({1, 3})); },
-                                         {"GRUCell", "hidden", "[3]", "[1, 3]"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        gru_cell(randn({2, 4}), zeros({2, 4}));
+      },
+      {"GRUCell", "hidden", "[2, 3]", "[2, 4]"});
+  testing::expect_error_with<ShapeError>(
+      [&] {
+        gru_cell(randn({4}), zeros({1, 3}));
+      },
+      {"GRUCell", "hidden", "[3]", "[1, 3]"});
 }
 
 TEST(RNNBase, RejectsInvalidOptions) {
@@ -454,11 +533,17 @@ TEST(RNNBase, RejectsInvalidOptions) {
 
 TEST(RNNBase, PrintsOptionsLikePyTorch) {
   EXPECT_EQ(nn::LSTM(4, 3).extra_repr(), "4, 3");
-  EXPECT_EQ(nn::GRU(4, 3, {.num_layers = 2, .bias = false, .batch_first = true, .dropout = 0.5,
-                           .bidirectional = true})
+  EXPECT_EQ(nn::GRU(4, 3,
+                    {.num_layers = 2,
+                     .bias = false,
+                     .batch_first = true,
+                     .dropout = 0.5,
+                     .bidirectional = true})
                 .extra_repr(),
             "4, 3, num_layers=2, bias=False, batch_first=True, dropout=0.5, bidirectional=True");
   EXPECT_EQ(nn::LSTMCell(4, 3, {.bias = false}).extra_repr(), "4, 3, bias=False");
+  EXPECT_EQ(nn::LSTM(4, 3, {.num_layers = 2}).repr(), "LSTM(4, 3, num_layers=2)");
+  EXPECT_EQ(nn::GRUCell(4, 3).repr(), "GRUCell(4, 3)");
 }
 
 }  // namespace

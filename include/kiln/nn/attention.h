@@ -23,9 +23,9 @@
 namespace kiln::nn {
 
 struct MultiheadAttentionOptions {
-  double dropout = 0;        // on the attention weights, when training
-  bool bias = true;          // in_proj_bias and out_proj.bias
-  bool batch_first = false;  // [N, L, E] instead of [L, N, E]
+  double dropout = 0;                // on the attention weights, when training
+  bool bias = true;                  // in_proj_bias and out_proj.bias
+  bool batch_first = false;          // [N, L, E] instead of [L, N, E]
   std::optional<int64_t> kdim = {};  // key features; embed_dim when unset
   std::optional<int64_t> vdim = {};  // value features; embed_dim when unset
 };

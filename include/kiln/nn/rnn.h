@@ -130,7 +130,7 @@ class RNNBase : public Module {
 };
 
 struct LSTMResult {
-  Tensor output;  // [T, B, D * H] ([B, T, D * H] with batch_first, [T, D * H] unbatched)
+  Tensor output;    // [T, B, D * H] ([B, T, D * H] with batch_first, [T, D * H] unbatched)
   LSTMState state;  // h_n, c_n: [num_layers * D, B, H], layer-major, forward direction first
 };
 
