@@ -6,7 +6,11 @@
 //     nn::Conv2d conv{3, 16, 3, {.padding = 1}};
 //     nn::BatchNorm2d bn{16};
 //     nn::Linear fc{16, 10};
-//     Net() { register_module("conv", conv); register_module("bn", bn); register_module("fc", fc); }
+//     Net() {
+//       register_module("conv", conv);
+//       register_module("bn", bn);
+//       register_module("fc", fc);
+//     }
 //     Tensor forward(const Tensor& x) {
 //       return fc(adaptive_avg_pool2d(relu(bn(conv(x))), {1}).flatten(1));
 //     }

@@ -1,22 +1,14 @@
 // Sequential, ModuleList, ModuleDict.
 #include "kiln/nn/container.h"
 
-#include <cxxabi.h>
-
-#include <cstdlib>
-
 namespace kiln::nn {
 
 namespace container_detail {
 
 void throw_wrong_type(const char* container, const std::string& key, const Module& found,
-                      const char* wanted) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> name(
-      abi::__cxa_demangle(wanted, nullptr, nullptr, &status), std::free);
+                      const std::type_info& wanted) {
   throw ValueError(kiln::detail::str_cat(container, ": the module at ", key, " is a ",
-                                         found.name(), ", not a ",
-                                         status == 0 && name ? name.get() : wanted));
+                                         found.name(), ", not a ", type_name(wanted)));
 }
 
 }  // namespace container_detail
@@ -71,8 +63,8 @@ std::vector<std::string> ModuleDict::keys() const {
 Module& ModuleDict::operator[](std::string_view name) const {
   for (const auto& [key, m] : entries_)
     if (key == name) return *m;
-  throw ValueError(kiln::detail::str_cat("ModuleDict: no module named \"", name, "\"; keys: ",
-                                         keys()));
+  throw ValueError(
+      kiln::detail::str_cat("ModuleDict: no module named \"", name, "\"; keys: ", keys()));
 }
 
 }  // namespace kiln::nn

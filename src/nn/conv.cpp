@@ -25,8 +25,8 @@ void check_options(const char* layer, int64_t in_channels, int64_t out_channels,
              ") must be divisible by groups (", o.groups, ")");
   for (size_t d = 0; d < N; ++d) {
     KILN_CHECK(kernel_size[d] > 0 && o.stride[d] > 0 && o.dilation[d] > 0, ValueError, layer,
-               ": kernel_size, stride and dilation must be positive, got ", kernel_size.vec(),
-               ", ", o.stride.vec(), ", ", o.dilation.vec());
+               ": kernel_size, stride and dilation must be positive, got ", kernel_size.vec(), ", ",
+               o.stride.vec(), ", ", o.dilation.vec());
     KILN_CHECK(o.padding.is_mode() || o.padding.sizes()[d] >= 0, ValueError, layer,
                ": padding must be non-negative, got ", o.padding.sizes().vec());
   }
@@ -40,8 +40,8 @@ void check_options(const char* layer, int64_t in_channels, int64_t out_channels,
     }
   }
   const std::string& pm = o.padding_mode;
-  KILN_CHECK(pm == "zeros" || pm == "reflect" || pm == "replicate" || pm == "circular",
-             ValueError, layer,
+  KILN_CHECK(pm == "zeros" || pm == "reflect" || pm == "replicate" || pm == "circular", ValueError,
+             layer,
              ": padding_mode must be \"zeros\", \"reflect\", \"replicate\" or \"circular\", got \"",
              pm, "\"");
 }
@@ -49,9 +49,8 @@ void check_options(const char* layer, int64_t in_channels, int64_t out_channels,
 // Pads dim of x by wrapping around: [x[L - before:], x, x[:after]].
 Tensor circular_pad_dim(const Tensor& x, int64_t dim, int64_t before, int64_t after) {
   const int64_t length = x.size(dim);
-  KILN_CHECK(before <= length && after <= length, ShapeError,
-             "circular padding: pads (", before, ", ", after, ") exceed the input size ", length,
-             " of dim ", dim);
+  KILN_CHECK(before <= length && after <= length, ShapeError, "circular padding: pads (", before,
+             ", ", after, ") exceed the input size ", length, " of dim ", dim);
   return cat({x.narrow(dim, length - before, before), x, x.narrow(dim, 0, after)}, dim);
 }
 
@@ -140,13 +139,17 @@ Tensor ConvNd<N>::convolve(const Tensor& input) const {
   }
   if constexpr (N == 1) {
     return conv1d(x, weight, bias,
-                  {.stride = options.stride.vec(), .padding = padding,
-                   .dilation = options.dilation.vec(), .groups = options.groups,
+                  {.stride = options.stride.vec(),
+                   .padding = padding,
+                   .dilation = options.dilation.vec(),
+                   .groups = options.groups,
                    .padding_mode = padding_mode});
   } else {
     return conv2d(x, weight, bias,
-                  {.stride = options.stride.vec(), .padding = padding,
-                   .dilation = options.dilation.vec(), .groups = options.groups,
+                  {.stride = options.stride.vec(),
+                   .padding = padding,
+                   .dilation = options.dilation.vec(),
+                   .groups = options.groups,
                    .padding_mode = padding_mode});
   }
 }

@@ -36,8 +36,8 @@ int64_t fan_for(const Tensor& t, std::string_view mode, const char* fn) {
   const Fans fans = calculate_fan_in_and_fan_out(t);
   if (mode == "fan_in") return fans.fan_in;
   if (mode == "fan_out") return fans.fan_out;
-  throw ValueError(detail::str_cat(fn, ": mode must be \"fan_in\" or \"fan_out\", got \"", mode,
-                                   "\""));
+  throw ValueError(
+      detail::str_cat(fn, ": mode must be \"fan_in\" or \"fan_out\", got \"", mode, "\""));
 }
 
 // erf^-1(y) for y in (-1, 1): Winitzki's closed form (about 1e-3 relative
@@ -131,8 +131,7 @@ Tensor ones_(const Tensor& tensor) { return constant_(tensor, 1); }
 Tensor xavier_uniform_(const Tensor& tensor, double gain, Generator* generator) {
   const Fans fans = calculate_fan_in_and_fan_out(tensor);
   if (tensor.numel() == 0) return tensor;
-  const double bound =
-      gain * std::sqrt(6.0 / static_cast<double>(fans.fan_in + fans.fan_out));
+  const double bound = gain * std::sqrt(6.0 / static_cast<double>(fans.fan_in + fans.fan_out));
   return uniform_(tensor, -bound, bound, generator);
 }
 
@@ -147,8 +146,7 @@ Tensor kaiming_uniform_(const Tensor& tensor, double a, std::string_view mode,
                         std::string_view nonlinearity, Generator* generator) {
   const int64_t fan = fan_for(tensor, mode, "kaiming_uniform_");
   if (tensor.numel() == 0) return tensor;  // nothing to fill, and the fan may be 0
-  const double bound =
-      calculate_gain(nonlinearity, a) * std::sqrt(3.0 / static_cast<double>(fan));
+  const double bound = calculate_gain(nonlinearity, a) * std::sqrt(3.0 / static_cast<double>(fan));
   return uniform_(tensor, -bound, bound, generator);
 }
 

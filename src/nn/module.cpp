@@ -38,8 +38,8 @@ std::string strip_namespaces(const std::string& qualified) {
 
 std::string demangle(const char* mangled) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                             std::free);
+  std::unique_ptr<char, void (*)(void*)> out(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   return status == 0 && out ? std::string(out.get()) : std::string(mangled);
 }
 
@@ -82,7 +82,11 @@ void convert_tensor(const Tensor& t, std::optional<Device> device, std::optional
 
 }  // namespace
 
-std::string Module::name() const { return strip_namespaces(demangle(typeid(*this).name())); }
+std::string type_name(const std::type_info& type) {
+  return strip_namespaces(demangle(type.name()));
+}
+
+std::string Module::name() const { return type_name(typeid(*this)); }
 
 // --- registration ---------------------------------------------------------------
 
@@ -228,8 +232,8 @@ void Module::train(bool on) {
 
 void Module::convert(std::optional<Device> device, std::optional<DType> dtype) {
   if (dtype && !is_floating(*dtype)) {
-    throw DTypeError(detail::str_cat("to: ", name(), " can only be converted to a floating dtype, got ",
-                                     *dtype));
+    throw DTypeError(detail::str_cat("to: ", name(),
+                                     " can only be converted to a floating dtype, got ", *dtype));
   }
   NoGradGuard no_grad;
   TensorList tensors = parameters();
@@ -291,8 +295,8 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     if (!source) {
       result.missing_keys.push_back(name);
     } else if (source->sizes() != slot->sizes()) {
-      mismatches.push_back(detail::str_cat(name, ": shape ", source->sizes(),
-                                           " in the dict, ", slot->sizes(), " in the module"));
+      mismatches.push_back(detail::str_cat(name, ": shape ", source->sizes(), " in the dict, ",
+                                           slot->sizes(), " in the module"));
     }
   }
   for (const auto& [name, t] : dict)

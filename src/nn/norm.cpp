@@ -54,17 +54,16 @@ void BatchNormBase::reset_parameters() {
 }
 
 Tensor BatchNormBase::normalize(const Tensor& input, int64_t min_dim, int64_t max_dim) {
-  const std::string dims = min_dim == max_dim
-                               ? std::to_string(min_dim) + "-D"
-                               : std::to_string(min_dim) + "-D or " + std::to_string(max_dim) + "-D";
+  const std::string dims =
+      min_dim == max_dim ? std::to_string(min_dim) + "-D"
+                         : std::to_string(min_dim) + "-D or " + std::to_string(max_dim) + "-D";
   KILN_CHECK(input.dim() >= min_dim && input.dim() <= max_dim, ShapeError, name(), ": expected a ",
              dims, " input, got shape ", input.sizes());
   KILN_CHECK(input.size(1) == num_features, ShapeError, name(), ": input has ", input.size(1),
              " channels in dim 1 (shape ", input.sizes(), "), expected ", num_features);
   if (training_) {
     KILN_CHECK(input.numel() / num_features > 1, ValueError, name(),
-               ": training needs more than 1 value per channel, got input shape ",
-               input.sizes());
+               ": training needs more than 1 value per channel, got input shape ", input.sizes());
   }
   double momentum = options.momentum.value_or(0.0);
   if (training_ && options.track_running_stats) {
@@ -89,7 +88,8 @@ std::string BatchNormBase::extra_repr() const {
 
 LayerNorm::LayerNorm(Shape normalized_shape_, Options options_)
     : normalized_shape(std::move(normalized_shape_)), options(options_) {
-  KILN_CHECK(!normalized_shape.empty(), ValueError, "LayerNorm: normalized_shape must not be empty");
+  KILN_CHECK(!normalized_shape.empty(), ValueError,
+             "LayerNorm: normalized_shape must not be empty");
   for (int64_t s : normalized_shape) {
     KILN_CHECK(s > 0, ValueError, "LayerNorm: normalized_shape must be positive, got ",
                normalized_shape);
@@ -111,8 +111,7 @@ void LayerNorm::reset_parameters() {
 Tensor LayerNorm::forward(const Tensor& input) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const bool fits =
-      input.dim() >= k &&
-      Shape(input.sizes().end() - k, input.sizes().end()) == normalized_shape;
+      input.dim() >= k && Shape(input.sizes().end() - k, input.sizes().end()) == normalized_shape;
   KILN_CHECK(fits, ShapeError, "LayerNorm: input shape ", input.sizes(),
              " does not end with normalized_shape ", normalized_shape);
   return F::layer_norm(input, normalized_shape, weight, bias, options.eps);
@@ -147,8 +146,7 @@ void GroupNorm::reset_parameters() {
 
 Tensor GroupNorm::forward(const Tensor& input) {
   KILN_CHECK(input.dim() >= 2 && input.size(1) == num_channels, ShapeError,
-             "GroupNorm: expected input [N, ", num_channels, ", ...], got shape ",
-             input.sizes());
+             "GroupNorm: expected input [N, ", num_channels, ", ...], got shape ", input.sizes());
   return F::group_norm(input, num_groups, weight, bias, options.eps);
 }
 

@@ -8,16 +8,14 @@ namespace kiln::nn {
 namespace {
 
 void check_positive(const char* layer, const char* what, const ExpandingArray<2>& sizes) {
-  KILN_CHECK(sizes[0] > 0 && sizes[1] > 0, ValueError, layer, ": ", what,
-             " must be positive, got ", sizes.vec());
+  KILN_CHECK(sizes[0] > 0 && sizes[1] > 0, ValueError, layer, ": ", what, " must be positive, got ",
+             sizes.vec());
 }
 
 }  // namespace
 
 MaxPool2d::MaxPool2d(ExpandingArray<2> kernel_size_, Options options_)
-    : kernel_size(kernel_size_),
-      stride(options_.stride.value_or(kernel_size_)),
-      options(options_) {
+    : kernel_size(kernel_size_), stride(options_.stride.value_or(kernel_size_)), options(options_) {
   check_positive("MaxPool2d", "kernel_size", kernel_size);
   check_positive("MaxPool2d", "stride", stride);
   check_positive("MaxPool2d", "dilation", options.dilation);
@@ -35,9 +33,7 @@ std::string MaxPool2d::extra_repr() const {
 }
 
 AvgPool2d::AvgPool2d(ExpandingArray<2> kernel_size_, Options options_)
-    : kernel_size(kernel_size_),
-      stride(options_.stride.value_or(kernel_size_)),
-      options(options_) {
+    : kernel_size(kernel_size_), stride(options_.stride.value_or(kernel_size_)), options(options_) {
   check_positive("AvgPool2d", "kernel_size", kernel_size);
   check_positive("AvgPool2d", "stride", stride);
   KILN_CHECK(!options.divisor_override || *options.divisor_override != 0, ValueError,

@@ -133,8 +133,8 @@ TEST(NnConv2d, HasPyTorchsParametersAndDefaultInitBounds) {
 
 TEST(NnConv2d, MatchesTheFunctionalConvolution) {
   NoGradGuard forward_only;
-  nn::Conv2d conv(4, 6, {3, 2}, {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2},
-                                 .groups = 2});
+  nn::Conv2d conv(4, 6, {3, 2},
+                  {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2});
   Tensor x = randn({2, 4, 9, 8});
   Tensor want = conv2d(x, conv.weight, conv.bias,
                        {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2});
@@ -183,8 +183,11 @@ TEST(NnConv2d, RejectsBadChannelsAndGroups) {
   expect_error_with<ValueError>([] { nn::Conv2d(2, 4, 3, {.padding_mode = "mirror"}); },
                                 {"Conv2d", "padding_mode", "mirror"});
   nn::Conv2d conv(3, 4, 3);
-  expect_error_with<ShapeError>([&] { conv(zeros({1, 5, 8, 8})); },
-                                {"Conv2d", "5 channels", "expected 3"});
+  expect_error_with<ShapeError>(
+      [&] {
+        conv(zeros({1, 5, 8, 8}));
+      },
+      {"Conv2d", "5 channels", "expected 3"});
   expect_error_with<ShapeError>([&] { conv(zeros({8, 8})); }, {"Conv2d", "[8, 8]"});
   expect_error_with<ValueError>([] { nn::Conv2d(3, 4, {3, 3, 3}); }, {"ExpandingArray", "3"});
 }
@@ -192,8 +195,8 @@ TEST(NnConv2d, RejectsBadChannelsAndGroups) {
 TEST(NnConv2d, PrintsLikePyTorch) {
   EXPECT_EQ(printed(nn::Conv2d(3, 16, 3, {.padding = 1})),
             "Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))");
-  EXPECT_EQ(printed(nn::Conv2d(4, 8, {1, 3}, {.stride = 2, .dilation = {1, 2}, .groups = 4,
-                                             .bias = false})),
+  EXPECT_EQ(printed(nn::Conv2d(4, 8, {1, 3},
+                               {.stride = 2, .dilation = {1, 2}, .groups = 4, .bias = false})),
             "Conv2d(4, 8, kernel_size=(1, 3), stride=(2, 2), dilation=(1, 2), groups=4, "
             "bias=False)");
   EXPECT_EQ(printed(nn::Conv1d(1, 8, 9, {.padding = 4, .padding_mode = "reflect"})),
@@ -275,12 +278,28 @@ TEST(NnBatchNorm, RejectsWrongDimsChannelsAndSingleValues) {
   nn::BatchNorm2d bn(3);
   expect_error_with<ShapeError>([&] { bn(zeros({2, 3, 4})); }, {"BatchNorm2d", "4-D", "[2, 3, 4]"});
   expect_error_with<ShapeError>([&] { bn(zeros({2, 4, 2, 2})); }, {"BatchNorm2d", "4", "3"});
-  expect_error_with<ValueError>([&] { bn(zeros({1, 3, 1, 1})); },
-                                {"BatchNorm2d", "more than 1 value"});
+  expect_error_with<ValueError>(
+      [&] {
+        bn(zeros({1, 3, 1, 1}));
+      },
+      {"BatchNorm2d", "more than 1 value"});
   nn::BatchNorm1d bn1(3);
   expect_error_with<ShapeError>([&] { bn1(zeros({2, 3, 4, 5})); }, {"BatchNorm1d", "2-D or 3-D"});
   expect_error_with<ValueError>([] { nn::BatchNorm1d(3, {.momentum = 2}); },
                                 {"BatchNorm", "momentum"});
+}
+
+TEST(NnBatchNorm, ToFloat64KeepsTheBatchCounterAnInteger) {
+  NoGradGuard forward_only;
+  nn::BatchNorm1d bn(2);
+  bn.to(kFloat64);
+  EXPECT_EQ(bn.weight.dtype(), kFloat64);
+  EXPECT_EQ(bn.running_var.dtype(), kFloat64);
+  EXPECT_EQ(bn.num_batches_tracked.dtype(), kInt64);
+  Tensor x = randn({4, 2}, {.dtype = kFloat64});
+  EXPECT_EQ(bn(x).dtype(), kFloat64);
+  expect_close(bn.running_mean, mean(x, {0}) * 0.1);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
 }
 
 TEST(NnBatchNorm, PrintsLikePyTorch) {
@@ -405,8 +424,8 @@ TEST(NnActivations, ComputeTheirFunctions) {
   Tensor x = f32({-2, -0.5, 0, 1.5}, {4});
   expect_values(nn::ReLU()(x), {0, 0, 0, 1.5});
   expect_values(nn::LeakyReLU(0.1)(x), {-0.2, -0.05, 0, 1.5});
-  expect_values(nn::Sigmoid()(x), {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(0.5)), 0.5,
-                                   1 / (1 + std::exp(-1.5))});
+  expect_values(nn::Sigmoid()(x),
+                {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(0.5)), 0.5, 1 / (1 + std::exp(-1.5))});
   expect_values(nn::Tanh()(x), {std::tanh(-2.0), std::tanh(-0.5), 0, std::tanh(1.5)});
   expect_values(nn::SiLU()(x), {-2 / (1 + std::exp(2.0)), -0.5 / (1 + std::exp(0.5)), 0,
                                 1.5 / (1 + std::exp(-1.5))});
@@ -418,8 +437,8 @@ TEST(NnActivations, ComputeTheirFunctions) {
   expect_values(nn::GELU("tanh")(x), {gelu_tanh(-2), gelu_tanh(-0.5), 0, gelu_tanh(1.5)});
   Tensor m = f32({0, std::log(3.0f), 1, 1}, {2, 2});
   expect_values(nn::Softmax(1)(m), {0.25, 0.75, 0.5, 0.5});
-  expect_values(nn::LogSoftmax(-1)(m), {std::log(0.25), std::log(0.75), std::log(0.5),
-                                        std::log(0.5)});
+  expect_values(nn::LogSoftmax(-1)(m),
+                {std::log(0.25), std::log(0.75), std::log(0.5), std::log(0.5)});
 }
 
 TEST(NnActivations, LeakyReLUPassesGradientsThroughBothBranches) {
@@ -480,8 +499,7 @@ TEST(NnSequential, ChainsItsModulesAndNamesThemByPosition) {
   expect_close(seq(x), last(member(relu(x))));
   EXPECT_EQ(&seq[1], &member);
   expect_error_with<IndexError>([&] { seq[3]; }, {"Sequential", "3"});
-  expect_error_with<ValueError>([&] { seq.at<nn::Conv2d>(0); },
-                                {"Sequential", "ReLU", "Conv2d"});
+  expect_error_with<ValueError>([&] { seq.at<nn::Conv2d>(0); }, {"Sequential", "ReLU", "Conv2d"});
   EXPECT_EQ(printed(seq),
             "Sequential(\n"
             "  (0): ReLU()\n"
@@ -493,7 +511,7 @@ TEST(NnSequential, ChainsItsModulesAndNamesThemByPosition) {
 TEST(NnSequential, NestsAndPropagatesTheMode) {
   nn::Sequential outer;
   auto& inner = outer.emplace_back<nn::Sequential>(std::make_shared<nn::Linear>(2, 2),
-                                                    std::make_shared<nn::Dropout>(0.5));
+                                                   std::make_shared<nn::Dropout>(0.5));
   outer.eval();
   EXPECT_FALSE(inner.at<nn::Dropout>(1).is_training());
   EXPECT_EQ(names_of(outer.named_parameters()), (Names{"0.0.weight", "0.0.bias"}));

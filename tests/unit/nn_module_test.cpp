@@ -155,9 +155,8 @@ TEST(Module, BadNamesAreValueErrorsNamingTheModuleAndTheName) {
                                 {"register_parameter", "Bad", "empty"});
   expect_error_with<ValueError>([&] { bad.register_module("me", bad); },
                                 {"register_module", "own child"});
-  expect_error_with<ValueError>(
-      [&] { bad.register_module("none", std::shared_ptr<Affine>()); },
-      {"register_module", "\"none\"", "null"});
+  expect_error_with<ValueError>([&] { bad.register_module("none", std::shared_ptr<Affine>()); },
+                                {"register_module", "\"none\"", "null"});
 }
 
 TEST(Module, OwnedSubmodulesLiveAsLongAsTheParent) {
@@ -168,8 +167,8 @@ TEST(Module, OwnedSubmodulesLiveAsLongAsTheParent) {
     }
   } dynamic;
   EXPECT_EQ(names_of(dynamic.named_parameters()),
-            (Names{"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias",
-                   "layer2.weight", "layer2.bias"}));
+            (Names{"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "layer2.weight",
+                   "layer2.bias"}));
   EXPECT_EQ(dynamic.parameters()[4].sizes(), (Shape{3}));
 }
 
@@ -263,10 +262,9 @@ TEST(Module, StrictLoadListsEveryMissingUnexpectedAndMisshapenKey) {
   sd.erase("head.bias");
   sd.set("extra", zeros({1}));
   sd.set("block.first.weight", zeros({5}));
-  expect_error_with<ValueError>(
-      [&] { net.load_state_dict(sd); },
-      {"load_state_dict", "Net", "missing keys: \"scale\", \"head.bias\"",
-       "unexpected keys: \"extra\"", "block.first.weight", "[5]", "[2]"});
+  expect_error_with<ValueError>([&] { net.load_state_dict(sd); },
+                                {"load_state_dict", "Net", "missing keys: \"scale\", \"head.bias\"",
+                                 "unexpected keys: \"extra\"", "block.first.weight", "[5]", "[2]"});
   // Nothing was copied.
   EXPECT_EQ(net.block.first.weight.to_vector<float>(), (std::vector<float>{1, 1}));
 }

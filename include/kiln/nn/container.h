@@ -38,11 +38,11 @@ concept TensorModule = std::derived_from<M, Module> && requires(M& m, const Tens
 namespace container_detail {
 // ValueError naming the container when a module is not of type M.
 [[noreturn]] void throw_wrong_type(const char* container, const std::string& key,
-                                   const Module& found, const char* wanted);
+                                   const Module& found, const std::type_info& wanted);
 template <typename M>
 M& checked_cast(const char* container, const std::string& key, Module& m) {
   M* typed = dynamic_cast<M*>(&m);
-  if (!typed) throw_wrong_type(container, key, m, typeid(M).name());
+  if (!typed) throw_wrong_type(container, key, m, typeid(M));
   return *typed;
 }
 }  // namespace container_detail

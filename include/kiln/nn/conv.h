@@ -28,8 +28,8 @@ namespace kiln::nn {
 template <size_t N>
 class ExpandingArray {
  public:
-  ExpandingArray(int64_t value) : scalar_(true) { values_.fill(value); }  // NOLINT: implicit
-  ExpandingArray(std::initializer_list<int64_t> values);                 // NOLINT: implicit
+  ExpandingArray(int64_t value) : scalar_(true) { values_.fill(value); }     // NOLINT: implicit
+  ExpandingArray(std::initializer_list<int64_t> values);                     // NOLINT: implicit
   ExpandingArray(const std::array<int64_t, N>& values) : values_(values) {}  // NOLINT
 
   int64_t operator[](size_t i) const { return values_[i]; }
@@ -49,12 +49,12 @@ template <size_t N>
 class ConvPadding {
  public:
   ConvPadding(int64_t value) : value_(ExpandingArray<N>(value)) {}  // NOLINT: implicit
-  ConvPadding(std::initializer_list<int64_t> values)                 // NOLINT: implicit
+  ConvPadding(std::initializer_list<int64_t> values)                // NOLINT: implicit
       : value_(ExpandingArray<N>(values)) {}
   ConvPadding(const ExpandingArray<N>& sizes) : value_(sizes) {}  // NOLINT: implicit
   template <size_t M>
   ConvPadding(const char (&mode)[M]) : value_(std::string(mode)) {}  // NOLINT: implicit
-  ConvPadding(std::string mode) : value_(std::move(mode)) {}           // NOLINT: implicit
+  ConvPadding(std::string mode) : value_(std::move(mode)) {}         // NOLINT: implicit
 
   bool is_mode() const noexcept { return std::holds_alternative<std::string>(value_); }
   const std::string& mode() const { return std::get<std::string>(value_); }
@@ -86,8 +86,7 @@ template <size_t N>
 class ConvNd : public Module {
  public:
   using Options = ConvOptions<N>;
-  ConvNd(int64_t in_channels, int64_t out_channels, ExpandingArray<N> kernel_size,
-         Options options);
+  ConvNd(int64_t in_channels, int64_t out_channels, ExpandingArray<N> kernel_size, Options options);
 
   void reset_parameters();
   std::string extra_repr() const override;
@@ -141,7 +140,7 @@ ExpandingArray<N>::ExpandingArray(std::initializer_list<int64_t> values) {
     std::copy(values.begin(), values.end(), values_.begin());
   } else {
     throw ValueError(kiln::detail::str_cat("ExpandingArray: expected 1 or ", N, " values, got ",
-                                     std::vector<int64_t>(values)));
+                                           std::vector<int64_t>(values)));
   }
 }
 

@@ -31,6 +31,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -157,6 +158,9 @@ class Module {
   std::vector<TensorSlot> buffers_;
   std::vector<ChildSlot> children_;
 };
+
+// A class's name without its namespaces ("Linear" for kiln::nn::Linear).
+std::string type_name(const std::type_info& type);
 
 // Prints module.repr().
 std::ostream& operator<<(std::ostream& os, const Module& module);
