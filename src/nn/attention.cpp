@@ -1,0 +1,187 @@
+// MultiheadAttention: input projections, per-head scaled dot-product attention
+// with PyTorch's mask conventions, output projection.
+#include "kiln/nn/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kiln/autograd.h"
+#include "kiln/nn/init.h"
+#include "kiln/ops/factory.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/pointwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
+
+namespace kiln::nn {
+namespace {
+
+constexpr const char* kName = "MultiheadAttention";
+
+int64_t checked_embed_dim(int64_t embed_dim, int64_t num_heads,
+                          const MultiheadAttentionOptions& o) {
+  KILN_CHECK(embed_dim > 0 && num_heads > 0, ValueError, kName,
+             ": embed_dim and num_heads must be positive, got ", embed_dim, " and ", num_heads);
+  KILN_CHECK(embed_dim % num_heads == 0, ValueError, kName, ": embed_dim ", embed_dim,
+             " is not divisible by num_heads ", num_heads);
+  KILN_CHECK(o.dropout >= 0 && o.dropout <= 1, ValueError, kName,
+             ": dropout must be in [0, 1], got ", o.dropout);
+  KILN_CHECK(o.kdim.value_or(1) > 0 && o.vdim.value_or(1) > 0, ValueError, kName,
+             ": kdim and vdim must be positive, got ", o.kdim.value_or(embed_dim), " and ",
+             o.vdim.value_or(embed_dim));
+  return embed_dim;
+}
+
+// A bool mask (true = blocked) as -inf/0 in dtype; a floating mask as it is.
+Tensor additive_mask(const Tensor& mask, DType dtype, const char* which) {
+  if (mask.dtype() == kBool) {
+    return where(mask, -std::numeric_limits<double>::infinity(),
+                 zeros({}, {.dtype = dtype, .device = mask.device()}));
+  }
+  KILN_CHECK(is_floating(mask.dtype()), DTypeError, kName, ": ", which,
+             " must be bool or floating, got ", mask.dtype());
+  return mask;
+}
+
+// The shapes of one call, in the sequence-first layout [L, N, E].
+struct Dims {
+  int64_t L, S, N;
+  bool batched;
+};
+
+Dims check_inputs(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
+                  bool batch_first) {
+  KILN_CHECK(q.dim() == 2 || q.dim() == 3, ShapeError, kName,
+             ": expected a 2-D (unbatched) or 3-D query, got shape ", q.sizes());
+  KILN_CHECK(k.dim() == q.dim() && v.dim() == q.dim(), ShapeError, kName,
+             ": key and value must have the query's ", q.dim(), " dims, got key ", k.sizes(),
+             " and value ", v.sizes());
+  KILN_CHECK(q.size(-1) == m.embed_dim, ShapeError, kName, ": query has ", q.size(-1),
+             " features in its last dim, expected embed_dim ", m.embed_dim);
+  KILN_CHECK(k.size(-1) == m.kdim, ShapeError, kName, ": key has ", k.size(-1),
+             " features in its last dim, expected kdim ", m.kdim);
+  KILN_CHECK(v.size(-1) == m.vdim, ShapeError, kName, ": value has ", v.size(-1),
+             " features in its last dim, expected vdim ", m.vdim);
+  const bool batched = q.dim() == 3;
+  const int64_t seq = batched && batch_first ? 1 : 0;
+  KILN_CHECK(k.size(seq) == v.size(seq), ShapeError, kName,
+             ": key and value have different sequence lengths: key ", k.sizes(), ", value ",
+             v.sizes());
+  const int64_t N = batched ? q.size(1 - seq) : 1;
+  if (batched) {
+    KILN_CHECK(k.size(1 - seq) == N && v.size(1 - seq) == N, ShapeError, kName,
+               ": query, key and value have different batch sizes: ", q.sizes(), ", ", k.sizes(),
+               ", ", v.sizes());
+  }
+  return {q.size(seq), k.size(seq), N, batched};
+}
+
+// The additive mask of a call, broadcastable to scores [N, H, L, S]; undefined when
+// nothing is masked.
+Tensor combined_mask(const AttentionForwardOptions& o, const Dims& d, int64_t heads, DType dtype,
+                     Device device) {
+  Tensor mask;
+  if (o.attn_mask.defined()) {
+    const Tensor& a = o.attn_mask;
+    const bool ok = (a.dim() == 2 && a.sizes() == Shape{d.L, d.S}) ||
+                    (a.dim() == 3 && a.sizes() == Shape{d.N * heads, d.L, d.S});
+    KILN_CHECK(ok, ShapeError, kName, ": attn_mask must be ", Shape{d.L, d.S}, " or ",
+               Shape{d.N * heads, d.L, d.S}, ", got ", a.sizes());
+    mask = additive_mask(a, dtype, "attn_mask");
+    if (a.dim() == 3) mask = mask.reshape({d.N, heads, d.L, d.S});
+  } else if (o.is_causal) {
+    mask = additive_mask(triu(ones({d.L, d.S}, {.dtype = kBool, .device = device}), 1), dtype,
+                         "attn_mask");
+  }
+  if (o.key_padding_mask.defined()) {
+    const Tensor& p = o.key_padding_mask;
+    const Shape expected = d.batched ? Shape{d.N, d.S} : Shape{d.S};
+    KILN_CHECK(p.sizes() == expected, ShapeError, kName, ": key_padding_mask must be ", expected,
+               ", got ", p.sizes());
+    const Tensor padding = additive_mask(p, dtype, "key_padding_mask").reshape({d.N, 1, 1, d.S});
+    mask = mask.defined() ? mask + padding : padding;
+  }
+  return mask;
+}
+
+// [T, N, E] -> [N, H, T, E / H].
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  const int64_t T = x.size(0), N = x.size(1), E = x.size(2);
+  return x.reshape({T, N, heads, E / heads}).permute({1, 2, 0, 3});
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_,
+                                       MultiheadAttentionOptions options)
+    : embed_dim(checked_embed_dim(embed_dim_, num_heads_, options)),
+      num_heads(num_heads_),
+      kdim(options.kdim.value_or(embed_dim_)),
+      vdim(options.vdim.value_or(embed_dim_)),
+      out_proj(embed_dim_, embed_dim_, {.bias = options.bias}),
+      options_(options) {
+  if (kdim == embed_dim && vdim == embed_dim) {
+    in_proj_weight = init::xavier_uniform_(empty({3 * embed_dim, embed_dim}));
+    register_parameter("in_proj_weight", in_proj_weight);
+  } else {
+    q_proj_weight = init::xavier_uniform_(empty({embed_dim, embed_dim}));
+    k_proj_weight = init::xavier_uniform_(empty({embed_dim, kdim}));
+    v_proj_weight = init::xavier_uniform_(empty({embed_dim, vdim}));
+    register_parameter("q_proj_weight", q_proj_weight);
+    register_parameter("k_proj_weight", k_proj_weight);
+    register_parameter("v_proj_weight", v_proj_weight);
+  }
+  if (options.bias) {
+    in_proj_bias = zeros({3 * embed_dim});
+    register_parameter("in_proj_bias", in_proj_bias);
+    init::zeros_(out_proj.bias);
+  }
+  register_module("out_proj", out_proj);
+}
+
+AttentionResult MultiheadAttention::forward(const Tensor& query, const Tensor& key,
+                                            const Tensor& value, const AttentionForwardOptions& o) {
+  const Dims d = check_inputs(*this, query, key, value, options_.batch_first);
+  // Sequence-first with a batch dim: [L, N, E].
+  auto canonical = [&](const Tensor& x) {
+    if (!d.batched) return x.unsqueeze(1);
+    return options_.batch_first ? x.transpose(0, 1) : x;
+  };
+  const bool packed = in_proj_weight.defined();
+  const auto w = packed ? chunk(in_proj_weight, 3, 0)
+                        : std::vector<Tensor>{q_proj_weight, k_proj_weight, v_proj_weight};
+  const auto b = in_proj_bias.defined() ? chunk(in_proj_bias, 3, 0) : std::vector<Tensor>(3);
+  const Tensor q = split_heads(linear(canonical(query), w[0], b[0]), num_heads);
+  const Tensor k = split_heads(linear(canonical(key), w[1], b[1]), num_heads);
+  const Tensor v = split_heads(linear(canonical(value), w[2], b[2]), num_heads);
+  const Tensor mask = combined_mask(o, d, num_heads, q.dtype(), q.device());
+
+  const bool drop = is_training() && options_.dropout > 0;
+  // The fused op has neither dropout nor (yet) a backward rule: it serves the
+  // calls that need neither, the explicit softmax serves the rest.
+  const bool records =
+      is_grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() ||
+                            (mask.defined() && mask.requires_grad()));
+  Tensor heads, weights;
+  if (!o.need_weights && !drop && !records) {
+    heads = functional::scaled_dot_product_attention(q, k, v, {.attn_mask = mask});
+  } else {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(embed_dim / num_heads));
+    Tensor scores = matmul(q * scale, k.transpose(-2, -1));
+    if (mask.defined()) scores = scores + mask;
+    weights = softmax(scores, -1);
+    if (drop) weights = functional::dropout(weights, options_.dropout, true);
+    heads = matmul(weights, v);
+  }
+  // [N, H, L, d] -> [L, N, E]
+  Tensor output = out_proj(heads.permute({2, 0, 1, 3}).reshape({d.L, d.N, embed_dim}));
+  output = d.batched ? (options_.batch_first ? output.transpose(0, 1) : output) : output.squeeze(1);
+  if (!o.need_weights) return {std::move(output), Tensor()};
+  if (o.average_attn_weights) weights = weights.mean({1});
+  if (!d.batched) weights = weights.squeeze(0);
+  return {std::move(output), std::move(weights)};
+}
+
+}  // namespace kiln::nn
