@@ -38,7 +38,7 @@ std::pair<Tensor, Tensor> adding_batch(int64_t batch, Generator& gen) {
 }
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 600;
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 400;
   manual_seed(3);
   Generator gen(17);
   Adder net;

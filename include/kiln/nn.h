@@ -20,6 +20,7 @@
 #pragma once
 
 #include "kiln/nn/activation.h"
+#include "kiln/nn/attention.h"
 #include "kiln/nn/container.h"
 #include "kiln/nn/conv.h"
 #include "kiln/nn/dropout.h"
@@ -29,3 +30,4 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/norm.h"
 #include "kiln/nn/pooling.h"
+#include "kiln/nn/rnn.h"

@@ -159,13 +159,10 @@ AttentionResult MultiheadAttention::forward(const Tensor& query, const Tensor& k
   const Tensor mask = combined_mask(o, d, num_heads, q.dtype(), q.device());
 
   const bool drop = is_training() && options_.dropout > 0;
-  // The fused op has neither dropout nor (yet) a backward rule: it serves the
-  // calls that need neither, the explicit softmax serves the rest.
-  const bool records =
-      is_grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() ||
-                            (mask.defined() && mask.requires_grad()));
   Tensor heads, weights;
-  if (!o.need_weights && !drop && !records) {
+  // The fused op returns no weights and has no dropout: the explicit softmax
+  // serves the calls that need either.
+  if (!o.need_weights && !drop) {
     heads = functional::scaled_dot_product_attention(q, k, v, {.attn_mask = mask});
   } else {
     const double scale = 1.0 / std::sqrt(static_cast<double>(embed_dim / num_heads));

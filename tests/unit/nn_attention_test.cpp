@@ -263,7 +263,6 @@ TEST(MultiheadAttention, DropsAttentionWeightsOnlyWhenTraining) {
   randomize_biases(m);
   const Sizes z{3, 3, 2, 4, 2, 4, 4};
   const Tensor x = randn({z.L, z.N, z.E});
-  NoGradGuard no_grad;  // dropout has no backward rule yet
   m.train();
   auto [dropped, dropped_weights] = m(x, x, x);
   // Every weight dropped: only the output projection's bias remains.
