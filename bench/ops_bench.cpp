@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kiln/kiln.h"
+#include "autograd_bench.h"
 #include "ratio_reporter.h"
 
 namespace {
@@ -279,6 +280,7 @@ int main(int argc, char** argv) {
   const int missed = reporter.print_ratios(std::cout);
   std::printf("%-44s %12.0f ns per op (aim: < 1000)\n", "eager dispatch, one-element add",
               reporter.time_ns("BM_DispatchAddOneElement"));
+  kiln::bench::print_autograd_overheads(reporter, std::cout);
   benchmark::Shutdown();
   std::cout << (missed ? "some ratios missed their targets\n" : "all ratios met their targets\n");
   return 0;
