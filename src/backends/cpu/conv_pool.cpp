@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/conv_geometry.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn_context.h"
@@ -31,46 +32,21 @@ void visit_float(DType t, F&& f) {
   }
 }
 
-// conv1d and conv2d as one 2-D convolution: conv1d has H = kH = 1, unbatched inputs N = 1.
-struct ConvGeometry {
-  int64_t n, c, h, w, o, kh, kw, oh, ow;
-  int64_t sh, sw, dh, dw, ph0, pw0, ph1, pw1, groups;
+// The shared conv geometry (conv_geometry.h) and whether a bias is added.
+struct ForwardGeometry : ConvGeometry {
   bool has_bias;
 
   std::vector<int64_t> key() const {
-    return {n, c, h, w, o, kh, kw, sh, sw, dh, dw, ph0, pw0, ph1, pw1, groups, has_bias};
+    std::vector<int64_t> k = ConvGeometry::key();
+    k.push_back(has_bias);
+    return k;
   }
 };
 
-ConvGeometry conv_geometry(const KernelCall& call) {
-  const bool is_1d = call.schema.id == OpId::conv1d;
-  const Tensor& x = call.in(0);
-  const Tensor& wt = call.in(1);
-  const Tensor& y = call.out();
-  const bool batched = x.dim() == (is_1d ? 3 : 4);
-  const auto& s = call.attrs.ints(0);
-  const auto& p = call.attrs.ints(1);
-  const auto& d = call.attrs.ints(2);
-  ConvGeometry g{};
-  g.n = batched ? x.size(0) : 1;
-  g.c = x.size(batched ? 1 : 0);
-  g.h = is_1d ? 1 : x.size(-2);
-  g.w = x.size(-1);
-  g.o = wt.size(0);
-  g.kh = is_1d ? 1 : wt.size(2);
-  g.kw = wt.size(-1);
-  g.oh = is_1d ? 1 : y.size(-2);
-  g.ow = y.size(-1);
-  g.sh = is_1d ? 1 : s[0];
-  g.sw = s.back();
-  g.dh = is_1d ? 1 : d[0];
-  g.dw = d.back();
-  g.ph0 = is_1d ? 0 : p[0];
-  g.pw0 = is_1d ? p[0] : p[1];
-  g.ph1 = is_1d ? 0 : p[2];
-  g.pw1 = is_1d ? p[1] : p[3];
-  g.groups = call.attrs.i(3);
-  g.has_bias = call.inputs.size() > 2 && call.in(2).defined();
+ForwardGeometry forward_geometry(const KernelCall& call) {
+  ForwardGeometry g{backend::conv_geometry(call.in(0).sizes(), call.in(1).sizes(),
+                                           call.out().sizes(), call.attrs, 0),
+                    call.inputs.size() > 2 && call.in(2).defined()};
   return g;
 }
 
@@ -79,7 +55,7 @@ struct ConvPrimitive {
   dnnl::memory::desc src, weights, bias, dst, scratchpad;
 };
 
-ConvPrimitive make_conv_primitive(const ConvGeometry& g) {
+ConvPrimitive make_conv_primitive(const ForwardGeometry& g) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
@@ -98,13 +74,13 @@ ConvPrimitive make_conv_primitive(const ConvGeometry& g) {
   return {dnnl::convolution_forward(pd), src, weights, bias, dst, pd.scratchpad_desc()};
 }
 
-// The registry of float32 convolution primitives, keyed by ConvGeometry::key().
+// The registry of float32 convolution primitives, keyed by ForwardGeometry::key().
 OnednnPrimitiveCache<ConvPrimitive>& conv_primitive_cache() {
   static OnednnPrimitiveCache<ConvPrimitive> cache;
   return cache;
 }
 
-void conv_f32(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const float* bias, float* y) {
   try {
     auto conv = conv_primitive_cache().get(g.key(), [&] { return make_conv_primitive(g); });
     const dnnl::engine& engine = onednn_engine();
@@ -129,7 +105,7 @@ void conv_f32(const ConvGeometry& g, const float* x, const float* w, const float
 }
 
 // Rows (ci, kh, kw) x columns (oh, ow) of the input patches of one image and group.
-void im2col(const ConvGeometry& g, const double* x, int64_t channels, double* col) {
+void im2col(const ForwardGeometry& g, const double* x, int64_t channels, double* col) {
   const int64_t rows = channels * g.kh * g.kw, cols = g.oh * g.ow;
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1)),
                [&](int64_t begin, int64_t end) {
@@ -150,7 +126,7 @@ void im2col(const ConvGeometry& g, const double* x, int64_t channels, double* co
 }
 
 // float64 stays exact to double: im2col, then our GEMM per image and group.
-void conv_f64(const ConvGeometry& g, const double* x, const double* w, const double* bias,
+void conv_f64(const ForwardGeometry& g, const double* x, const double* w, const double* bias,
               double* y) {
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t depth = cg * g.kh * g.kw, spatial = g.oh * g.ow;
@@ -169,7 +145,7 @@ void conv_f64(const ConvGeometry& g, const double* x, const double* w, const dou
 }
 
 void conv_kernel(const KernelCall& call) {
-  const ConvGeometry g = conv_geometry(call);
+  const ForwardGeometry g = forward_geometry(call);
   Tensor y = call.out();
   if (y.numel() == 0) return;
   const Tensor x = call.in(0).contiguous();
