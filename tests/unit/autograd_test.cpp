@@ -235,3 +235,74 @@ TEST(Autograd, OnlyFloatingTensorsRequireGrad) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+namespace F = kiln::nn::functional;
+
+// Hessian-vector products through create_graph against central differences of
+// the gradient: the backward rules are themselves differentiable.
+void expect_hvp_matches(const std::string& what, const std::function<Tensor(const Tensor&)>& f,
+                        const Shape& shape) {
+  SCOPED_TRACE(what);
+  Generator gen(5);
+  Tensor x0 = rand(shape, {.dtype = kFloat64}, &gen) * 2 - 1;
+  Tensor v = rand(shape, {.dtype = kFloat64}, &gen) * 2 - 1;
+  auto gradient_at = [&](const Tensor& point, bool create) {
+    Tensor x = point.detach().clone().requires_grad_();
+    Tensor g = autograd::grad({f(x).sum()}, {x}, {}, {.create_graph = create})[0];
+    return std::pair{x, g};
+  };
+  auto [x, g] = gradient_at(x0, true);
+  Tensor hvp = autograd::grad({(g * v).sum()}, {x}, {}, {.allow_unused = true})[0];
+  if (!hvp.defined()) hvp = zeros_like(x0);
+  const double h = 1e-6;
+  Tensor numeric = (gradient_at(x0 + v * h, false).second - gradient_at(x0 - v * h, false).second) / (2 * h);
+  auto a = hvp.to_vector<double>(), n = numeric.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], n[i], 1e-5 + 1e-4 * std::abs(n[i])) << i;
+}
+
+TEST(Autograd, DoubleBackwardMatchesFiniteDifferencesOfTheGradient) {
+  Generator gen(11);
+  const Tensor w = rand({5, 4}, {.dtype = kFloat64}, &gen) - 0.5;
+  const Tensor kernel = rand({3, 2, 3, 3}, {.dtype = kFloat64}, &gen) - 0.5;
+  expect_hvp_matches("tanh * sigmoid", [](const Tensor& x) { return tanh(x) * sigmoid(x); }, {7});
+  expect_hvp_matches("exp / (1 + x^2)", [](const Tensor& x) { return exp(x) / (x * x + 1); }, {6});
+  expect_hvp_matches("gelu", [](const Tensor& x) { return gelu(x) + gelu(x, "tanh"); }, {9});
+  expect_hvp_matches("softmax cubed", [](const Tensor& x) { return pow(softmax(x, 1), 3); }, {3, 4});
+  expect_hvp_matches("log_softmax weighted",
+                     [](const Tensor& x) { return log_softmax(x, 0) * arange(0, 4, 1, {.dtype = kFloat64}).unsqueeze(1); }, {4, 2});
+  expect_hvp_matches("matmul, squared", [&](const Tensor& x) { return square(matmul(x, w)); }, {3, 5});
+  expect_hvp_matches("layer_norm", [](const Tensor& x) {
+    return square(F::layer_norm(x, {4}, {}, {}, 1e-5)) * arange(0, 4, 1, {.dtype = kFloat64});
+  }, {3, 4});
+  expect_hvp_matches("batch_norm, training", [](const Tensor& x) {
+    return pow(F::batch_norm(x, {}, {}, {}, {}, true), 3);
+  }, {4, 3});
+  expect_hvp_matches("conv2d, squared", [&](const Tensor& x) {
+    return square(conv2d(x, kernel, {}, {.padding = {1}}));
+  }, {1, 2, 4, 5});
+  expect_hvp_matches("max_pool2d of a square", [](const Tensor& x) {
+    return max_pool2d(square(x), {2});
+  }, {1, 1, 4, 4});
+  expect_hvp_matches("std and norm", [](const Tensor& x) {
+    return stddev(x, {1}) * norm(x, 3, {1});
+  }, {2, 5});
+}
+
+TEST(Autograd, MaxPoolRowAndIndicesPathGiveTheSameGradient) {
+  Generator gen(2);
+  Tensor x = rand({2, 3, 7, 6}, {.dtype = kFloat64}, &gen).requires_grad_();
+  Tensor via_indices = autograd::grad({max_pool2d(x, {3}, {2}, {1}).sum()}, {x})[0];
+  EXPECT_EQ(max_pool2d(x, {3}, {2}, {1}).grad_fn()->name(), "max_pool2d_with_indices");
+  Tensor direct;
+  {
+    NoGradGuard no_grad;
+    direct = max_pool2d(x, {3}, {2}, {1});
+  }
+  EXPECT_EQ(via_indices.sum().item<double>(), static_cast<double>(direct.numel()));
+}
+
+}  // namespace
+}  // namespace kiln
