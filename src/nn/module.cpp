@@ -264,6 +264,15 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
+void Module::requires_grad_(bool requires_grad) {
+  for (const Tensor& p : parameters()) p.requires_grad_(requires_grad);
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (Module* child : children()) child->apply(fn);
+  fn(*this);
+}
+
 // --- state dicts -------------------------------------------------------------------------
 
 void Module::collect_state(const std::string& prefix,

@@ -227,6 +227,26 @@ TEST(Module, ZeroGradClearsOrZeroesEveryGradient) {
   EXPECT_FALSE(net.head.bias.grad().defined());
 }
 
+TEST(Module, RequiresGradFreezesEveryParameter) {
+  Net net;
+  net.block.requires_grad_(false);
+  EXPECT_FALSE(net.block.first.weight.requires_grad());
+  EXPECT_FALSE(net.block.second.weight.requires_grad());
+  EXPECT_TRUE(net.head.weight.requires_grad());
+  EXPECT_TRUE(net.scale.requires_grad());
+}
+
+TEST(Module, ApplyVisitsChildrenBeforeParents) {
+  Net net;
+  std::vector<std::string> order;
+  net.apply([&](nn::Module& m) {
+    order.push_back(m.name());
+    if (auto* affine = dynamic_cast<Affine*>(&m)) affine->n *= 10;
+  });
+  EXPECT_EQ(order, (Names{"Affine", "Affine", "Block", "Affine", "Net"}));
+  EXPECT_EQ(net.head.n, 40);
+}
+
 TEST(Module, StateDictHoldsParametersAndPersistentBuffersDetached) {
   Net net;
   StateDict sd = net.state_dict();
