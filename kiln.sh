@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # kiln's one entry point: sets up a fresh Debian 12 machine, builds, tests, benchmarks.
 #
-#   ./kiln.sh test              build (RelWithDebInfo, asserts on) and run every test
-#   ./kiln.sh test --sanitize   the same under AddressSanitizer + UBSan
+#   ./kiln.sh test              build (RelWithDebInfo, asserts on), run every test, then fuzz
+#                               the safetensors parser for KILN_FUZZ_SECONDS (default 60)
+#   ./kiln.sh test --sanitize   the same under AddressSanitizer + UBSan (without fuzzing)
+#   ./kiln.sh fuzz [SECONDS]    only the fuzzing step
 #   ./kiln.sh bench             build Release and run the benchmarks
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(build-essential cmake ninja-build git libdnnl-dev libgtest-dev libgmock-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libjs-chart.js)
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libjs-chart.js
+          clang libclang-rt-14-dev)
 JOBS=${KILN_JOBS:-$(nproc)}
 
 usage() {
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -37,9 +40,9 @@ configure_and_build() {
 }
 
 run_tests() {
-  local dir=build flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_ASSERTS=ON)
+  local dir=build flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_ASSERTS=ON) fuzz=1
   if [ "${1:-}" = "--sanitize" ]; then
-    dir=build-asan
+    dir=build-asan fuzz=0
     flags+=(-DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF)
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
   elif [ -n "${1:-}" ]; then
@@ -47,6 +50,32 @@ run_tests() {
   fi
   configure_and_build "$dir" "${flags[@]}"
   ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 900
+  # Fuzzing once is enough: the fuzzer has its own sanitizers.
+  if [ "$fuzz" = 1 ]; then
+    run_fuzz "${KILN_FUZZ_SECONDS:-60}"
+  fi
+}
+
+# Builds the libFuzzer target of the safetensors parser with clang (fuzz/ is a
+# project of its own that compiles only the parser) and fuzzes it for $1
+# seconds from the seed corpus. The corpus it grows stays in build-fuzz/corpus;
+# a crash fails the run and leaves its input in build-fuzz/crash-*.
+run_fuzz() {
+  local seconds=${1:-60} dir=build-fuzz
+  cmake -S fuzz -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+  rm -rf "$dir/seeds"
+  fuzz/make_seeds.sh "$dir/seeds"
+  mkdir -p "$dir/corpus"
+  echo "kiln.sh: fuzzing the safetensors parser for ${seconds}s (log: $dir/fuzz.log)"
+  if ! "$dir/safetensors_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+       -dict=fuzz/safetensors.dict -artifact_prefix="$dir/" -print_final_stats=1 \
+       "$dir/corpus" "$dir/seeds" >"$dir/fuzz.log" 2>&1; then
+    tail -n 60 "$dir/fuzz.log"
+    echo "kiln.sh: the safetensors fuzzer found a failure; its input is in $dir/" >&2
+    return 1
+  fi
+  grep -E '^(Done|stat::new_units_added)' "$dir/fuzz.log"
 }
 
 run_bench() {
@@ -56,6 +85,7 @@ run_bench() {
 
 case "${1:-}" in
   test) shift; install_packages; run_tests "$@" ;;
+  fuzz) shift; install_packages; run_fuzz "$@" ;;
   bench) shift; install_packages; run_bench "$@" ;;
   *) usage ;;
 esac

@@ -176,6 +176,15 @@ Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, 
                                      " can't be cast to the type of self, ", self.dtype()));
   }
   if (!direct_inplace_possible(schema, self, inputs, result.dtype)) {
+    // Recorded inputs that share self's storage are copied first: the copy into
+    // self would otherwise overwrite what the op saved for backward.
+    TensorList copies;
+    if (autograd::should_record(schema, inputs)) {
+      copies.assign(inputs.begin(), inputs.end());
+      for (Tensor& t : copies)
+        if (t.defined() && t.shares_storage(self)) t = t.clone();
+      inputs = copies;
+    }
     Tensor tmp = dispatch(op, inputs, attrs)[0];
     return dispatch_inplace(OpId::copy, self, {tmp}, Attrs{self.dtype()});
   }

@@ -42,6 +42,10 @@ struct OpCase {
   // Upper bound on the normalized mean squared error per dtype; 0 picks the
   // default for the dtype. Integer and bool outputs must match exactly.
   double max_nmse = 0;
+  // Gradient mode: whether the backward rules of the case's ops are checked on it
+  // against finite differences (false only where the case sits on a point where
+  // the op is not differentiable, with the reason in a comment).
+  bool check_grad = true;
 };
 
 using CaseList = std::vector<OpCase>;
@@ -65,5 +69,8 @@ Tensor uniform_strided(const Shape& shape, DType dtype, Generator& g, double lo 
 Tensor random_mask(const Shape& shape, Generator& g, double p_true = 0.5);
 
 double default_max_nmse(DType dtype);
+
+// Copies of the inputs with their layouts (a strided view stays a strided view).
+TensorList clone_inputs(const TensorList& in);
 
 }  // namespace kiln::testing

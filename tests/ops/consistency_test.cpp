@@ -47,6 +47,30 @@ Tensor random_mask(const Shape& shape, Generator& g, double p_true) {
   return rand(shape, {.dtype = kFloat64}, &g) < p_true;
 }
 
+TensorList clone_inputs(const TensorList& in) {
+  TensorList out;
+  for (const auto& t : in) {
+    if (!t.defined()) {
+      out.push_back(t);
+      continue;
+    }
+    // Keep the layout (strides) of non-contiguous inputs: clone the base and re-view it.
+    if (t.is_contiguous()) {
+      out.push_back(t.clone());
+    } else {
+      Tensor base = empty({static_cast<int64_t>(t.storage()->nbytes() / t.element_size())},
+                          {.dtype = t.dtype()});
+      std::memcpy(base.data_ptr(), t.storage()->data(), t.storage()->nbytes());
+      auto impl = std::make_shared<TensorImpl>(t.impl());
+      impl->storage = base.storage();
+      impl->autograd = nullptr;
+      impl->view_base = nullptr;
+      out.push_back(Tensor(impl));
+    }
+  }
+  return out;
+}
+
 double default_max_nmse(DType dtype) {
   switch (dtype) {
     case kFloat64: return 1e-20;
@@ -103,28 +127,6 @@ Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse
   return c;
 }
 
-TensorList clone_all(const TensorList& in) {
-  TensorList out;
-  for (const auto& t : in) {
-    if (!t.defined()) {
-      out.push_back(t);
-      continue;
-    }
-    // Keep the layout (strides) of non-contiguous inputs: clone the base and re-view it.
-    if (t.is_contiguous()) {
-      out.push_back(t.clone());
-    } else {
-      Tensor base = empty({static_cast<int64_t>(t.storage()->nbytes() / t.element_size())},
-                          {.dtype = t.dtype()});
-      std::memcpy(base.data_ptr(), t.storage()->data(), t.storage()->nbytes());
-      auto impl = std::make_shared<TensorImpl>(t.impl());
-      impl->storage = base.storage();
-      out.push_back(Tensor(impl));
-    }
-  }
-  return out;
-}
-
 class OpConsistency : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpConsistency, MatchesReference) {
@@ -135,7 +137,7 @@ TEST_P(OpConsistency, MatchesReference) {
     SCOPED_TRACE(detail::str_cat(op_case.name, " dtype=", dtype));
     Generator g(1234);
     TensorList inputs = op_case.make(dtype, g);
-    TensorList ref_inputs = clone_all(inputs);
+    TensorList ref_inputs = clone_inputs(inputs);
     TensorList expected;
     {
       ops::ReferenceModeGuard reference;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ops/reduce.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -45,6 +46,12 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size,
                   std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0},
                   std::vector<int64_t> dilation = {1}, bool ceil_mode = false);
+// max_pool2d's values, and the int64 indices h * W + w of each chosen element
+// within its [H, W] plane (the first maximum of a window, or its first NaN).
+ValuesIndices max_pool2d_with_indices(const Tensor& input, std::vector<int64_t> kernel_size,
+                                      std::vector<int64_t> stride = {},
+                                      std::vector<int64_t> padding = {0},
+                                      std::vector<int64_t> dilation = {1}, bool ceil_mode = false);
 Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size,
                   std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0},
                   bool ceil_mode = false, bool count_include_pad = true,

@@ -45,6 +45,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // one element twice, the later one in row-major order of index wins.
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& scatter_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// A copy of x with src's values added at index along dim (duplicates all add up):
+// out[index[i][j]][j] += src[i][j] for dim 0. Floating and integer dtypes.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // x tiled repeats[i] times along each dim; extra leading repeats add new dims.
 Tensor repeat(const Tensor& x, const Shape& repeats);
 Tensor flip(const Tensor& x, const Shape& dims);

@@ -44,4 +44,33 @@ Tensor unsqueeze_reduced(const Tensor& g, const Shape& dims, int64_t input_dim, 
   return r;
 }
 
+Tensor embed_along(const Tensor& g, const Shape& sizes, int64_t dim, int64_t start) {
+  const int64_t after = sizes[dim] - start - g.size(dim);
+  if (start == 0 && after == 0) return g;
+  TensorList parts;
+  Shape s = g.sizes();
+  const TensorOptions options{.dtype = g.dtype(), .device = g.device()};
+  if (start > 0) {
+    s[dim] = start;
+    parts.push_back(zeros(s, options));
+  }
+  parts.push_back(g);
+  if (after > 0) {
+    s[dim] = after;
+    parts.push_back(zeros(s, options));
+  }
+  return cat(parts, dim);
+}
+
+Tensor pad_to(const Tensor& g, const Shape& sizes) {
+  Tensor r = g;
+  for (int64_t d = 0; d < r.dim(); ++d) {
+    if (r.size(d) == sizes[d]) continue;
+    Shape s = r.sizes();
+    s[d] = sizes[d];
+    r = embed_along(r, s, d, 0);
+  }
+  return r;
+}
+
 }  // namespace kiln::autograd

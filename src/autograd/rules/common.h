@@ -17,4 +17,10 @@ Tensor check_hook_result(const Tensor& replaced, const Tensor& original, std::st
 // given the canonical (wrapped, sorted) dims of a reduction; empty dims = all.
 Tensor unsqueeze_reduced(const Tensor& g, const Shape& dims, int64_t input_dim, bool keepdim);
 
+// g placed at [start, start + g.size(dim)) along dim of a zero tensor of sizes
+// (which equal g's in the other dims).
+Tensor embed_along(const Tensor& g, const Shape& sizes, int64_t dim, int64_t start);
+// g with zeros appended in every dim up to sizes.
+Tensor pad_to(const Tensor& g, const Shape& sizes);
+
 }  // namespace kiln::autograd

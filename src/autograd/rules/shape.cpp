@@ -6,31 +6,6 @@
 #include "autograd/rules/common.h"
 
 namespace kiln::autograd {
-namespace {
-
-Tensor zeros_of(const Shape& sizes, const Tensor& like) {
-  return zeros(sizes, {.dtype = like.dtype(), .device = like.device()});
-}
-
-// g placed at [start, start + g.size(dim)) of a zero tensor of sizes along dim.
-Tensor embed_along(const Tensor& g, const Shape& sizes, int64_t dim, int64_t start) {
-  const int64_t after = sizes[dim] - start - g.size(dim);
-  if (start == 0 && after == 0) return g;
-  TensorList parts;
-  Shape s = g.sizes();
-  if (start > 0) {
-    s[dim] = start;
-    parts.push_back(zeros_of(s, g));
-  }
-  parts.push_back(g);
-  if (after > 0) {
-    s[dim] = after;
-    parts.push_back(zeros_of(s, g));
-  }
-  return cat(parts, dim);
-}
-
-}  // namespace
 
 TensorList grad_view(const BackwardCtx& ctx, const TensorList& g) {
   return {g[0].reshape(ctx.input_sizes(0))};
@@ -63,7 +38,7 @@ TensorList grad_slice(const BackwardCtx& ctx, const TensorList& g) {
                      .reshape(index_shape)
                      .expand(g[0].sizes())
                      .contiguous();
-  return {scatter(zeros_of(sizes, g[0]), dim, index, g[0])};
+  return {scatter(zeros(sizes, {.dtype = g[0].dtype(), .device = g[0].device()}), dim, index, g[0])};
 }
 
 // select: dim, index.
@@ -102,17 +77,12 @@ TensorList grad_scatter(const BackwardCtx& ctx, const TensorList& g) {
   const int64_t dim = ctx.attrs().i(0);
   const Tensor& index = ctx.input(1);
   TensorList out(3);
-  if (ctx.needs_grad(0)) out[0] = scatter(g[0], dim, index, zeros_like(g[0]));
+  if (ctx.needs_grad(0)) {
+    out[0] = scatter(g[0], dim, index,
+                     zeros(index.sizes(), {.dtype = g[0].dtype(), .device = g[0].device()}));
+  }
   if (ctx.needs_grad(2)) {
-    Tensor picked = gather(g[0], dim, index);
-    const Shape& src_sizes = ctx.input_sizes(2);
-    for (int64_t d = 0; d < picked.dim(); ++d)
-      if (picked.size(d) != src_sizes[d]) picked = embed_along(picked, [&] {
-          Shape s = picked.sizes();
-          s[d] = src_sizes[d];
-          return s;
-        }(), d, 0);
-    out[2] = picked;
+    out[2] = pad_to(gather(g[0], dim, index), ctx.input_sizes(2));
   }
   return out;
 }

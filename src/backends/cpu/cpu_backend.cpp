@@ -18,6 +18,7 @@ CpuBackend::CpuBackend() {
   register_cpu_linalg_kernels(kernels_);
   register_cpu_conv_pool_kernels(kernels_);
   register_cpu_nn_kernels(kernels_);
+  register_cpu_backward_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t nbytes, Device device) {
@@ -50,6 +51,7 @@ const KernelTable& reference_kernels() {
     register_reference_linalg_kernels(t);
     register_reference_conv_pool_kernels(t);
     register_reference_nn_kernels(t);
+    register_reference_backward_kernels(t);
     return t;
   }();
   return table;

@@ -27,6 +27,7 @@ void register_cpu_reduce_kernels(KernelTable& table);
 void register_cpu_linalg_kernels(KernelTable& table);
 void register_cpu_conv_pool_kernels(KernelTable& table);
 void register_cpu_nn_kernels(KernelTable& table);
+void register_cpu_backward_kernels(KernelTable& table);  // ops of backward rules
 
 // Test support: surround every CPU allocation with guard bytes and count the
 // allocations whose guards were overwritten when they are freed.

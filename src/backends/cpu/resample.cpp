@@ -8,6 +8,7 @@
 
 #include "backends/cpu/loops.h"
 #include "backends/cpu/nn.h"
+#include "backends/resample_formulas.h"
 #include "core/convert.h"
 
 namespace kiln::backend::cpu {
@@ -15,15 +16,8 @@ namespace {
 
 using ops::OpId;
 using IndexTable = std::vector<int64_t>;
-
-// Source index of output index o along a padded dim, or -1 for the constant.
-int64_t pad_source(int64_t o, int64_t before, int64_t size, const std::string& mode) {
-  const int64_t i = o - before;
-  if (i >= 0 && i < size) return i;
-  if (mode == "constant") return -1;
-  if (mode == "replicate") return i < 0 ? 0 : size - 1;
-  return i < 0 ? -i : 2 * (size - 1) - i;  // reflect, without repeating the edge
-}
+using resample::nearest_source;
+using resample::pad_source;
 
 // For each dim, the source index of every output index (-1: outside the input).
 std::vector<IndexTable> pad_tables(const Tensor& x, const Tensor& out, const KernelCall& c) {
@@ -109,10 +103,9 @@ void pad(const KernelCall& c) {
   });
 }
 
-// Legacy nearest source index: floor(o * in / out), exact in integers.
 IndexTable nearest_table(int64_t in, int64_t out) {
   IndexTable t(out);
-  for (int64_t o = 0; o < out; ++o) t[o] = std::min(o * in / out, in - 1);
+  for (int64_t o = 0; o < out; ++o) t[o] = nearest_source(o, in, out);
   return t;
 }
 
@@ -143,39 +136,11 @@ void nearest(const Tensor& x, Tensor& out) {
   });
 }
 
-// PyTorch's bilinear source coordinate of output index o (computed in double
-// in both this kernel and the reference, so that the chosen pixels agree).
-double bilinear_source(int64_t o, int64_t in, int64_t out, bool align_corners) {
-  if (align_corners) {
-    return out > 1
-               ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
-               : 0.0;
-  }
-  const double src =
-      (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
-  return std::max(src, 0.0);
-}
-
-// The two source indices and the weight of the second, per output index.
-template <typename C>
-struct LinearTable {
-  IndexTable lo, hi;
-  std::vector<C> frac;
-  LinearTable(int64_t in, int64_t out, bool align_corners) : lo(out), hi(out), frac(out) {
-    for (int64_t o = 0; o < out; ++o) {
-      const double src = bilinear_source(o, in, out, align_corners);
-      lo[o] = static_cast<int64_t>(src);
-      hi[o] = std::min(lo[o] + 1, in - 1);
-      frac[o] = static_cast<C>(src - static_cast<double>(lo[o]));
-    }
-  }
-};
-
 template <typename T>
 void bilinear(const Tensor& x, Tensor& out, bool align_corners) {
   using C = compute_t<T>;
   const int64_t in_h = x.size(2), in_w = x.size(3), out_h = out.size(2), out_w = out.size(3);
-  const LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
+  const resample::LinearTable<C> th(in_h, out_h, align_corners), tw(in_w, out_w, align_corners);
   const T* px = x.data<T>();
   T* py = out.data<T>();
   const int64_t rows = out.numel() / out_w;

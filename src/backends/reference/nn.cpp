@@ -7,6 +7,7 @@
 
 #include "backends/reference/ref_util.h"
 #include "backends/reference/reference.h"
+#include "backends/resample_formulas.h"
 #include "core/philox.h"
 #include "core/shape_util.h"
 
@@ -14,6 +15,9 @@ namespace kiln::backend {
 namespace {
 
 using ops::OpId;
+using resample::bilinear_source;
+using resample::nearest_source;
+using resample::pad_source;
 
 // Row-major values of an optional tensor; `fallback` repeated n times when absent.
 std::vector<double> values_or(const Tensor& t, int64_t n, double fallback) {
@@ -193,15 +197,6 @@ void sdpa(const KernelCall& c) {
   write_all(out, y);
 }
 
-// Source index along one dim of pad's output index o, or -1 for the constant.
-int64_t pad_source(int64_t o, int64_t before, int64_t size, const std::string& mode) {
-  const int64_t i = o - before;
-  if (i >= 0 && i < size) return i;
-  if (mode == "constant") return -1;
-  if (mode == "replicate") return i < 0 ? 0 : size - 1;
-  return i < 0 ? -i : 2 * (size - 1) - i;  // reflect, without repeating the edge
-}
-
 void pad(const KernelCall& c) {
   const Tensor &x = c.in(0), &out = c.out();
   const auto& pads = c.attrs.ints(0);
@@ -224,19 +219,6 @@ void pad(const KernelCall& c) {
   });
 }
 
-// PyTorch's source coordinate of bilinear output index o (clamped at 0 when
-// align_corners is false).
-double bilinear_source(int64_t o, int64_t in, int64_t out, bool align_corners) {
-  if (align_corners) {
-    return out > 1
-               ? static_cast<double>(o) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
-               : 0.0;
-  }
-  const double src =
-      (static_cast<double>(o) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
-  return std::max(src, 0.0);
-}
-
 void interpolate(const KernelCall& c) {
   const Tensor &x = c.in(0), &out = c.out();
   const int64_t nd = x.dim();
@@ -246,7 +228,7 @@ void interpolate(const KernelCall& c) {
     if (!bilinear) {
       std::vector<int64_t> src = index;
       for (int64_t d = 2; d < nd; ++d) {
-        src[d] = std::min(index[d] * x.size(d) / out.size(d), x.size(d) - 1);
+        src[d] = nearest_source(index[d], x.size(d), out.size(d));
       }
       copy_element(out, flat++, x, ref::offset_of(x, src));
       return;

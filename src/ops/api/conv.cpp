@@ -81,6 +81,16 @@ Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size,
                     std::move(dilation), ceil_mode});
 }
 
+ValuesIndices max_pool2d_with_indices(const Tensor& input, std::vector<int64_t> kernel_size,
+                                      std::vector<int64_t> stride, std::vector<int64_t> padding,
+                                      std::vector<int64_t> dilation, bool ceil_mode) {
+  const Tensor inputs[] = {input};
+  TensorList out = ops::dispatch(OpId::max_pool2d_with_indices, inputs,
+                                 {std::move(kernel_size), std::move(stride), std::move(padding),
+                                  std::move(dilation), ceil_mode});
+  return {std::move(out[0]), std::move(out[1])};
+}
+
 Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size,
                   std::vector<int64_t> stride, std::vector<int64_t> padding, bool ceil_mode,
                   bool count_include_pad, std::optional<int64_t> divisor_override) {

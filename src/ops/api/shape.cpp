@@ -99,6 +99,14 @@ Tensor& scatter_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src)
   return dispatch_inplace(OpId::scatter, x, {x, index, src}, {dim});
 }
 
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return dispatch1(OpId::scatter_add, {x, index, src}, {dim});
+}
+
+Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return dispatch_inplace(OpId::scatter_add, x, {x, index, src}, {dim});
+}
+
 Tensor repeat(const Tensor& x, const Shape& repeats) {
   return dispatch1(OpId::repeat, {x}, {repeats});
 }

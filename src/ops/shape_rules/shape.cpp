@@ -148,20 +148,29 @@ void infer_gather(ShapeCtx& ctx) {
   ctx.add_output(index.sizes(), x.dtype(), ctx.common_device());
 }
 
+// scatter and scatter_add: index fits in src everywhere and in the input outside dim.
 void infer_scatter(ShapeCtx& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& index = ctx.input(1);
   const Tensor& src = ctx.input(2);
   require_index_dtype(ctx, index, /*allow_int32=*/false);
   if (src.dtype() != x.dtype()) {
-    throw DTypeError(detail::str_cat("scatter: src must have the dtype of the input, ", x.dtype(),
-                                     ", got ", src.dtype()));
+    throw DTypeError(detail::str_cat(ctx.name(), ": src must have the dtype of the input, ",
+                                     x.dtype(), ", got ", src.dtype()));
   }
-  const int64_t d = wrap_dim(ctx.attrs.i(0), x.dim(), "scatter");
+  const int64_t d = wrap_dim(ctx.attrs.i(0), x.dim(), ctx.name());
   ctx.attrs[0] = d;
   check_index_fits(ctx, index, x, "input", d);
   check_index_fits(ctx, index, src, "src", -1);
   ctx.add_output(x.sizes(), x.dtype(), ctx.common_device());
+}
+
+// Sums of bools have no meaning here (PyTorch's bool scatter_add is a logical or).
+void infer_scatter_add(ShapeCtx& ctx) {
+  if (ctx.input(0).dtype() == kBool) {
+    throw DTypeError("scatter_add: bool tensors are not supported, use scatter");
+  }
+  infer_scatter(ctx);
 }
 
 void infer_repeat(ShapeCtx& ctx) {

@@ -1,0 +1,71 @@
+// Backward rules of dropout, attention and the negative log-likelihood loss.
+#include <limits>
+
+#include "autograd/rules.h"
+#include "autograd/rules/common.h"
+#include "ops/dispatch.h"
+
+namespace kiln::autograd {
+
+// The same Philox draws applied to ones give the forward's scaled keep-mask.
+TensorList grad_dropout(const BackwardCtx& ctx, const TensorList& g) {
+  const auto& info = ctx.info(0);
+  Tensor mask = ops::dispatch1(ops::OpId::dropout,
+                               {ones(info.sizes, {.dtype = info.dtype, .device = info.device})},
+                               ctx.attrs());
+  return {g[0] * mask};
+}
+
+// Recomputes the attention probabilities, then differentiates
+// out = softmax(q k^T * scale + mask) v.
+TensorList grad_scaled_dot_product_attention(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  const Tensor& mask = ctx.input(3);
+  const double scale = ctx.attrs().f(1);
+  Tensor scores = matmul(q, k.transpose(-1, -2)) * scale;
+  if (mask.defined()) {
+    scores = mask.dtype() == kBool
+                 ? masked_fill(scores, logical_not(mask), -std::numeric_limits<double>::infinity())
+                 : scores + mask;
+  }
+  if (ctx.attrs().b(0)) {
+    const int64_t l = q.size(-2), s = k.size(-2);
+    Tensor above = triu(ones({l, s}, {.dtype = kBool, .device = q.device()}), 1);
+    scores = masked_fill(scores, above, -std::numeric_limits<double>::infinity());
+  }
+  Tensor p = softmax(scores, -1);
+  p = masked_fill(p, isnan(p), 0.0);  // fully masked rows attend to nothing
+  TensorList out(4);
+  if (ctx.needs_grad(2)) out[2] = matmul(p.transpose(-1, -2), g[0]);
+  Tensor gp = matmul(g[0], v.transpose(-1, -2));
+  Tensor gs = p * (gp - sum(gp * p, {-1}, true));
+  if (ctx.needs_grad(0)) out[0] = matmul(gs, k) * scale;
+  if (ctx.needs_grad(1)) out[1] = matmul(gs.transpose(-1, -2), q) * scale;
+  if (ctx.needs_grad(3)) out[3] = gs;
+  return out;
+}
+
+// nll_loss(self, target, weight?; ignore_index, reduction): each counted sample
+// sends -weight[target] (scaled by the reduction) to its target class.
+TensorList grad_nll_loss(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& target = ctx.input(1);
+  const Tensor& weight = ctx.input(2);
+  const auto& info = ctx.info(0);
+  const int64_t ignore = ctx.attrs().i(0);
+  const std::string& reduction = ctx.attrs().str(1);
+  const int64_t class_dim = info.sizes.size() == 1 ? 0 : 1;
+  Tensor valid = target != ignore;
+  Tensor safe_target = where(valid, target, 0);
+  Tensor w = weight.defined() ? index_select(weight, 0, safe_target.flatten()).reshape(target.sizes())
+                              : ones(target.sizes(), {.dtype = g[0].dtype(), .device = g[0].device()});
+  w = w * valid;
+  Tensor scale = reduction == "mean" ? g[0] / sum(w) : g[0];
+  Tensor contrib = (-(w * scale)).to(info.dtype);
+  Tensor zero = zeros(info.sizes, {.dtype = info.dtype, .device = info.device});
+  return {scatter(zero, class_dim, safe_target.unsqueeze(class_dim), contrib.unsqueeze(class_dim)),
+          Tensor(), Tensor()};
+}
+
+}  // namespace kiln::autograd

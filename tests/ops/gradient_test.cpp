@@ -1,0 +1,164 @@
+// Gradient mode of the op-consistency test: every case that runs in float64 is
+// differentiated with autograd and compared with central finite differences,
+// and every differentiable op of the table must have a rule and a checked case.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "autograd/rules.h"
+#include "ops/consistency.h"
+
+namespace kiln::testing {
+namespace {
+
+constexpr double kStep = 1e-6;
+constexpr double kAtol = 1e-5;
+constexpr double kRtol = 1e-3;
+constexpr int64_t kMaxProbes = 24;  // finite differences per input, at sampled elements
+
+bool gradient_case(const OpCase& c) {
+  return c.check_grad && std::find(c.dtypes.begin(), c.dtypes.end(), kFloat64) != c.dtypes.end();
+}
+
+// sum(out_i * weight_i) over the outputs that have weights (the floating ones that
+// depend on the inputs).
+Tensor projected_loss(const TensorList& outputs, const TensorList& weights) {
+  Tensor loss = zeros({}, {.dtype = kFloat64});
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!weights[i].defined()) continue;
+    loss = loss + sum(outputs[i].to(kFloat64) * weights[i]);
+  }
+  return loss;
+}
+
+// Runs the case on copies of the inputs; the leaves are the floating ones. In-place
+// cases write into their inputs, which leaves may not allow: they get copies.
+TensorList run_on(const OpCase& c, const TensorList& leaves, bool* used_copies) {
+  TensorList in = leaves;
+  if (*used_copies) {
+    for (auto& t : in)
+      if (t.defined() && t.requires_grad()) t = t.clone();
+  }
+  try {
+    return c.run(in);
+  } catch (const Error& e) {
+    if (*used_copies || std::string(e.what()).find("leaf") == std::string::npos) throw;
+    *used_copies = true;
+    return run_on(c, leaves, used_copies);
+  }
+}
+
+double loss_at(const OpCase& c, const TensorList& base, const TensorList& weights) {
+  NoGradGuard no_grad;
+  TensorList in = clone_inputs(base);
+  return projected_loss(c.run(in), weights).item<double>();
+}
+
+// The address of element `flat` (row-major) of a float64 CPU tensor of any strides.
+double* element(const Tensor& t, int64_t flat) {
+  int64_t offset = 0;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    offset += (flat % t.size(d)) * t.stride(d);
+    flat /= t.size(d);
+  }
+  return static_cast<double*>(t.data_ptr()) + offset;
+}
+
+class OpGradients : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpGradients, MatchFiniteDifferences) {
+  const OpCase& c = all_cases()[GetParam()];
+  if (!gradient_case(c)) GTEST_SKIP() << "no float64 run or not differentiable here";
+  Generator g(1234);
+  TensorList inputs = clone_inputs(c.make(kFloat64, g));
+  std::vector<size_t> leaf_index;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined() && inputs[i].dtype() == kFloat64) {
+      inputs[i].requires_grad_();
+      leaf_index.push_back(i);
+    }
+  }
+  if (leaf_index.empty()) GTEST_SKIP() << "no floating inputs";
+  bool used_copies = false;
+  TensorList outputs = run_on(c, inputs, &used_copies);
+  Generator wg(99);
+  TensorList weights(outputs.size());
+  bool any = false;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    // Outputs rounded to a narrower dtype would drown finite differences in rounding.
+    if (outputs[i].defined() && outputs[i].dtype() == kFloat64 && outputs[i].requires_grad()) {
+      weights[i] = rand(outputs[i].sizes(), {.dtype = kFloat64}, &wg) * 2 - 1;
+      any = true;
+    }
+  }
+  if (!any) GTEST_SKIP() << "no output depends on a floating input";
+  TensorList leaves;
+  for (size_t i : leaf_index) leaves.push_back(inputs[i]);
+  TensorList analytic = autograd::grad({projected_loss(outputs, weights)}, leaves, {},
+                                       {.allow_unused = true});
+  TensorList base = clone_inputs(inputs);
+  // Rounding in the loss limits how small a derivative differences can resolve.
+  const double loss_scale = std::abs(loss_at(c, base, weights));
+  for (size_t li = 0; li < leaf_index.size(); ++li) {
+    const Tensor& x = base[leaf_index[li]];
+    const int64_t n = x.numel();
+    Generator pick(7 + li);
+    std::vector<int64_t> probes;
+    if (n <= kMaxProbes) {
+      for (int64_t k = 0; k < n; ++k) probes.push_back(k);
+    } else {
+      probes = randint(0, n, {kMaxProbes}, {}, &pick).to_vector<int64_t>();
+    }
+    const Tensor grad = analytic[li].defined() ? analytic[li].contiguous()
+                                               : zeros(x.sizes(), {.dtype = kFloat64});
+    for (int64_t k : probes) {
+      double* p = element(x, k);
+      const double saved = *p;
+      if (!std::isfinite(saved)) continue;  // no derivative to difference at inf or NaN
+      *p = saved + kStep;
+      const double up = loss_at(c, base, weights);
+      *p = saved - kStep;
+      const double down = loss_at(c, base, weights);
+      *p = saved;
+      const double numeric = (up - down) / (2 * kStep);
+      const double got = grad.data<double>()[k];
+      if (!std::isfinite(numeric) || !std::isfinite(loss_scale)) continue;
+      const double rounding = 8 * std::numeric_limits<double>::epsilon() * loss_scale / kStep;
+      EXPECT_NEAR(got, numeric, kAtol + kRtol * std::abs(numeric) + rounding)
+          << c.name << ": input " << leaf_index[li] << " element " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, OpGradients, ::testing::Range<size_t>(0, all_cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           std::string name = all_cases()[info.param].name;
+                           for (auto& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
+
+TEST(OpCoverage, EveryDifferentiableOpHasACheckedBackwardRule) {
+  std::set<ops::OpId> checked;
+  for (const auto& c : all_cases())
+    if (gradient_case(c)) checked.insert(c.ops.begin(), c.ops.end());
+  std::vector<std::string> missing;
+  for (const auto& s : ops::all_op_schemas()) {
+    const bool has_rule = autograd::derivative(s.id).rule != nullptr;
+    if (s.has_flag(ops::kNoGrad)) {
+      if (has_rule) missing.push_back(std::string(s.name) + " (kNoGrad op with a rule)");
+      continue;
+    }
+    if (!has_rule) missing.push_back(std::string(s.name) + " (backward rule)");
+    if (!checked.count(s.id)) missing.push_back(std::string(s.name) + " (float64 gradient case)");
+  }
+  std::string list;
+  for (const auto& m : missing) list += "\n  " + m;
+  EXPECT_TRUE(missing.empty()) << missing.size() << " gaps in the derivative table:" << list;
+}
+
+}  // namespace
+}  // namespace kiln::testing
