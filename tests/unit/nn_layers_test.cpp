@@ -47,8 +47,8 @@ double mean_of(const Tensor& t) { return mean(t.to(kFloat64)).item<double>(); }
 double std_of(const Tensor& t) { return stddev(t.to(kFloat64).flatten()).item<double>(); }
 
 // Tests holding a NoGradGuard named forward_only check forward values of layers
-// whose ops (conv, norms, embedding) have no backward rule yet: with recording
-// on, their forward would throw "<op>: the op has no backward rule".
+// whose ops (conv, embedding) have no backward rule yet: with recording on,
+// their forward would throw "<op>: the op has no backward rule".
 
 std::string printed(const nn::Module& m) {
   std::ostringstream os;
@@ -227,7 +227,6 @@ TEST(NnBatchNorm, HasPyTorchsParametersBuffersAndStateDict) {
 }
 
 TEST(NnBatchNorm, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
-  NoGradGuard forward_only;
   nn::BatchNorm1d bn(1);
   Tensor x = f32({1, 2, 3, 4}, {4, 1});
   const double s = std::sqrt(1.25 + 1e-5);  // biased variance of 1..4
@@ -244,7 +243,6 @@ TEST(NnBatchNorm, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
 }
 
 TEST(NnBatchNorm, NoMomentumAveragesEveryBatchSeen) {
-  NoGradGuard forward_only;
   nn::BatchNorm2d bn(2, {.momentum = std::nullopt});
   Tensor a = randn({3, 2, 4, 4}), b = randn({5, 2, 2, 2}) + 3;
   bn(a);
@@ -257,7 +255,6 @@ TEST(NnBatchNorm, NoMomentumAveragesEveryBatchSeen) {
 }
 
 TEST(NnBatchNorm, WithoutRunningStatsEvalNormalizesWithTheBatch) {
-  NoGradGuard forward_only;
   nn::BatchNorm2d bn(2, {.track_running_stats = false});
   bn.eval();
   Tensor x = randn({4, 2, 3, 3});
@@ -265,7 +262,6 @@ TEST(NnBatchNorm, WithoutRunningStatsEvalNormalizesWithTheBatch) {
 }
 
 TEST(NnBatchNorm, AffineParametersScaleAndShift) {
-  NoGradGuard forward_only;
   nn::BatchNorm2d bn(2);
   nn::init::constant_(bn.weight, 2);
   nn::init::constant_(bn.bias, 1);
@@ -290,7 +286,6 @@ TEST(NnBatchNorm, RejectsWrongDimsChannelsAndSingleValues) {
 }
 
 TEST(NnBatchNorm, ToFloat64KeepsTheBatchCounterAnInteger) {
-  NoGradGuard forward_only;
   nn::BatchNorm1d bn(2);
   bn.to(kFloat64);
   EXPECT_EQ(bn.weight.dtype(), kFloat64);
@@ -310,7 +305,6 @@ TEST(NnBatchNorm, PrintsLikePyTorch) {
 }
 
 TEST(NnLayerNorm, NormalizesTheTrailingDimsWithItsParameters) {
-  NoGradGuard forward_only;
   nn::LayerNorm ln(3);
   EXPECT_EQ(names_of(ln.named_parameters()), (Names{"weight", "bias"}));
   EXPECT_EQ(ln.weight.sizes(), (Shape{3}));
@@ -332,8 +326,37 @@ TEST(NnLayerNorm, NormalizesTheTrailingDimsWithItsParameters) {
   EXPECT_EQ(printed(ln), "LayerNorm((3,), eps=1e-05, elementwise_affine=True)");
 }
 
+// d/d bias of sum(y * m) is m summed over the normalized positions; d/d weight
+// is x_hat * m summed the same way (x_hat: the normalized input).
+TEST(NnLayerNorm, GradientsReachWeightAndBias) {
+  nn::LayerNorm ln(3);
+  Tensor x = randn({4, 3}), m = randn({4, 3});
+  (ln(x) * m).sum().backward();
+  ASSERT_TRUE(ln.weight.grad().defined());
+  ASSERT_TRUE(ln.bias.grad().defined());
+  Tensor x_hat;
+  {
+    NoGradGuard no_grad;
+    x_hat = F::layer_norm(x, {3});
+  }
+  expect_close(ln.bias.grad(), sum(m, {0}));
+  expect_close(ln.weight.grad(), sum(x_hat * m, {0}));
+}
+
+TEST(NnBatchNorm, GradientsReachWeightAndBias) {
+  nn::BatchNorm2d bn(2);
+  Tensor x = randn({3, 2, 2, 2}), m = randn({3, 2, 2, 2});
+  (bn(x) * m).sum().backward();
+  Tensor x_hat;
+  {
+    NoGradGuard no_grad;
+    x_hat = F::batch_norm(x, {}, {}, {}, {}, true);
+  }
+  expect_close(bn.bias.grad(), sum(m, {0, 2, 3}));
+  expect_close(bn.weight.grad(), sum(x_hat * m, {0, 2, 3}), 1e-4);
+}
+
 TEST(NnGroupNorm, MatchesTheFunctionalForm) {
-  NoGradGuard forward_only;
   nn::GroupNorm gn(2, 4);
   EXPECT_EQ(names_of(gn.named_parameters()), (Names{"weight", "bias"}));
   expect_values(gn.weight, {1, 1, 1, 1});
@@ -409,6 +432,14 @@ TEST(NnDropout, ZeroesAndScalesWhenTrainingAndPassesThroughInEval) {
   EXPECT_EQ(drop(x).impl_ptr(), x.impl_ptr());
   EXPECT_EQ(printed(drop), "Dropout(p=0.25)");
   expect_error_with<ValueError>([] { nn::Dropout(1.5); }, {"Dropout", "1.5"});
+}
+
+TEST(NnDropout, GradientIsTheMaskScaled) {
+  nn::Dropout drop(0.5);
+  Tensor x = ones({256}).requires_grad_();
+  Tensor y = drop(x);
+  y.sum().backward();
+  expect_close(x.grad(), y.detach());  // 0 where dropped, 2 where kept
 }
 
 TEST(NnDropout, DrawsFromItsGenerator) {
