@@ -46,6 +46,24 @@ Module& ModuleList::operator[](size_t i) const {
   return *modules_[i];
 }
 
+std::string ModuleList::repr() const {
+  if (modules_.empty()) return name() + "()";
+  std::string out = name() + "(";
+  for (size_t first = 0; first < modules_.size();) {
+    const std::string text = modules_[first]->repr();
+    size_t last = first;
+    while (last + 1 < modules_.size() && modules_[last + 1]->repr() == text) ++last;
+    std::string line = "(" + std::to_string(first) + "): " + text;
+    if (last > first) {
+      line = "(" + std::to_string(first) + "-" + std::to_string(last) +
+             "): " + std::to_string(last - first + 1) + " x " + text;
+    }
+    out += "\n  " + repr::indent_tail(line);
+    first = last + 1;
+  }
+  return out + "\n)";
+}
+
 // --- ModuleDict ------------------------------------------------------------------------
 
 bool ModuleDict::contains(std::string_view name) const noexcept {

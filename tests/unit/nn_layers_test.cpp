@@ -562,6 +562,22 @@ TEST(NnModuleList, HoldsModulesWithoutAForward) {
   expect_error_with<IndexError>([&] { list[5]; }, {"ModuleList", "5"});
 }
 
+TEST(NnModuleList, PrintsRunsOfEqualModulesOnceAsPyTorchDoes) {
+  nn::ModuleList list;
+  EXPECT_EQ(printed(list), "ModuleList()");
+  for (int i = 0; i < 3; ++i) list.emplace_back<nn::Linear>(2, 2);
+  list.emplace_back<nn::ReLU>();
+  list.emplace_back<nn::Sequential>(std::make_shared<nn::ReLU>());
+  EXPECT_EQ(printed(list),
+            "ModuleList(\n"
+            "  (0-2): 3 x Linear(in_features=2, out_features=2, bias=True)\n"
+            "  (3): ReLU()\n"
+            "  (4): Sequential(\n"
+            "    (0): ReLU()\n"
+            "  )\n"
+            ")");
+}
+
 TEST(NnModuleDict, KeepsInsertionOrderAndFindsByName) {
   nn::ModuleDict dict;
   nn::ReLU act;

@@ -136,7 +136,7 @@ class Module {
   // extra_repr ("in_features=16, out_features=10, bias=True").
   virtual std::string extra_repr() const { return {}; }
   // The PyTorch-style tree: name(extra_repr) or name(\n  (child): ...\n).
-  std::string repr() const;
+  virtual std::string repr() const;
 
  protected:
   // The training flag as set by train().
@@ -180,6 +180,9 @@ std::string number(double value);
 std::string boolean(bool value);
 // A Python tuple: (3, 3), (3,).
 std::string tuple(const std::vector<int64_t>& values);
+// text with every line after the first indented by two spaces (a child's repr
+// inside its parent's).
+std::string indent_tail(const std::string& text);
 }  // namespace repr
 
 }  // namespace kiln::nn
