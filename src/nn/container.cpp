@@ -7,8 +7,8 @@ namespace container_detail {
 
 void throw_wrong_type(const char* container, const std::string& key, const Module& found,
                       const std::type_info& wanted) {
-  throw ValueError(kiln::detail::str_cat(container, ": the module at ", key, " is a ",
-                                         found.name(), ", not a ", type_name(wanted)));
+  throw ValueError(kiln::detail::str_cat(container, ": the module at ", key, " is a ", found.name(),
+                                         ", not a ", type_name(wanted)));
 }
 
 }  // namespace container_detail
