@@ -275,6 +275,15 @@ TEST(Module, LoadStateDictCopiesValuesIntoTheSameTensors) {
   EXPECT_TRUE(target.head.weight.requires_grad());
 }
 
+TEST(Module, LoadStateDictConvertsDTypes) {
+  Affine a(2);
+  StateDict sd = a.state_dict();
+  sd.set("weight", from_vector<double>({0.5, -1.5}));
+  a.load_state_dict(sd);
+  EXPECT_EQ(a.weight.dtype(), kFloat32);
+  EXPECT_EQ(a.weight.to_vector<float>(), (std::vector<float>{0.5f, -1.5f}));
+}
+
 TEST(Module, StrictLoadListsEveryMissingUnexpectedAndMisshapenKey) {
   Net net;
   StateDict sd = net.state_dict();
