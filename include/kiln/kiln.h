@@ -21,6 +21,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
 #include "kiln/runtime.h"
+#include "kiln/safetensors.h"
 #include "kiln/scalar.h"
 #include "kiln/state_dict.h"
 #include "kiln/tensor.h"

@@ -1,6 +1,7 @@
 // Consistency cases of convolution and pooling.
 #include "kiln/ops/conv.h"
 #include "ops/consistency.h"
+#include "ops/dispatch.h"
 
 namespace kiln::testing {
 namespace {
@@ -81,8 +82,11 @@ const CaseRegistration kConv1d([](CaseList& c) {
 
 void add_pool(CaseList& c, const std::string& name, OpId op, const Shape& shape, bool transposed,
               std::function<Tensor(const Tensor&)> fn) {
+  // Differentiated, max_pool2d records max_pool2d_with_indices (the gradient mode's path).
+  std::vector<OpId> ops = {op};
+  if (op == OpId::max_pool2d) ops.push_back(OpId::max_pool2d_with_indices);
   c.push_back({.name = name,
-               .ops = {op},
+               .ops = std::move(ops),
                .dtypes = kFloatTypes,
                .make = [shape, transposed](DType t, Generator& g) {
                  return TensorList{make_input(shape, transposed, t, g)};
@@ -108,6 +112,18 @@ const CaseRegistration kPools([](CaseList& c) {
            [](auto& x) { return max_pool2d(log(x), {2}); });  // log of negatives: NaN
   add_pool(c, "max_pool2d/large", mp, {4, 16, 33, 41}, false,
            [](auto& x) { return max_pool2d(x, {3}, {2}, {1}, {1}, true); });
+
+  // The max_pool2d row itself, differentiated: its rule searches the maxima again.
+  c.push_back({.name = "max_pool2d/row_without_indices",
+               .ops = {mp},
+               .dtypes = kFloatTypes,
+               .make = [](DType t, Generator& g) {
+                 return TensorList{make_input({2, 3, 7, 8}, true, t, g)};
+               },
+               .run = [](TensorList& in) {
+                 return TensorList{ops::dispatch1(OpId::max_pool2d, {in[0]},
+                                                  {Shape{3}, Shape{2}, Shape{1}, Shape{1}, false})};
+               }});
 
   add_pool(c, "avg_pool2d/include_pad", ap, {2, 3, 9, 11}, false,
            [](auto& x) { return avg_pool2d(x, {3}, {2}, {1}); });

@@ -48,24 +48,38 @@ TensorList grad_scaled_dot_product_attention(const BackwardCtx& ctx, const Tenso
 }
 
 // nll_loss(self, target, weight?; ignore_index, reduction): each counted sample
-// sends -weight[target] (scaled by the reduction) to its target class.
+// sends -weight[target] (scaled by the reduction) to its target class; the
+// weight of a class gets the (negated) inputs picked at that class.
 TensorList grad_nll_loss(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
   const Tensor& target = ctx.input(1);
   const Tensor& weight = ctx.input(2);
-  const auto& info = ctx.info(0);
   const int64_t ignore = ctx.attrs().i(0);
   const std::string& reduction = ctx.attrs().str(1);
-  const int64_t class_dim = info.sizes.size() == 1 ? 0 : 1;
+  const int64_t class_dim = x.dim() == 1 ? 0 : 1;
   Tensor valid = target != ignore;
   Tensor safe_target = where(valid, target, 0);
+  const TensorOptions options{.dtype = x.dtype(), .device = x.device()};
   Tensor w = weight.defined() ? index_select(weight, 0, safe_target.flatten()).reshape(target.sizes())
-                              : ones(target.sizes(), {.dtype = g[0].dtype(), .device = g[0].device()});
+                              : ones(target.sizes(), options);
   w = w * valid;
-  Tensor scale = reduction == "mean" ? g[0] / sum(w) : g[0];
-  Tensor contrib = (-(w * scale)).to(info.dtype);
-  Tensor zero = zeros(info.sizes, {.dtype = info.dtype, .device = info.device});
-  return {scatter(zero, class_dim, safe_target.unsqueeze(class_dim), contrib.unsqueeze(class_dim)),
-          Tensor(), Tensor()};
+  const bool mean_reduction = reduction == "mean";
+  Tensor total = mean_reduction ? sum(w) : Tensor();
+  Tensor scale = mean_reduction ? g[0] / total : g[0];
+  TensorList out(3);
+  if (ctx.needs_grad(0)) {
+    Tensor contrib = (-(w * scale)).to(x.dtype());
+    out[0] = scatter(zeros(x.sizes(), options), class_dim, safe_target.unsqueeze(class_dim),
+                     contrib.unsqueeze(class_dim));
+  }
+  if (ctx.needs_grad(2)) {
+    Tensor picked = gather(x, class_dim, safe_target.unsqueeze(class_dim)).squeeze(class_dim);
+    // mean: d/dw_c of -sum(w_t p) / sum(w_t) is (-p - loss) / total per sample of class c.
+    Tensor per_sample = mean_reduction ? (-picked - ctx.result()) * scale : -picked * scale;
+    per_sample = (per_sample * valid).to(weight.dtype());
+    out[2] = scatter_add(zeros_like(weight), 0, safe_target.flatten(), per_sample.flatten());
+  }
+  return out;
 }
 
 }  // namespace kiln::autograd

@@ -2,6 +2,7 @@
 // into the op table's attributes (padding as begin pads then end pads).
 #include "kiln/ops/conv.h"
 
+#include "kiln/autograd.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -76,6 +77,12 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size,
                   std::vector<int64_t> stride, std::vector<int64_t> padding,
                   std::vector<int64_t> dilation, bool ceil_mode) {
+  // Training keeps the argmax from the forward instead of searching again in backward.
+  if (is_grad_enabled() && input.requires_grad()) {
+    return max_pool2d_with_indices(input, std::move(kernel_size), std::move(stride),
+                                   std::move(padding), std::move(dilation), ceil_mode)
+        .values;
+  }
   return dispatch1(OpId::max_pool2d, {input},
                    {std::move(kernel_size), std::move(stride), std::move(padding),
                     std::move(dilation), ceil_mode});
