@@ -46,10 +46,6 @@ double max_abs(const Tensor& t) { return amax(abs(t)).item<double>(); }
 double mean_of(const Tensor& t) { return mean(t.to(kFloat64)).item<double>(); }
 double std_of(const Tensor& t) { return stddev(t.to(kFloat64).flatten()).item<double>(); }
 
-// Tests holding a NoGradGuard named forward_only check forward values of layers
-// whose ops (conv, embedding) have no backward rule yet: with recording on,
-// their forward would throw "<op>: the op has no backward rule".
-
 std::string printed(const nn::Module& m) {
   std::ostringstream os;
   os << m;
@@ -132,7 +128,6 @@ TEST(NnConv2d, HasPyTorchsParametersAndDefaultInitBounds) {
 }
 
 TEST(NnConv2d, MatchesTheFunctionalConvolution) {
-  NoGradGuard forward_only;
   nn::Conv2d conv(4, 6, {3, 2},
                   {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2});
   Tensor x = randn({2, 4, 9, 8});
@@ -143,7 +138,6 @@ TEST(NnConv2d, MatchesTheFunctionalConvolution) {
 }
 
 TEST(NnConv2d, SameAndValidPaddingKeepOrShrinkTheSize) {
-  NoGradGuard forward_only;
   nn::Conv2d same(2, 3, 4, {.padding = "same"});
   nn::Conv2d valid(2, 3, 4, {.padding = "valid"});
   Tensor x = randn({1, 2, 7, 6});
@@ -156,7 +150,6 @@ TEST(NnConv2d, SameAndValidPaddingKeepOrShrinkTheSize) {
 }
 
 TEST(NnConv2d, ReflectPaddingModePadsBeforeConvolving) {
-  NoGradGuard forward_only;
   nn::Conv2d conv(2, 3, 3, {.padding = {1, 2}, .padding_mode = "reflect"});
   Tensor x = randn({1, 2, 5, 6});
   Tensor want = conv2d(F::pad(x, {2, 2, 1, 1}, "reflect"), conv.weight, conv.bias);
@@ -168,12 +161,25 @@ TEST(NnConv2d, ReflectPaddingModePadsBeforeConvolving) {
 }
 
 TEST(NnConv1d, CircularPaddingWrapsAround) {
-  NoGradGuard forward_only;
   nn::Conv1d conv(1, 1, 3, {.padding = 1, .bias = false, .padding_mode = "circular"});
   EXPECT_EQ(conv.weight.sizes(), (Shape{1, 1, 3}));
   nn::init::ones_(conv.weight);
   // [4 | 1 2 3 4 | 1] summed over windows of 3.
   expect_values(conv(f32({1, 2, 3, 4}, {1, 1, 4})), {7, 6, 9, 8});
+}
+
+TEST(NnConv2d, GradientsReachWeightAndBias) {
+  nn::Conv2d conv(2, 3, 3, {.padding = 1});
+  Tensor x = randn({2, 2, 4, 4}), m = randn({2, 3, 4, 4});
+  (conv(x) * m).sum().backward();
+  ASSERT_TRUE(conv.weight.grad().defined());
+  EXPECT_EQ(conv.weight.grad().sizes(), conv.weight.sizes());
+  expect_close(conv.bias.grad(), sum(m, {0, 2, 3}), 1e-4);
+  // d/dw of sum(conv(x, w) * m) is linear in m: doubling m doubles it.
+  Tensor once = conv.weight.grad().clone();
+  conv.zero_grad();
+  (conv(x) * (m * 2)).sum().backward();
+  expect_close(conv.weight.grad(), once * 2, 1e-4);
 }
 
 TEST(NnConv2d, RejectsBadChannelsAndGroups) {
@@ -372,7 +378,6 @@ TEST(NnGroupNorm, MatchesTheFunctionalForm) {
 // --- embedding, dropout -----------------------------------------------------------------
 
 TEST(NnEmbedding, LooksUpRowsAndStartsFromAStandardNormal) {
-  NoGradGuard forward_only;
   manual_seed(3);
   nn::Embedding emb(1000, 16);
   EXPECT_EQ(names_of(emb.named_parameters()), (Names{"weight"}));
@@ -385,6 +390,12 @@ TEST(NnEmbedding, LooksUpRowsAndStartsFromAStandardNormal) {
   expect_close(y.select(0, 0).select(0, 0), emb.weight.select(0, 3));
   expect_close(y.select(0, 1).select(0, 1), emb.weight.select(0, 999));
   EXPECT_EQ(printed(emb), "Embedding(1000, 16)");
+}
+
+TEST(NnEmbedding, GradientsSkipThePaddingRow) {
+  nn::Embedding emb(4, 2, {.padding_idx = 0});
+  emb(from_vector<int64_t>({0, 2, 2, 3})).sum().backward();
+  expect_values(emb.weight.grad(), {0, 0, 0, 0, 2, 2, 1, 1});
 }
 
 TEST(NnEmbedding, PaddingRowStartsAtZero) {
@@ -613,7 +624,6 @@ struct DesignNet : nn::Module {
 };
 
 TEST(NnDesignNet, RunsAndPrintsLikePyTorch) {
-  NoGradGuard forward_only;
   DesignNet net;
   EXPECT_EQ(net.forward(randn({2, 3, 8, 8})).sizes(), (Shape{2, 10}));
   EXPECT_EQ(net.state_dict().size(), 2u + 5u + 2u);
@@ -624,6 +634,24 @@ TEST(NnDesignNet, RunsAndPrintsLikePyTorch) {
             "track_running_stats=True)\n"
             "  (fc): Linear(in_features=16, out_features=10, bias=True)\n"
             ")");
+}
+
+TEST(NnDesignNet, BackwardReachesEveryParameter) {
+  DesignNet net;
+  Tensor loss = F::cross_entropy(net.forward(randn({4, 3, 6, 6})),
+                                 from_vector<int64_t>({0, 3, 9, 1}));
+  loss.backward();
+  for (const auto& [name, p] : net.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().sizes(), p.sizes()) << name;
+    // Training-mode BatchNorm subtracts the batch mean, so the conv bias before
+    // it cannot change the loss: its gradient vanishes.
+    if (name == "conv.bias") {
+      EXPECT_LT(max_abs(p.grad()), 1e-5);
+    } else {
+      EXPECT_GT(max_abs(p.grad()), 0) << name;
+    }
+  }
 }
 
 // --- nn::init ------------------------------------------------------------------------------
