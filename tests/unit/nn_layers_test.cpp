@@ -638,8 +638,8 @@ TEST(NnDesignNet, RunsAndPrintsLikePyTorch) {
 
 TEST(NnDesignNet, BackwardReachesEveryParameter) {
   DesignNet net;
-  Tensor loss = F::cross_entropy(net.forward(randn({4, 3, 6, 6})),
-                                 from_vector<int64_t>({0, 3, 9, 1}));
+  Tensor loss =
+      F::cross_entropy(net.forward(randn({4, 3, 6, 6})), from_vector<int64_t>({0, 3, 9, 1}));
   loss.backward();
   for (const auto& [name, p] : net.named_parameters()) {
     ASSERT_TRUE(p.grad().defined()) << name;
