@@ -7,8 +7,8 @@ namespace container_detail {
 
 void throw_wrong_type(const char* container, const std::string& key, const Module& found,
                       const std::type_info& wanted) {
-  throw ValueError(kiln::detail::str_cat(container, ": the module at ", key, " is a ",
-                                         found.name(), ", not a ", type_name(wanted)));
+  throw ValueError(kiln::detail::str_cat(container, ": the module at ", key, " is a ", found.name(),
+                                         ", not a ", type_name(wanted)));
 }
 
 }  // namespace container_detail
@@ -44,6 +44,24 @@ Module& ModuleList::operator[](size_t i) const {
   KILN_CHECK(i < modules_.size(), IndexError, "ModuleList: index ", i, " is out of range for ",
              modules_.size(), " modules");
   return *modules_[i];
+}
+
+std::string ModuleList::repr() const {
+  if (modules_.empty()) return name() + "()";
+  std::string out = name() + "(";
+  for (size_t first = 0; first < modules_.size();) {
+    const std::string text = modules_[first]->repr();
+    size_t last = first;
+    while (last + 1 < modules_.size() && modules_[last + 1]->repr() == text) ++last;
+    std::string line = "(" + std::to_string(first) + "): " + text;
+    if (last > first) {
+      line = "(" + std::to_string(first) + "-" + std::to_string(last) +
+             "): " + std::to_string(last - first + 1) + " x " + text;
+    }
+    out += "\n  " + repr::indent_tail(line);
+    first = last + 1;
+  }
+  return out + "\n)";
 }
 
 // --- ModuleDict ------------------------------------------------------------------------

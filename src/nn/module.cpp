@@ -47,16 +47,6 @@ std::string join_name(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// Indents every line after the first by two spaces (a child's repr inside its parent).
-std::string indent_tail(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    out += c;
-    if (c == '\n') out += "  ";
-  }
-  return out;
-}
-
 std::string quoted_list(const std::vector<std::string>& keys) {
   std::string out;
   for (size_t i = 0; i < keys.size(); ++i) out += (i ? ", \"" : "\"") + keys[i] + "\"";
@@ -264,6 +254,15 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
+void Module::requires_grad_(bool requires_grad) {
+  for (const Tensor& p : parameters()) p.requires_grad_(requires_grad);
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (Module* child : children()) child->apply(fn);
+  fn(*this);
+}
+
 // --- state dicts -------------------------------------------------------------------------
 
 void Module::collect_state(const std::string& prefix,
@@ -330,7 +329,7 @@ std::string Module::repr() const {
     for (std::string line; std::getline(in, line);) lines.push_back(line);
   }
   for (const auto& c : children_)
-    lines.push_back("(" + c.name + "): " + indent_tail(c.module->repr()));
+    lines.push_back("(" + c.name + "): " + repr::indent_tail(c.module->repr()));
   std::string out = name() + "(";
   if (children_.empty() && lines.size() == 1) return out + lines[0] + ")";
   if (!lines.empty()) {
@@ -376,6 +375,15 @@ std::string number(double value) {
 }
 
 std::string boolean(bool value) { return value ? "True" : "False"; }
+
+std::string indent_tail(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  return out;
+}
 
 std::string tuple(const std::vector<int64_t>& values) {
   std::string out = "(";

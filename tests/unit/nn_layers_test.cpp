@@ -46,10 +46,6 @@ double max_abs(const Tensor& t) { return amax(abs(t)).item<double>(); }
 double mean_of(const Tensor& t) { return mean(t.to(kFloat64)).item<double>(); }
 double std_of(const Tensor& t) { return stddev(t.to(kFloat64).flatten()).item<double>(); }
 
-// Tests holding a NoGradGuard named forward_only check forward values of layers
-// whose ops (conv, norms, embedding) have no backward rule yet: with recording
-// on, their forward would throw "<op>: the op has no backward rule".
-
 std::string printed(const nn::Module& m) {
   std::ostringstream os;
   os << m;
@@ -132,7 +128,6 @@ TEST(NnConv2d, HasPyTorchsParametersAndDefaultInitBounds) {
 }
 
 TEST(NnConv2d, MatchesTheFunctionalConvolution) {
-  NoGradGuard forward_only;
   nn::Conv2d conv(4, 6, {3, 2},
                   {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2});
   Tensor x = randn({2, 4, 9, 8});
@@ -143,7 +138,6 @@ TEST(NnConv2d, MatchesTheFunctionalConvolution) {
 }
 
 TEST(NnConv2d, SameAndValidPaddingKeepOrShrinkTheSize) {
-  NoGradGuard forward_only;
   nn::Conv2d same(2, 3, 4, {.padding = "same"});
   nn::Conv2d valid(2, 3, 4, {.padding = "valid"});
   Tensor x = randn({1, 2, 7, 6});
@@ -156,7 +150,6 @@ TEST(NnConv2d, SameAndValidPaddingKeepOrShrinkTheSize) {
 }
 
 TEST(NnConv2d, ReflectPaddingModePadsBeforeConvolving) {
-  NoGradGuard forward_only;
   nn::Conv2d conv(2, 3, 3, {.padding = {1, 2}, .padding_mode = "reflect"});
   Tensor x = randn({1, 2, 5, 6});
   Tensor want = conv2d(F::pad(x, {2, 2, 1, 1}, "reflect"), conv.weight, conv.bias);
@@ -168,12 +161,25 @@ TEST(NnConv2d, ReflectPaddingModePadsBeforeConvolving) {
 }
 
 TEST(NnConv1d, CircularPaddingWrapsAround) {
-  NoGradGuard forward_only;
   nn::Conv1d conv(1, 1, 3, {.padding = 1, .bias = false, .padding_mode = "circular"});
   EXPECT_EQ(conv.weight.sizes(), (Shape{1, 1, 3}));
   nn::init::ones_(conv.weight);
   // [4 | 1 2 3 4 | 1] summed over windows of 3.
   expect_values(conv(f32({1, 2, 3, 4}, {1, 1, 4})), {7, 6, 9, 8});
+}
+
+TEST(NnConv2d, GradientsReachWeightAndBias) {
+  nn::Conv2d conv(2, 3, 3, {.padding = 1});
+  Tensor x = randn({2, 2, 4, 4}), m = randn({2, 3, 4, 4});
+  (conv(x) * m).sum().backward();
+  ASSERT_TRUE(conv.weight.grad().defined());
+  EXPECT_EQ(conv.weight.grad().sizes(), conv.weight.sizes());
+  expect_close(conv.bias.grad(), sum(m, {0, 2, 3}), 1e-4);
+  // d/dw of sum(conv(x, w) * m) is linear in m: doubling m doubles it.
+  Tensor once = conv.weight.grad().clone();
+  conv.zero_grad();
+  (conv(x) * (m * 2)).sum().backward();
+  expect_close(conv.weight.grad(), once * 2, 1e-4);
 }
 
 TEST(NnConv2d, RejectsBadChannelsAndGroups) {
@@ -227,7 +233,6 @@ TEST(NnBatchNorm, HasPyTorchsParametersBuffersAndStateDict) {
 }
 
 TEST(NnBatchNorm, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
-  NoGradGuard forward_only;
   nn::BatchNorm1d bn(1);
   Tensor x = f32({1, 2, 3, 4}, {4, 1});
   const double s = std::sqrt(1.25 + 1e-5);  // biased variance of 1..4
@@ -244,7 +249,6 @@ TEST(NnBatchNorm, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
 }
 
 TEST(NnBatchNorm, NoMomentumAveragesEveryBatchSeen) {
-  NoGradGuard forward_only;
   nn::BatchNorm2d bn(2, {.momentum = std::nullopt});
   Tensor a = randn({3, 2, 4, 4}), b = randn({5, 2, 2, 2}) + 3;
   bn(a);
@@ -257,7 +261,6 @@ TEST(NnBatchNorm, NoMomentumAveragesEveryBatchSeen) {
 }
 
 TEST(NnBatchNorm, WithoutRunningStatsEvalNormalizesWithTheBatch) {
-  NoGradGuard forward_only;
   nn::BatchNorm2d bn(2, {.track_running_stats = false});
   bn.eval();
   Tensor x = randn({4, 2, 3, 3});
@@ -265,7 +268,6 @@ TEST(NnBatchNorm, WithoutRunningStatsEvalNormalizesWithTheBatch) {
 }
 
 TEST(NnBatchNorm, AffineParametersScaleAndShift) {
-  NoGradGuard forward_only;
   nn::BatchNorm2d bn(2);
   nn::init::constant_(bn.weight, 2);
   nn::init::constant_(bn.bias, 1);
@@ -290,7 +292,6 @@ TEST(NnBatchNorm, RejectsWrongDimsChannelsAndSingleValues) {
 }
 
 TEST(NnBatchNorm, ToFloat64KeepsTheBatchCounterAnInteger) {
-  NoGradGuard forward_only;
   nn::BatchNorm1d bn(2);
   bn.to(kFloat64);
   EXPECT_EQ(bn.weight.dtype(), kFloat64);
@@ -310,7 +311,6 @@ TEST(NnBatchNorm, PrintsLikePyTorch) {
 }
 
 TEST(NnLayerNorm, NormalizesTheTrailingDimsWithItsParameters) {
-  NoGradGuard forward_only;
   nn::LayerNorm ln(3);
   EXPECT_EQ(names_of(ln.named_parameters()), (Names{"weight", "bias"}));
   EXPECT_EQ(ln.weight.sizes(), (Shape{3}));
@@ -332,8 +332,37 @@ TEST(NnLayerNorm, NormalizesTheTrailingDimsWithItsParameters) {
   EXPECT_EQ(printed(ln), "LayerNorm((3,), eps=1e-05, elementwise_affine=True)");
 }
 
+// d/d bias of sum(y * m) is m summed over the normalized positions; d/d weight
+// is x_hat * m summed the same way (x_hat: the normalized input).
+TEST(NnLayerNorm, GradientsReachWeightAndBias) {
+  nn::LayerNorm ln(3);
+  Tensor x = randn({4, 3}), m = randn({4, 3});
+  (ln(x) * m).sum().backward();
+  ASSERT_TRUE(ln.weight.grad().defined());
+  ASSERT_TRUE(ln.bias.grad().defined());
+  Tensor x_hat;
+  {
+    NoGradGuard no_grad;
+    x_hat = F::layer_norm(x, {3});
+  }
+  expect_close(ln.bias.grad(), sum(m, {0}));
+  expect_close(ln.weight.grad(), sum(x_hat * m, {0}));
+}
+
+TEST(NnBatchNorm, GradientsReachWeightAndBias) {
+  nn::BatchNorm2d bn(2);
+  Tensor x = randn({3, 2, 2, 2}), m = randn({3, 2, 2, 2});
+  (bn(x) * m).sum().backward();
+  Tensor x_hat;
+  {
+    NoGradGuard no_grad;
+    x_hat = F::batch_norm(x, {}, {}, {}, {}, true);
+  }
+  expect_close(bn.bias.grad(), sum(m, {0, 2, 3}));
+  expect_close(bn.weight.grad(), sum(x_hat * m, {0, 2, 3}), 1e-4);
+}
+
 TEST(NnGroupNorm, MatchesTheFunctionalForm) {
-  NoGradGuard forward_only;
   nn::GroupNorm gn(2, 4);
   EXPECT_EQ(names_of(gn.named_parameters()), (Names{"weight", "bias"}));
   expect_values(gn.weight, {1, 1, 1, 1});
@@ -349,7 +378,6 @@ TEST(NnGroupNorm, MatchesTheFunctionalForm) {
 // --- embedding, dropout -----------------------------------------------------------------
 
 TEST(NnEmbedding, LooksUpRowsAndStartsFromAStandardNormal) {
-  NoGradGuard forward_only;
   manual_seed(3);
   nn::Embedding emb(1000, 16);
   EXPECT_EQ(names_of(emb.named_parameters()), (Names{"weight"}));
@@ -362,6 +390,12 @@ TEST(NnEmbedding, LooksUpRowsAndStartsFromAStandardNormal) {
   expect_close(y.select(0, 0).select(0, 0), emb.weight.select(0, 3));
   expect_close(y.select(0, 1).select(0, 1), emb.weight.select(0, 999));
   EXPECT_EQ(printed(emb), "Embedding(1000, 16)");
+}
+
+TEST(NnEmbedding, GradientsSkipThePaddingRow) {
+  nn::Embedding emb(4, 2, {.padding_idx = 0});
+  emb(from_vector<int64_t>({0, 2, 2, 3})).sum().backward();
+  expect_values(emb.weight.grad(), {0, 0, 0, 0, 2, 2, 1, 1});
 }
 
 TEST(NnEmbedding, PaddingRowStartsAtZero) {
@@ -409,6 +443,14 @@ TEST(NnDropout, ZeroesAndScalesWhenTrainingAndPassesThroughInEval) {
   EXPECT_EQ(drop(x).impl_ptr(), x.impl_ptr());
   EXPECT_EQ(printed(drop), "Dropout(p=0.25)");
   expect_error_with<ValueError>([] { nn::Dropout(1.5); }, {"Dropout", "1.5"});
+}
+
+TEST(NnDropout, GradientIsTheMaskScaled) {
+  nn::Dropout drop(0.5);
+  Tensor x = ones({256}).requires_grad_();
+  Tensor y = drop(x);
+  y.sum().backward();
+  expect_close(x.grad(), y.detach());  // 0 where dropped, 2 where kept
 }
 
 TEST(NnDropout, DrawsFromItsGenerator) {
@@ -531,6 +573,22 @@ TEST(NnModuleList, HoldsModulesWithoutAForward) {
   expect_error_with<IndexError>([&] { list[5]; }, {"ModuleList", "5"});
 }
 
+TEST(NnModuleList, PrintsRunsOfEqualModulesOnceAsPyTorchDoes) {
+  nn::ModuleList list;
+  EXPECT_EQ(printed(list), "ModuleList()");
+  for (int i = 0; i < 3; ++i) list.emplace_back<nn::Linear>(2, 2);
+  list.emplace_back<nn::ReLU>();
+  list.emplace_back<nn::Sequential>(std::make_shared<nn::ReLU>());
+  EXPECT_EQ(printed(list),
+            "ModuleList(\n"
+            "  (0-2): 3 x Linear(in_features=2, out_features=2, bias=True)\n"
+            "  (3): ReLU()\n"
+            "  (4): Sequential(\n"
+            "    (0): ReLU()\n"
+            "  )\n"
+            ")");
+}
+
 TEST(NnModuleDict, KeepsInsertionOrderAndFindsByName) {
   nn::ModuleDict dict;
   nn::ReLU act;
@@ -566,7 +624,6 @@ struct DesignNet : nn::Module {
 };
 
 TEST(NnDesignNet, RunsAndPrintsLikePyTorch) {
-  NoGradGuard forward_only;
   DesignNet net;
   EXPECT_EQ(net.forward(randn({2, 3, 8, 8})).sizes(), (Shape{2, 10}));
   EXPECT_EQ(net.state_dict().size(), 2u + 5u + 2u);
@@ -577,6 +634,24 @@ TEST(NnDesignNet, RunsAndPrintsLikePyTorch) {
             "track_running_stats=True)\n"
             "  (fc): Linear(in_features=16, out_features=10, bias=True)\n"
             ")");
+}
+
+TEST(NnDesignNet, BackwardReachesEveryParameter) {
+  DesignNet net;
+  Tensor loss =
+      F::cross_entropy(net.forward(randn({4, 3, 6, 6})), from_vector<int64_t>({0, 3, 9, 1}));
+  loss.backward();
+  for (const auto& [name, p] : net.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().sizes(), p.sizes()) << name;
+    // Training-mode BatchNorm subtracts the batch mean, so the conv bias before
+    // it cannot change the loss: its gradient vanishes.
+    if (name == "conv.bias") {
+      EXPECT_LT(max_abs(p.grad()), 1e-5);
+    } else {
+      EXPECT_GT(max_abs(p.grad()), 0) << name;
+    }
+  }
 }
 
 // --- nn::init ------------------------------------------------------------------------------

@@ -227,6 +227,26 @@ TEST(Module, ZeroGradClearsOrZeroesEveryGradient) {
   EXPECT_FALSE(net.head.bias.grad().defined());
 }
 
+TEST(Module, RequiresGradFreezesEveryParameter) {
+  Net net;
+  net.block.requires_grad_(false);
+  EXPECT_FALSE(net.block.first.weight.requires_grad());
+  EXPECT_FALSE(net.block.second.weight.requires_grad());
+  EXPECT_TRUE(net.head.weight.requires_grad());
+  EXPECT_TRUE(net.scale.requires_grad());
+}
+
+TEST(Module, ApplyVisitsChildrenBeforeParents) {
+  Net net;
+  std::vector<std::string> order;
+  net.apply([&](nn::Module& m) {
+    order.push_back(m.name());
+    if (auto* affine = dynamic_cast<Affine*>(&m)) affine->n *= 10;
+  });
+  EXPECT_EQ(order, (Names{"Affine", "Affine", "Block", "Affine", "Net"}));
+  EXPECT_EQ(net.head.n, 40);
+}
+
 TEST(Module, StateDictHoldsParametersAndPersistentBuffersDetached) {
   Net net;
   StateDict sd = net.state_dict();
@@ -253,6 +273,15 @@ TEST(Module, LoadStateDictCopiesValuesIntoTheSameTensors) {
   EXPECT_EQ(target.head.weight.to_vector<float>(), (std::vector<float>(4, 7)));
   EXPECT_EQ(target.head.count.item<int64_t>(), 3);
   EXPECT_TRUE(target.head.weight.requires_grad());
+}
+
+TEST(Module, LoadStateDictConvertsDTypes) {
+  Affine a(2);
+  StateDict sd = a.state_dict();
+  sd.set("weight", from_vector<double>({0.5, -1.5}));
+  a.load_state_dict(sd);
+  EXPECT_EQ(a.weight.dtype(), kFloat32);
+  EXPECT_EQ(a.weight.to_vector<float>(), (std::vector<float>{0.5f, -1.5f}));
 }
 
 TEST(Module, StrictLoadListsEveryMissingUnexpectedAndMisshapenKey) {

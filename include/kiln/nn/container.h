@@ -130,6 +130,9 @@ class ModuleList : public Module {
   // for (nn::Module* m : list)
   auto begin() const noexcept { return modules_.begin(); }
   auto end() const noexcept { return modules_.end(); }
+  // Runs of modules that print the same are printed once, as PyTorch does:
+  // "(0-11): 12 x Block(...)".
+  std::string repr() const override;
 
  private:
   std::vector<Module*> modules_;

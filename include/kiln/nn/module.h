@@ -26,6 +26,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -62,7 +63,8 @@ class Module {
   virtual std::string name() const;
 
   // --- registration -----------------------------------------------------------
-  // slot is a member of this module; the registry points at it. An undefined
+  // slot is a member of this module; the registry points at it, so it must keep
+  // its address (size a std::vector of slots before registering). An undefined
   // slot (a layer built without bias) is registered but skipped by every
   // listing. A tensor with history is detached first: parameters are leaves.
   Tensor& register_parameter(std::string name, Tensor& slot, bool requires_grad = true);
@@ -113,6 +115,11 @@ class Module {
 
   // Clears every parameter's gradient (set_to_none) or fills it with zeros.
   void zero_grad(bool set_to_none = true);
+  // Turns gradient recording on or off for every parameter (freezing a part of a model).
+  void requires_grad_(bool requires_grad = true);
+  // Calls fn on every descendant, children before parents, then on this module
+  // (custom initialization: net.apply([](nn::Module& m) { ... })).
+  void apply(const std::function<void(Module&)>& fn);
 
   // --- serialization ----------------------------------------------------------
   // Parameters and persistent buffers, detached (sharing data), under dotted
@@ -129,7 +136,7 @@ class Module {
   // extra_repr ("in_features=16, out_features=10, bias=True").
   virtual std::string extra_repr() const { return {}; }
   // The PyTorch-style tree: name(extra_repr) or name(\n  (child): ...\n).
-  std::string repr() const;
+  virtual std::string repr() const;
 
  protected:
   // The training flag as set by train().
@@ -173,6 +180,9 @@ std::string number(double value);
 std::string boolean(bool value);
 // A Python tuple: (3, 3), (3,).
 std::string tuple(const std::vector<int64_t>& values);
+// text with every line after the first indented by two spaces (a child's repr
+// inside its parent's).
+std::string indent_tail(const std::string& text);
 }  // namespace repr
 
 }  // namespace kiln::nn
