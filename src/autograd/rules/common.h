@@ -3,7 +3,14 @@
 
 #include <string_view>
 
-#include "kiln/kiln.h"
+#include "kiln/autograd.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/factory.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn.h"
+#include "kiln/ops/pointwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape.h"
 
 namespace kiln::autograd {
 
