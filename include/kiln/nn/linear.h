@@ -35,7 +35,7 @@ class Linear : public Module {
   Tensor weight, bias;  // bias undefined without options.bias
 };
 
-// Returns its input: a placeholder where a layer is optional.
+// Returns its input: stands in where a layer is optional.
 class Identity : public Module {
  public:
   Tensor forward(const Tensor& input) { return input; }
