@@ -53,11 +53,9 @@ std::string ModuleList::repr() const {
     const std::string text = modules_[first]->repr();
     size_t last = first;
     while (last + 1 < modules_.size() && modules_[last + 1]->repr() == text) ++last;
-    std::string line = "(" + std::to_string(first) + "): " + text;
-    if (last > first) {
-      line = "(" + std::to_string(first) + "-" + std::to_string(last) +
-             "): " + std::to_string(last - first + 1) + " x " + text;
-    }
+    std::string line = last > first ? detail::str_cat("(", first, "-", last, "): ",
+                                                      last - first + 1, " x ", text)
+                                    : detail::str_cat("(", first, "): ", text);
     out += "\n  " + repr::indent_tail(line);
     first = last + 1;
   }

@@ -105,7 +105,7 @@ Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size,
                                             : ops::AttrValue(std::monostate{});
   return dispatch1(OpId::avg_pool2d, {input},
                    {std::move(kernel_size), std::move(stride), std::move(padding), ceil_mode,
-                    count_include_pad, divisor});
+                    count_include_pad, std::move(divisor)});
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, std::vector<int64_t> output_size) {
