@@ -18,6 +18,17 @@ TEST(CpuAllocator, CountsLiveBytesAndPeak) {
   EXPECT_EQ(memory_stats(cpu).peak_allocated_bytes, before + 8000);
 }
 
+TEST(CpuAllocator, ReusesMidSizedBlocksLikeALayersGradients) {
+  const auto cpu = Device::cpu();
+  empty_cache(cpu);
+  { Tensor warm = empty({256, 784}); }  // 784 KiB, a Linear(784, 256) weight
+  const size_t system_before = memory_stats(cpu).num_allocations;
+  for (int i = 0; i < 5; ++i) Tensor t = empty({256, 784});
+  for (int i = 0; i < 5; ++i) Tensor t = empty({100, 256});  // 100 KiB
+  EXPECT_EQ(memory_stats(cpu).num_allocations, system_before + 1);
+  empty_cache(cpu);
+}
+
 TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesItsCache) {
   const auto cpu = Device::cpu();
   empty_cache(cpu);

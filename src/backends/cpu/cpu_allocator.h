@@ -17,7 +17,10 @@ namespace kiln::backend {
 class CpuAllocator {
  public:
   static constexpr size_t kAlignment = 64;
-  static constexpr size_t kMinCachedBlock = size_t{1} << 20;
+  // Blocks from here up are cached: below it malloc's own free lists serve well,
+  // above it malloc maps and unmaps pages on every call (page faults on every
+  // gradient and optimizer temporary of a mid-sized layer).
+  static constexpr size_t kMinCachedBlock = size_t{64} << 10;
   static constexpr size_t kMaxCachedBytes = size_t{2} << 30;
 
   static CpuAllocator& instance();
