@@ -38,14 +38,14 @@ bool view_history_stale(const Tensor& t) {
          own_requires_grad(*impl.view_base);
 }
 
+}  // namespace
+
 void refresh_view_history(const Tensor& t) {
+  if (!view_history_stale(t)) return;
   Tensor base(t.impl().view_base);
-  auto fn = std::make_shared<ViewOfBase>(base, t);
-  set_history(t, fn, 0);
+  set_history(t, std::make_shared<ViewOfBase>(base, t), 0);
   t.impl().view_version = t.version();
 }
-
-}  // namespace
 
 bool requires_grad(const Tensor& t) {
   if (!t.defined()) return false;
@@ -62,7 +62,7 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
 
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined()) return {};
-  if (view_history_stale(t)) refresh_view_history(t);
+  refresh_view_history(t);
   AutogradMeta* m = meta_of(t);
   if (!m) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
@@ -156,7 +156,7 @@ bool Tensor::is_leaf() const {
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
-  autograd::gradient_edge(*this);  // refreshes a stale view history
+  autograd::refresh_view_history(*this);
   const AutogradMeta* m = meta_of(*this);
   return m ? m->grad_fn : nullptr;
 }
@@ -195,7 +195,7 @@ int64_t Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   if (!requires_grad()) {
     throw Error("register_hook: can't register a hook on a tensor that doesn't require grad");
   }
-  autograd::gradient_edge(*this);  // refreshes a stale view history
+  autograd::refresh_view_history(*this);
   AutogradMeta& m = autograd::ensure_meta(*this);
   if (!m.grad_fn) {
     const int64_t handle = autograd::next_hook_handle();

@@ -29,6 +29,8 @@ bool requires_grad(const Tensor& t);
 // Where t's gradient goes: its grad_fn's slot, its leaf accumulator, or nowhere.
 // Refreshes a view's history when its base was written in place since.
 Edge gradient_edge(const Tensor& t);
+// Rebuilds a view's history when its base was written in place since it was made.
+void refresh_view_history(const Tensor& t);
 // The accumulator of a leaf that requires grad (made on first use).
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
 // Makes t the output slot of fn.

@@ -12,6 +12,8 @@
 //   });
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -69,6 +71,9 @@ Tensor uniform_strided(const Shape& shape, DType dtype, Generator& g, double lo 
 Tensor random_mask(const Shape& shape, Generator& g, double p_true = 0.5);
 
 double default_max_nmse(DType dtype);
+
+// A case's name as a test name (letters and digits, the rest '_').
+std::string case_name(const ::testing::TestParamInfo<size_t>& info);
 
 // Copies of the inputs with their layouts (a strided view stays a strided view).
 TensorList clone_inputs(const TensorList& in);

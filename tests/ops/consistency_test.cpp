@@ -71,6 +71,13 @@ TensorList clone_inputs(const TensorList& in) {
   return out;
 }
 
+std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
+  std::string name = all_cases()[info.param].name;
+  for (auto& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
 double default_max_nmse(DType dtype) {
   switch (dtype) {
     case kFloat64: return 1e-20;
@@ -158,12 +165,6 @@ TEST_P(OpConsistency, MatchesReference) {
   backend::cpu_set_guard_bytes(false);
 }
 
-std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
-  std::string name = all_cases()[info.param].name;
-  for (auto& ch : name)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return name;
-}
 
 INSTANTIATE_TEST_SUITE_P(Cpu, OpConsistency, ::testing::Range<size_t>(0, all_cases().size()),
                          case_name);

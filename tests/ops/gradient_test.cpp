@@ -144,13 +144,7 @@ std::vector<size_t> gradient_cases() {
   return indices;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, OpGradients, ::testing::ValuesIn(gradient_cases()),
-                         [](const ::testing::TestParamInfo<size_t>& info) {
-                           std::string name = all_cases()[info.param].name;
-                           for (auto& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Cpu, OpGradients, ::testing::ValuesIn(gradient_cases()), case_name);
 
 TEST(OpCoverage, EveryDifferentiableOpHasACheckedBackwardRule) {
   std::set<ops::OpId> checked;
