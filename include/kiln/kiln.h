@@ -11,6 +11,7 @@
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/models.h"
 #include "kiln/nn.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/factory.h"

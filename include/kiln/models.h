@@ -1,0 +1,8 @@
+// kiln's reference models: the networks every kiln figure is quoted on, with
+// PyTorch's (torchvision's, Hugging Face's) architectures and state-dict names.
+//
+//   #include <kiln/models.h>
+//   kiln::models::LSTMNet net;
+#pragma once
+
+#include "kiln/models/lstm.h"
