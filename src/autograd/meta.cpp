@@ -120,8 +120,11 @@ const Tensor& Tensor::requires_grad_(bool requires_grad) const {
     throw DTypeError(detail::str_cat("requires_grad_: only floating-point tensors can require ",
                                      "gradients, got ", dtype()));
   }
-  if (requires_grad && impl().inference) {
-    throw Error("requires_grad_: a tensor made under InferenceModeGuard can't require grad");
+  // As PyTorch: inside the guard (building a model for serving) the flag may be
+  // set, since nothing records there; outside, the tensor can never join a graph.
+  if (requires_grad && impl().inference && !InferenceModeGuard::enabled()) {
+    throw Error("requires_grad_: a tensor made under InferenceModeGuard can't require grad "
+                "outside it");
   }
   if (!m && !requires_grad) return *this;
   autograd::ensure_meta(*this).requires_grad = requires_grad;

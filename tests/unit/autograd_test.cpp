@@ -100,6 +100,15 @@ TEST(Autograd, InferenceTensorsCannotJoinAGraph) {
   expect_error_with<Error>([&] { (t * w).sum(); }, {"InferenceModeGuard"});
 }
 
+TEST(Autograd, ModulesCanBeBuiltAndRunInsideInferenceMode) {
+  InferenceModeGuard inference;
+  nn::Linear layer(3, 2);  // its parameters are inference tensors that require grad
+  EXPECT_TRUE(layer.weight.requires_grad());
+  const Tensor y = layer(ones({3}));
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_EQ(y.sizes(), (Shape{2}));
+}
+
 TEST(Autograd, DetachCutsTheGraphButSharesData) {
   Tensor x = vec({1, 2}).requires_grad_();
   Tensor y = x * 2;
