@@ -3,12 +3,20 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
 #include "kiln/tensor.h"
 
 namespace kiln::testing {
+
+// tests/data: the KILN_TEST_DATA_DIR environment variable when set (a build run
+// on another machine), else the source tree's.
+inline std::string test_data_dir() {
+  const char* dir = std::getenv("KILN_TEST_DATA_DIR");
+  return dir && *dir ? dir : KILN_TEST_DATA_DIR;
+}
 
 // max |actual - expected| <= bound * max |expected|: the parity bound of the
 // reference models (relative to the output's scale, not per element).
