@@ -1,6 +1,6 @@
 // Classifies an image with ResNet-50 and prints the top-K ImageNet classes.
 //
-//   classify_image IMAGE [--weights FILE.safetensors] [--top K] [--labels FILE]
+//   classify_image IMAGE [--weights FILE.safetensors] [--top K] [--labels FILE] [--resize N]
 //
 // The weights are torchvision's, saved once from Python:
 //   from safetensors.torch import save_file
@@ -8,6 +8,9 @@
 //   m = torchvision.models.resnet50(weights="IMAGENET1K_V2")
 //   save_file(m.state_dict(), "resnet50.safetensors")
 // Without --weights the network keeps its random initialization (a smoke test).
+// --resize is the shorter side before the 224 x 224 centre crop: 232 (the
+// default) as torchvision's IMAGENET1K_V2 transforms, 256 for IMAGENET1K_V1.
+// Unlike torchvision, the resize does not antialias (see imagenet_preprocess).
 // Exit status: 0 after printing, 1 when a file cannot be read or the
 // probabilities are not a distribution, 2 for bad arguments.
 #include <stb_image.h>
@@ -38,6 +41,7 @@ struct Args {
   std::string weights;
   std::string labels = KILN_IMAGENET_CLASSES;
   int64_t top = 5;
+  int64_t resize = 232;
 };
 
 constexpr int64_t kClasses = 1000;
@@ -45,17 +49,18 @@ constexpr int64_t kClasses = 1000;
 void print_usage() {
   std::fprintf(stderr,
                "usage: classify_image IMAGE [--weights FILE.safetensors] [--top K] "
-               "[--labels FILE]\n"
-               "  K in 1..%lld (default 5); labels default to %s\n",
+               "[--labels FILE] [--resize N]\n"
+               "  K in 1..%lld (default 5); N in 224..4096 (default 232);\n"
+               "  labels default to %s\n",
                static_cast<long long>(kClasses), KILN_IMAGENET_CLASSES);
 }
 
-// Positive integer in [1, kClasses], or nullopt.
-std::optional<int64_t> parse_top(const std::string& text) {
+// An integer in [low, high], or nullopt.
+std::optional<int64_t> parse_int(const std::string& text, int64_t low, int64_t high) {
   try {
     size_t used = 0;
     const long long k = std::stoll(text, &used);
-    if (used == text.size() && k >= 1 && k <= kClasses) return k;
+    if (used == text.size() && k >= low && k <= high) return k;
   } catch (const std::exception&) {
   }
   return std::nullopt;
@@ -71,9 +76,13 @@ std::optional<Args> parse_args(int argc, char** argv) {
     } else if (arg == "--labels" && has_value) {
       args.labels = argv[++i];
     } else if (arg == "--top" && has_value) {
-      const auto k = parse_top(argv[++i]);
+      const auto k = parse_int(argv[++i], 1, kClasses);
       if (!k) return std::nullopt;
       args.top = *k;
+    } else if (arg == "--resize" && has_value) {
+      const auto n = parse_int(argv[++i], 224, 4096);
+      if (!n) return std::nullopt;
+      args.resize = *n;
     } else if (arg.rfind("--", 0) != 0 && args.image.empty()) {
       args.image = arg;
     } else {
@@ -116,7 +125,7 @@ std::vector<float> class_probabilities(const Args& args, const Tensor& image) {
   }
   net->eval();
   InferenceModeGuard inference;
-  const Tensor batch = models::imagenet_preprocess(image).unsqueeze(0);
+  const Tensor batch = models::imagenet_preprocess(image, args.resize, 224).unsqueeze(0);
   return softmax((*net)(batch), 1).to_vector<float>();
 }
 
