@@ -64,8 +64,8 @@ const ResNetOptions& checked(ResNetBlock block, const std::array<int64_t, 4>& la
                options.groups, " and width_per_group=", options.width_per_group);
     const auto& d = options.replace_stride_with_dilation;
     KILN_CHECK(!d[0] && !d[1] && !d[2], ValueError,
-               "ResNet: BasicBlock does not support dilation (replace_stride_with_dilation [",
-               d[0], ", ", d[1], ", ", d[2], "])");
+               "ResNet: BasicBlock does not support dilation (replace_stride_with_dilation [", d[0],
+               ", ", d[1], ", ", d[2], "])");
   }
   return options;
 }
@@ -110,7 +110,8 @@ Tensor BasicBlock::forward(const Tensor& x) {
 namespace {
 // torchvision: int(planes * (base_width / 64.0)) * groups.
 int64_t bottleneck_width(const BlockConfig& c) {
-  return static_cast<int64_t>(static_cast<double>(c.planes) * (static_cast<double>(c.base_width) / 64.0)) *
+  return static_cast<int64_t>(static_cast<double>(c.planes) *
+                              (static_cast<double>(c.base_width) / 64.0)) *
          c.groups;
 }
 }  // namespace
@@ -277,19 +278,19 @@ Tensor imagenet_preprocess(const Tensor& image, int64_t resize_to, int64_t crop_
   // one int(resize_to * long / short).
   const bool tall = h > w;
   const int64_t shorter = tall ? w : h, longer = tall ? h : w;
-  const auto scaled_long = static_cast<int64_t>(static_cast<double>(resize_to) *
-                                                static_cast<double>(longer) /
-                                                static_cast<double>(shorter));
+  const auto scaled_long = static_cast<int64_t>(
+      static_cast<double>(resize_to) * static_cast<double>(longer) / static_cast<double>(shorter));
   const int64_t new_h = tall ? scaled_long : resize_to, new_w = tall ? resize_to : scaled_long;
   Tensor x = image.permute({2, 0, 1}).to(kFloat32).unsqueeze(0);
   if (new_h != h || new_w != w) {
-    x = nn::functional::interpolate(x, {.size = std::vector<int64_t>{new_h, new_w},
-                                        .mode = "bilinear",
-                                        .align_corners = false});
+    x = nn::functional::interpolate(
+        x,
+        {.size = std::vector<int64_t>{new_h, new_w}, .mode = "bilinear", .align_corners = false});
   }
   // torchvision's center_crop: the offset int(round((size - crop) / 2)), halves to even.
   const auto top = static_cast<int64_t>(std::nearbyint(static_cast<double>(new_h - crop_size) / 2));
-  const auto left = static_cast<int64_t>(std::nearbyint(static_cast<double>(new_w - crop_size) / 2));
+  const auto left =
+      static_cast<int64_t>(std::nearbyint(static_cast<double>(new_w - crop_size) / 2));
   x = x.squeeze(0).narrow(1, top, crop_size).narrow(2, left, crop_size);
   const Tensor mean = from_vector<float>({0.485f, 0.456f, 0.406f}, Shape{3, 1, 1});
   const Tensor std = from_vector<float>({0.229f, 0.224f, 0.225f}, Shape{3, 1, 1});

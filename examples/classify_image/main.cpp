@@ -118,8 +118,9 @@ std::vector<std::string> load_labels(const std::string& path) {
 std::vector<float> class_probabilities(const Args& args, const Tensor& image) {
   auto net = models::resnet50();
   if (args.weights.empty()) {
-    std::printf("warning: no --weights given: the network is randomly initialized and the "
-                "classes below are meaningless\n");
+    std::printf(
+        "warning: no --weights given: the network is randomly initialized and the "
+        "classes below are meaningless\n");
   } else {
     net->load_state_dict(load_safetensors(args.weights));
   }
@@ -142,8 +143,8 @@ bool is_distribution(const std::vector<float>& probs) {
 int run(const Args& args) {
   const std::vector<std::string> labels = load_labels(args.labels);
   const Tensor image = load_image(args.image);
-  std::printf("%s: %lld x %lld pixels\n", args.image.c_str(),
-              static_cast<long long>(image.size(1)), static_cast<long long>(image.size(0)));
+  std::printf("%s: %lld x %lld pixels\n", args.image.c_str(), static_cast<long long>(image.size(1)),
+              static_cast<long long>(image.size(0)));
   const std::vector<float> probs = class_probabilities(args, image);
   if (static_cast<int64_t>(probs.size()) != kClasses || !is_distribution(probs)) {
     std::fprintf(stderr, "classify_image: the class probabilities do not form a distribution\n");

@@ -681,28 +681,44 @@ TEST(ResNet, LoadsItsOwnStateDict) {
 
 TEST(ResNet, RejectsImagesThatAreNotBatchesOfThreeChannels) {
   auto net = resnet18({.widths = kNarrow});
-  testing::expect_error<ShapeError>([&] { net->forward(randn({3, 32, 32})); }, "ResNet",
-                                    "[3, 32, 32]");
-  testing::expect_error<ShapeError>([&] { net->forward(randn({1, 4, 32, 32})); }, "ResNet",
-                                    "[1, 4, 32, 32]");
-  testing::expect_error<ShapeError>([&] { net->features(randn({1, 1, 32, 32})); }, "ResNet",
-                                    "[1, 1, 32, 32]");
+  testing::expect_error<ShapeError>(
+      [&] {
+        net->forward(randn({3, 32, 32}));
+      },
+      "ResNet", "[3, 32, 32]");
+  testing::expect_error<ShapeError>(
+      [&] {
+        net->forward(randn({1, 4, 32, 32}));
+      },
+      "ResNet", "[1, 4, 32, 32]");
+  testing::expect_error<ShapeError>(
+      [&] {
+        net->features(randn({1, 1, 32, 32}));
+      },
+      "ResNet", "[1, 1, 32, 32]");
 }
 
 TEST(ResNet, RejectsInvalidOptions) {
   using testing::expect_error;
   expect_error<ValueError>(
-      [] { ResNet(ResNetBlock::kBasic, {2, 0, 2, 2}, {.widths = kNarrow}); }, "ResNet",
-      "[2, 0, 2, 2]");
+      [] {
+        ResNet(ResNetBlock::kBasic, {2, 0, 2, 2}, {.widths = kNarrow});
+      },
+      "ResNet", "[2, 0, 2, 2]");
   expect_error<ValueError>([] { resnet18({.groups = 2}); }, "ResNet", "groups=2");
   expect_error<ValueError>([] { resnet34({.width_per_group = 128}); }, "ResNet",
                            "width_per_group=128");
   expect_error<ValueError>(
-      [] { resnet18({.replace_stride_with_dilation = {false, false, true}}); }, "ResNet",
-      "dilation");
+      [] {
+        resnet18({.replace_stride_with_dilation = {false, false, true}});
+      },
+      "ResNet", "dilation");
   expect_error<ValueError>([] { resnet50({.num_classes = 0}); }, "ResNet", "num_classes");
-  expect_error<ValueError>([] { resnet50({.widths = {8, 16, 0, 64}}); }, "ResNet",
-                           "[8, 16, 0, 64]");
+  expect_error<ValueError>(
+      [] {
+        resnet50({.widths = {8, 16, 0, 64}});
+      },
+      "ResNet", "[8, 16, 0, 64]");
   expect_error<ValueError>([] { resnet50({.groups = 0}); }, "ResNet", "groups");
 }
 
@@ -725,9 +741,8 @@ constexpr double kStd[3] = {0.229, 0.224, 0.225};
 double normalized(double pixel, int c) { return (pixel / 255.0 - kMean[c]) / kStd[c]; }
 
 TEST(ImagenetPreprocess, NormalizesAConstantImage) {
-  const Tensor out = imagenet_preprocess(make_image(300, 400, [](auto, auto, auto c) {
-    return 100 + 50 * c;
-  }));
+  const Tensor out =
+      imagenet_preprocess(make_image(300, 400, [](auto, auto, auto c) { return 100 + 50 * c; }));
   ASSERT_EQ(out.sizes(), (Shape{3, 224, 224}));
   EXPECT_EQ(out.dtype(), kFloat32);
   for (int c = 0; c < 3; ++c) {
@@ -739,9 +754,8 @@ TEST(ImagenetPreprocess, NormalizesAConstantImage) {
 
 TEST(ImagenetPreprocess, CropsTheCentreWithoutResizingWhenTheShortSideFits) {
   // 256 x 300: no resize; the crop starts at row 16 and column round(76 / 2) = 38.
-  const Tensor out = imagenet_preprocess(make_image(256, 300, [](auto y, auto x, auto c) {
-    return c == 0 ? x % 256 : (c == 1 ? y : 7);
-  }));
+  const Tensor out = imagenet_preprocess(make_image(
+      256, 300, [](auto y, auto x, auto c) { return c == 0 ? x % 256 : (c == 1 ? y : 7); }));
   ASSERT_EQ(out.sizes(), (Shape{3, 224, 224}));
   for (int64_t i : {0, 100, 223}) {
     for (int64_t j : {0, 57, 223}) {
@@ -754,9 +768,8 @@ TEST(ImagenetPreprocess, CropsTheCentreWithoutResizingWhenTheShortSideFits) {
 
 TEST(ImagenetPreprocess, RoundsAHalfCropOffsetToEvenAsTorchvision) {
   // 301 x 256 (portrait): the crop starts at row round(77 / 2) = round(38.5) = 38.
-  const Tensor out = imagenet_preprocess(make_image(301, 256, [](auto y, auto, auto) {
-    return y / 2;
-  }));
+  const Tensor out =
+      imagenet_preprocess(make_image(301, 256, [](auto y, auto, auto) { return y / 2; }));
   for (int64_t i : {0, 1, 2, 101, 223}) {
     EXPECT_NEAR(out.index({1, i, 5}).item<double>(), normalized(double((i + 38) / 2), 1), 1e-5);
   }
@@ -765,9 +778,8 @@ TEST(ImagenetPreprocess, RoundsAHalfCropOffsetToEvenAsTorchvision) {
 TEST(ImagenetPreprocess, ResizesBilinearlyWithHalfPixelCentres) {
   // 128 x 128 -> 256 x 256, crop at 16: a ramp stays a ramp, sampled at
   // source x = (x_out + 0.5) / 2 - 0.5 (align_corners false).
-  const Tensor out = imagenet_preprocess(make_image(128, 128, [](auto, auto x, auto) {
-    return x;
-  }));
+  const Tensor out =
+      imagenet_preprocess(make_image(128, 128, [](auto, auto x, auto) { return x; }));
   for (int64_t j : {0, 1, 100, 223}) {
     const double source = (double(j + 16) + 0.5) / 2 - 0.5;
     EXPECT_NEAR(out.index({2, 40, j}).item<double>(), normalized(source, 2), 1e-4);
@@ -780,14 +792,25 @@ TEST(ImagenetPreprocess, ResizesBilinearlyWithHalfPixelCentres) {
 
 TEST(ImagenetPreprocess, RejectsWrongImagesAndSizes) {
   using testing::expect_error;
-  expect_error<ShapeError>([] { imagenet_preprocess(zeros({8, 8, 4}, {.dtype = kUInt8})); },
-                           "imagenet_preprocess", "[8, 8, 4]");
-  expect_error<ShapeError>([] { imagenet_preprocess(zeros({3, 8, 8}, {.dtype = kUInt8})); },
-                           "imagenet_preprocess", "[3, 8, 8]");
-  expect_error<DTypeError>([] { imagenet_preprocess(zeros({8, 8, 3})); }, "imagenet_preprocess",
-                           "uint8");
+  expect_error<ShapeError>(
+      [] {
+        imagenet_preprocess(zeros({8, 8, 4}, {.dtype = kUInt8}));
+      },
+      "imagenet_preprocess", "[8, 8, 4]");
+  expect_error<ShapeError>(
+      [] {
+        imagenet_preprocess(zeros({3, 8, 8}, {.dtype = kUInt8}));
+      },
+      "imagenet_preprocess", "[3, 8, 8]");
+  expect_error<DTypeError>(
+      [] {
+        imagenet_preprocess(zeros({8, 8, 3}));
+      },
+      "imagenet_preprocess", "uint8");
   expect_error<ValueError>(
-      [] { imagenet_preprocess(zeros({8, 8, 3}, {.dtype = kUInt8}), 200, 224); },
+      [] {
+        imagenet_preprocess(zeros({8, 8, 3}, {.dtype = kUInt8}), 200, 224);
+      },
       "imagenet_preprocess", "224");
 }
 
