@@ -27,9 +27,7 @@ nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride, int64_t groups, int6
                      .bias = false});
 }
 
-nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride = 1) {
-  return nn::Conv2d(in, out, 1, {.stride = stride, .bias = false});
-}
+nn::Conv2d conv1x1(int64_t in, int64_t out) { return nn::Conv2d(in, out, 1, {.bias = false}); }
 
 // out = relu(out + identity), in place when autograd is not recording.
 Tensor add_relu(Tensor out, const Tensor& identity) {
