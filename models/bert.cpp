@@ -53,8 +53,7 @@ void check_config(const BertConfig& c, std::string_view who) {
     if (value <= 0) throw ValueError(str_cat(who, ": ", key, " must be positive, got ", value));
   }
   if (c.num_hidden_layers < 0) {
-    throw ValueError(
-        str_cat(who, ": num_hidden_layers must be >= 0, got ", c.num_hidden_layers));
+    throw ValueError(str_cat(who, ": num_hidden_layers must be >= 0, got ", c.num_hidden_layers));
   }
   if (c.hidden_size % c.num_attention_heads != 0) {
     throw ValueError(str_cat(who, ": hidden_size ", c.hidden_size,
@@ -68,18 +67,18 @@ void check_config(const BertConfig& c, std::string_view who) {
       {"hidden_dropout_prob", c.hidden_dropout_prob},
       {"attention_probs_dropout_prob", c.attention_probs_dropout_prob}};
   for (const auto& [key, p] : probabilities) {
-    if (!(p >= 0 && p <= 1)) throw ValueError(str_cat(who, ": ", key, " must be in [0, 1], got ", p));
+    if (!(p >= 0 && p <= 1))
+      throw ValueError(str_cat(who, ": ", key, " must be in [0, 1], got ", p));
   }
   if (!(c.layer_norm_eps > 0)) {
     throw ValueError(str_cat(who, ": layer_norm_eps must be positive, got ", c.layer_norm_eps));
   }
   if (!(c.initializer_range >= 0)) {
-    throw ValueError(
-        str_cat(who, ": initializer_range must be >= 0, got ", c.initializer_range));
+    throw ValueError(str_cat(who, ": initializer_range must be >= 0, got ", c.initializer_range));
   }
   if (c.pad_token_id >= c.vocab_size) {
-    throw ValueError(str_cat(who, ": pad_token_id ", c.pad_token_id, " is not below vocab_size ",
-                             c.vocab_size));
+    throw ValueError(
+        str_cat(who, ": pad_token_id ", c.pad_token_id, " is not below vocab_size ", c.vocab_size));
   }
 }
 
@@ -116,8 +115,8 @@ Tensor lookup(nn::Embedding& table, const Tensor& ids, std::string_view what) {
   try {
     return table(ids);
   } catch (const IndexError& e) {
-    throw IndexError(str_cat("BertModel: ", what, " must be in [0, ", table.num_embeddings,
-                             "): ", e.what()));
+    throw IndexError(
+        str_cat("BertModel: ", what, " must be in [0, ", table.num_embeddings, "): ", e.what()));
   }
 }
 
@@ -187,7 +186,8 @@ Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_m
   Tensor context;
   if (is_training() && dropout.p > 0) {
     // Dropout on the probabilities needs them materialized; eval takes the fused path.
-    Tensor scores = q.matmul(k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+    Tensor scores =
+        q.matmul(k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
     if (additive_mask.defined()) scores = scores + additive_mask;
     context = dropout(scores.softmax(-1)).matmul(v);
   } else {
@@ -329,7 +329,8 @@ BertOutput BertModel::forward(const Tensor& input_ids, const Tensor& attention_m
   check_inputs(config_, input_ids, attention_mask, token_type_ids, position_ids);
   const Tensor x = embeddings.forward(input_ids, token_type_ids, position_ids);
   // Converted once for every layer.
-  const Tensor mask = attention_mask.defined() ? additive_mask_of(attention_mask, x.dtype()) : Tensor();
+  const Tensor mask =
+      attention_mask.defined() ? additive_mask_of(attention_mask, x.dtype()) : Tensor();
   BertOutput out;
   out.last_hidden_state = encoder.forward(x, mask);
   if (pooler) out.pooler_output = pooler->forward(out.last_hidden_state);
@@ -344,9 +345,8 @@ std::string model_key(std::string_view key) {
   constexpr std::string_view kPrefix = "bert.";
   if (key.starts_with(kPrefix)) key.remove_prefix(kPrefix.size());
   std::string name(key);
-  for (const auto& [old_suffix, new_suffix] :
-       {std::pair{".LayerNorm.gamma", ".LayerNorm.weight"},
-        std::pair{".LayerNorm.beta", ".LayerNorm.bias"}}) {
+  for (const auto& [old_suffix, new_suffix] : {std::pair{".LayerNorm.gamma", ".LayerNorm.weight"},
+                                               std::pair{".LayerNorm.beta", ".LayerNorm.bias"}}) {
     if (key.ends_with(old_suffix)) {
       name = str_cat(key.substr(0, key.size() - std::string_view(old_suffix).size()), new_suffix);
     }

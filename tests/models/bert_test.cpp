@@ -139,10 +139,10 @@ TEST(BertModel, BaseHasTransformersParameterCount) {
 TEST(BertModel, PrintsTransformersModuleNames) {
   BertModel model(tiny_config());
   const std::string repr = model.repr();
-  for (const char* part : {"BertModel(", "(embeddings): BertEmbeddings(", "(LayerNorm): LayerNorm(",
-                           "(self): BertSelfAttention(", "(output): BertSelfOutput(",
-                           "(intermediate): BertIntermediate(", "(output): BertOutput(",
-                           "(pooler): BertPooler("}) {
+  for (const char* part :
+       {"BertModel(", "(embeddings): BertEmbeddings(", "(LayerNorm): LayerNorm(",
+        "(self): BertSelfAttention(", "(output): BertSelfOutput(",
+        "(intermediate): BertIntermediate(", "(output): BertOutput(", "(pooler): BertPooler("}) {
     EXPECT_NE(repr.find(part), std::string::npos) << part << " not in\n" << repr;
   }
 }
@@ -254,7 +254,8 @@ TEST(BertModel, PoolerIsTanhOfDenseOfFirstToken) {
   randomize(model);
   const BertOutput out = model(ids({5, 9, 2, 7, 7, 1}, {2, 3}));
   const Tensor cls = out.last_hidden_state.select(1, 0);
-  expect_near(out.pooler_output, tanh(linear(cls, model.pooler->dense.weight, model.pooler->dense.bias)));
+  expect_near(out.pooler_output,
+              tanh(linear(cls, model.pooler->dense.weight, model.pooler->dense.bias)));
 }
 
 TEST(BertModel, TanhGeluActivationMatchesItsFormula) {
@@ -284,7 +285,8 @@ TEST(BertModel, DropoutActsOnlyWhenTraining) {
   const BertOutput trained = model(input, mask);
   EXPECT_GT((trained.last_hidden_state - first).abs().max().item<float>(), 1e-3);
   (trained.last_hidden_state.sum() + trained.pooler_output.sum()).backward();
-  const Tensor grad = model.encoder.layer.at<BertLayer>(0).attention.self_attention.query.weight.grad();
+  const Tensor grad =
+      model.encoder.layer.at<BertLayer>(0).attention.self_attention.query.weight.grad();
   ASSERT_TRUE(grad.defined());
   EXPECT_GT(grad.abs().sum().item<float>(), 0);
 }
@@ -302,8 +304,11 @@ TEST(BertModel, TrainsWithoutDropoutThroughFusedAttention) {
   const Tensor train_out = model(input).last_hidden_state;
   expect_near(train_out, eval_out, 1e-6);
   train_out.square().sum().backward();
-  EXPECT_GT(model.encoder.layer.at<BertLayer>(1).attention.self_attention.key.weight.grad()
-                .abs().sum().item<float>(),
+  EXPECT_GT(model.encoder.layer.at<BertLayer>(1)
+                .attention.self_attention.key.weight.grad()
+                .abs()
+                .sum()
+                .item<float>(),
             0);
 }
 
@@ -357,7 +362,8 @@ TEST(BertModel, StrictLoadRejectsMissingKeysAndCopiesNothing) {
   EXPECT_EQ(values(target.embeddings.word_embeddings.weight), before);
   const nn::LoadResult loose = target.load_hf_state_dict(dict, /*strict=*/false);
   EXPECT_EQ(loose.missing_keys, std::vector<std::string>{"pooler.dense.bias"});
-  expect_near(target.embeddings.word_embeddings.weight, source.embeddings.word_embeddings.weight, 0);
+  expect_near(target.embeddings.word_embeddings.weight, source.embeddings.word_embeddings.weight,
+              0);
 }
 
 TEST(BertModel, PoolerKeysAreUnexpectedWithoutPooler) {
@@ -450,8 +456,8 @@ TEST(BertConfig, RejectsBadFilesAndValuesNamingFileAndKey) {
   testing::expect_error<ValueError>([&] { BertConfig::from_json_file(relative.path()); },
                                     relative.path(), "position_embedding_type");
   TempFile array(R"([1, 2])");
-  testing::expect_error<ValueError>([&] { BertConfig::from_json_file(array.path()); },
-                                    array.path(), "object");
+  testing::expect_error<ValueError>([&] { BertConfig::from_json_file(array.path()); }, array.path(),
+                                    "object");
 }
 
 // --- errors ----------------------------------------------------------------------
@@ -474,29 +480,51 @@ TEST(BertModel, RejectsBadInputs) {
   const Tensor good = ids({1, 2, 3}, {1, 3});
   testing::expect_error<ShapeError>([&] { model(ids({1, 2, 3}, {3})); }, "BertModel", "[3]");
   testing::expect_error<DTypeError>([&] { model(good.to(kFloat32)); }, "BertModel", "input_ids");
-  testing::expect_error_with<ValueError>([&] { model(zeros({1, 13}, {.dtype = kInt64})); },
-                                         {"BertModel", "13", "max_position_embeddings 12"});
-  testing::expect_error<ShapeError>([&] { model(good, ones({1, 4})); }, "BertModel",
-                                    "attention_mask");
+  testing::expect_error_with<ValueError>(
+      [&] {
+        model(zeros({1, 13}, {.dtype = kInt64}));
+      },
+      {"BertModel", "13", "max_position_embeddings 12"});
+  testing::expect_error<ShapeError>(
+      [&] {
+        model(good, ones({1, 4}));
+      },
+      "BertModel", "attention_mask");
   testing::expect_error<ShapeError>([&] { model(good, {}, zeros({3}, {.dtype = kInt64})); },
                                     "BertModel", "token_type_ids");
-  testing::expect_error<DTypeError>([&] { model(good, {}, zeros({1, 3})); }, "BertModel",
-                                    "token_type_ids");
+  testing::expect_error<DTypeError>(
+      [&] {
+        model(good, {}, zeros({1, 3}));
+      },
+      "BertModel", "token_type_ids");
   testing::expect_error<ShapeError>(
-      [&] { model(good, {}, {}, zeros({2, 3}, {.dtype = kInt64})); }, "BertModel", "position_ids");
+      [&] {
+        model(good, {}, {}, zeros({2, 3}, {.dtype = kInt64}));
+      },
+      "BertModel", "position_ids");
 }
 
 TEST(BertModel, RejectsIdsOutsideTheirTables) {
   BertModel model(tiny_config());
-  testing::expect_error_with<IndexError>([&] { model(ids({1, 50, 3}, {1, 3})); },
-                                         {"BertModel", "input_ids", "[0, 50)", "50"});
-  testing::expect_error_with<IndexError>([&] { model(ids({1, -1, 3}, {1, 3})); },
-                                         {"BertModel", "input_ids", "-1"});
   testing::expect_error_with<IndexError>(
-      [&] { model(ids({1, 2, 3}, {1, 3}), {}, ids({0, 2, 0}, {1, 3})); },
+      [&] {
+        model(ids({1, 50, 3}, {1, 3}));
+      },
+      {"BertModel", "input_ids", "[0, 50)", "50"});
+  testing::expect_error_with<IndexError>(
+      [&] {
+        model(ids({1, -1, 3}, {1, 3}));
+      },
+      {"BertModel", "input_ids", "-1"});
+  testing::expect_error_with<IndexError>(
+      [&] {
+        model(ids({1, 2, 3}, {1, 3}), {}, ids({0, 2, 0}, {1, 3}));
+      },
       {"BertModel", "token_type_ids", "[0, 2)"});
   testing::expect_error_with<IndexError>(
-      [&] { model(ids({1, 2, 3}, {1, 3}), {}, {}, ids({0, 1, 12}, {3})); },
+      [&] {
+        model(ids({1, 2, 3}, {1, 3}), {}, {}, ids({0, 1, 12}, {3}));
+      },
       {"BertModel", "position_ids", "12"});
 }
 

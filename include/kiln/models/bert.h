@@ -58,8 +58,7 @@ class BertEmbeddings : public nn::Module {
   explicit BertEmbeddings(const BertConfig& config);
   // input_ids [B, S]; token_type_ids [B, S] or undefined (type 0); position_ids
   // [B, S] or [S] or undefined (0..S-1). Ids are checked by the caller's shapes.
-  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids,
-                 const Tensor& position_ids);
+  Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& position_ids);
 
   nn::Embedding word_embeddings, position_embeddings, token_type_embeddings;
   nn::LayerNorm layer_norm;  // "LayerNorm"
