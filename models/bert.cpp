@@ -253,7 +253,7 @@ BertEncoder::BertEncoder(const BertConfig& c) {
 
 Tensor BertEncoder::forward(const Tensor& hidden, const Tensor& additive_mask) {
   Tensor x = hidden;
-  for (nn::Module* m : layer) x = static_cast<BertLayer*>(m)->forward(x, additive_mask);
+  for (size_t i = 0; i < layer.size(); ++i) x = layer.at<BertLayer>(i).forward(x, additive_mask);
   return x;
 }
 
@@ -295,6 +295,10 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
     throw DTypeError(str_cat("BertModel: input_ids must be int64, got ", input_ids.dtype()));
   }
   const Shape& shape = input_ids.sizes();
+  if (shape[1] == 0) {
+    throw ShapeError(str_cat("BertModel: input_ids ", shape, " has no tokens (the pooler and ",
+                             "every layer need at least one)"));
+  }
   if (!position_ids.defined() && shape[1] > c.max_position_embeddings) {
     throw ValueError(str_cat("BertModel: sequence length ", shape[1],
                              " exceeds max_position_embeddings ", c.max_position_embeddings));

@@ -262,6 +262,10 @@ TEST(BertModel, TanhGeluActivationMatchesItsFormula) {
   BertConfig c = tiny_config();
   c.hidden_act = "gelu_new";
   BertIntermediate block(c);
+  {
+    NoGradGuard no_grad;  // std 1 weights reach the range where the approximations differ
+    block.dense.weight.copy_(randn(block.dense.weight.sizes()));
+  }
   const Tensor x = randn({3, 8});
   const Tensor h = linear(x, block.dense.weight, block.dense.bias);
   const double k = std::sqrt(2.0 / M_PI);
@@ -271,6 +275,20 @@ TEST(BertModel, TanhGeluActivationMatchesItsFormula) {
   BertIntermediate relu_block(c);
   expect_near(relu_block.forward(x),
               relu(linear(x, relu_block.dense.weight, relu_block.dense.bias)));
+}
+
+TEST(BertModel, RunsInFloat64) {
+  BertModel model(tiny_config());
+  model.eval();
+  randomize(model);
+  const Tensor input = ids({5, 9, 2, 7, 7, 1, 4, 4}, {2, 4});
+  const Tensor mask = ids({1, 1, 1, 0, 1, 1, 1, 1}, {2, 4});
+  const BertOutput single = model(input, mask);
+  model.to(kFloat64);
+  const BertOutput twice = model(input, mask);
+  EXPECT_EQ(twice.last_hidden_state.dtype(), kFloat64);
+  expect_near(twice.last_hidden_state, single.last_hidden_state, 1e-4);
+  expect_near(twice.pooler_output, single.pooler_output, 1e-4);
 }
 
 TEST(BertModel, DropoutActsOnlyWhenTraining) {
@@ -480,6 +498,11 @@ TEST(BertModel, RejectsBadInputs) {
   const Tensor good = ids({1, 2, 3}, {1, 3});
   testing::expect_error<ShapeError>([&] { model(ids({1, 2, 3}, {3})); }, "BertModel", "[3]");
   testing::expect_error<DTypeError>([&] { model(good.to(kFloat32)); }, "BertModel", "input_ids");
+  testing::expect_error<ShapeError>(
+      [&] {
+        model(zeros({2, 0}, {.dtype = kInt64}));
+      },
+      "BertModel", "[2, 0]");
   testing::expect_error_with<ValueError>(
       [&] {
         model(zeros({1, 13}, {.dtype = kInt64}));
