@@ -5,4 +5,6 @@
 //   kiln::models::LSTMNet net;
 #pragma once
 
+#include "kiln/models/bert.h"
 #include "kiln/models/lstm.h"
+#include "kiln/models/resnet.h"

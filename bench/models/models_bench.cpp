@@ -1,0 +1,108 @@
+// kiln_bench_models: eager forward latency of the reference models (random
+// weights, eval mode, inference mode), one configuration per run, as one JSON
+// line. bench/models/models_vs_torch.py runs it beside PyTorch's models with the
+// same thread count and prints the side-by-side table.
+//
+//   kiln_bench_models --model resnet50 --batch 8 --threads 2 --iters 20
+//
+// Models: resnet50 (3x224x224), bert (BERT-base, token ids of --seq, default
+// 128), lstm (LSTMNet, --seq steps of 256 features, default 128), lstm_loop
+// (LSTMCellLoop, default 32 steps, as the anchors).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+struct Config {
+  std::string model;
+  int64_t batch = 1;
+  int64_t seq = 0;  // 0: the model's default
+  int threads = 0;  // 0: kiln's default
+  int iters = 20;
+  int warmup = 3;
+};
+
+// A forward call of the configured model on fixed inputs; the model and inputs
+// live in the closure.
+std::function<void()> make_forward(const Config& c) {
+  using namespace kiln;
+  manual_seed(0);
+  if (c.model == "resnet50") {
+    std::shared_ptr<models::ResNet> net = models::resnet50();
+    net->eval();
+    Tensor images = randn({c.batch, 3, 224, 224});
+    return [net, images] { (*net)(images); };
+  }
+  if (c.model == "bert") {
+    auto net = std::make_shared<models::BertModel>(models::BertConfig{});
+    net->eval();
+    Tensor ids = randint(0, 30522, {c.batch, c.seq ? c.seq : 128});
+    return [net, ids] { (*net)(ids); };
+  }
+  if (c.model == "lstm") {
+    auto net = std::make_shared<models::LSTMNet>();
+    net->eval();
+    Tensor x = randn({c.batch, c.seq ? c.seq : 128, 256});
+    return [net, x] { (*net)(x); };
+  }
+  if (c.model == "lstm_loop") {
+    auto net = std::make_shared<models::LSTMCellLoop>();
+    net->eval();
+    Tensor x = randn({c.batch, c.seq ? c.seq : 32, 256});
+    return [net, x] { (*net)(x); };
+  }
+  throw kiln::ValueError("kiln_bench_models: unknown model '" + c.model +
+                         "' (resnet50, bert, lstm, lstm_loop)");
+}
+
+int run(const Config& c) {
+  if (c.threads > 0) kiln::set_num_threads(c.threads);
+  kiln::InferenceModeGuard inference;
+  const std::function<void()> forward = make_forward(c);
+  for (int i = 0; i < c.warmup; ++i) forward();
+  std::vector<double> ms;
+  for (int i = 0; i < c.iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    forward();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf(
+      "{\"framework\": \"kiln\", \"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"iters\": %d, "
+      "\"median_ms\": %.4f, \"min_ms\": %.4f, \"p90_ms\": %.4f}\n",
+      c.model.c_str(), static_cast<long long>(c.batch), kiln::get_num_threads(), c.iters,
+      ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10]);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"Eager forward latency of kiln's reference models"};
+  app.add_option("--model", c.model, "resnet50, bert, lstm or lstm_loop")
+      ->required()
+      ->check(CLI::IsMember({"resnet50", "bert", "lstm", "lstm_loop"}));
+  app.add_option("--batch", c.batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app.add_option("--seq", c.seq, "sequence length (bert, lstm, lstm_loop)")
+      ->check(CLI::Range(int64_t{1}, int64_t{512}));
+  app.add_option("--threads", c.threads, "CPU threads (default: kiln's)")->check(CLI::Range(1, 1024));
+  app.add_option("--iters", c.iters, "timed calls")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", c.warmup, "untimed calls first")->check(CLI::Range(0, 100000));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(c);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
