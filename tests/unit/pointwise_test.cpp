@@ -75,6 +75,39 @@ TEST(Pointwise, ExpIsAccurateAcrossTheFloatRange) {
   EXPECT_TRUE(std::isnan(exp(from_vector<float>({NAN})).item<float>()));
 }
 
+// tanh, sigmoid and GELU run vectorized polynomial math in float32: each stays
+// within a few ulp of the float64 function over the whole range, tails included
+// (GELU's left tail is tiny and must keep its relative precision).
+TEST(Pointwise, TanhSigmoidAndGeluAreAccurateAcrossTheFloatRange) {
+  const Tensor x = linspace(-30, 30, 6001);
+  const auto in = x.to_vector<float>();
+  // rel_sq widens the bound by x^2: in GELU's far left tail (x < -5, values
+  // below 1e-6) the float32 rounding of x / sqrt(2) alone moves exp(-x^2 / 2)
+  // by about x^2 2^-24 relative. abs_x allows an absolute error of abs_x |x|:
+  // the tanh form 0.5 x (1 + tanh(.)) cancels in float32 for negative x, as
+  // PyTorch's does.
+  const auto check = [&](const Tensor& got, const char* name, double rel, double rel_sq,
+                         double abs_x, auto want_of) {
+    const auto out = got.to_vector<float>();
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double v = in[i], want = want_of(v);
+      const double bound = std::abs(want) * (rel + rel_sq * v * v) + abs_x * std::abs(v);
+      EXPECT_NEAR(out[i], want, std::max(bound, 1e-37)) << name << " x=" << in[i];
+    }
+  };
+  check(tanh(x), "tanh", 6e-7, 0, 0, [](double v) { return std::tanh(v); });
+  check(sigmoid(x), "sigmoid", 6e-7, 0, 0, [](double v) { return 1 / (1 + std::exp(-v)); });
+  check(gelu(x), "gelu", 2e-6, 2e-7, 0, [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); });
+  check(gelu(x, "tanh"), "gelu tanh", 2e-6, 0, 1.2e-7, [](double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  });
+  for (const float special : {INFINITY, -INFINITY}) {
+    EXPECT_EQ(tanh(from_vector<float>({special})).item<float>(), special > 0 ? 1.f : -1.f);
+  }
+  EXPECT_TRUE(std::isnan(tanh(from_vector<float>({NAN})).item<float>()));
+  EXPECT_TRUE(std::isnan(gelu(from_vector<float>({NAN})).item<float>()));
+}
+
 TEST(Pointwise, RejectsShapesThatDoNotBroadcast) {
   expect_error<ShapeError>([] { add(ones({2, 3}), ones({4})); }, "add");
   expect_error<ShapeError>([] { where(full({2}, true), ones({3}), ones({2})); }, "where");

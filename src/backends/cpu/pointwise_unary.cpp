@@ -18,7 +18,7 @@ void unary_same(const KernelCall& c, F f) {
   ElementwiseIter it(c.out(), c.inputs.first(1));
   visit_dtype(c.out().dtype(), [&]<typename T>() {
     using C = compute_t<T>;
-    map_elements<T, T>(it, [&](T x) -> T { return T(f(static_cast<C>(x))); });
+    map_elements<T, T>(it, [&](T x) __attribute__((always_inline)) -> T { return T(f(static_cast<C>(x))); });
   });
 }
 
@@ -29,7 +29,7 @@ void unary_float(const KernelCall& c, F f) {
   visit_dtype(c.out().dtype(), [&]<typename T>() {
     if constexpr (kIsFloat<T>) {
       using C = compute_t<T>;
-      map_elements<T, T>(it, [&](T x) -> T { return T(f(static_cast<C>(x))); });
+      map_elements<T, T>(it, [&](T x) __attribute__((always_inline)) -> T { return T(f(static_cast<C>(x))); });
     }
   });
 }
@@ -43,21 +43,23 @@ void unary_to_bool(const KernelCall& c, F f) {
   });
 }
 
+// The helpers, and the lambdas that call them, are always inlined: a call
+// inside the element loop would keep it from vectorizing.
 template <typename C>
-C sigmoid_of(C x) {
+[[gnu::always_inline]] inline C sigmoid_of(C x) {
   return C(1) / (C(1) + exp_f32(-x));
 }
 
 template <typename C>
-C gelu_erf(C x) {
+[[gnu::always_inline]] inline C gelu_erf(C x) {
   // erfc keeps precision where 1 + erf(x) cancels (large negative x).
-  return C(0.5) * x * std::erfc(x * C(-0.70710678118654752440));
+  return C(0.5) * x * erfc_f32(x * C(-0.70710678118654752440));
 }
 
 template <typename C>
-C gelu_tanh(C x) {
+[[gnu::always_inline]] inline C gelu_tanh(C x) {
   const C inner = C(0.79788456080286535588) * (x + C(0.044715) * x * x * x);
-  return C(0.5) * x * (C(1) + std::tanh(inner));
+  return C(0.5) * x * (C(1) + tanh_f32(inner));
 }
 
 }  // namespace
@@ -72,7 +74,7 @@ void register_cpu_unary_kernels(KernelTable& t) {
       else return x < C(0) ? C(-x) : x;
     });
   });
-  t.set(OpId::exp, [](const KernelCall& c) { unary_float(c, [](auto x) { return exp_f32(x); }); });
+  t.set(OpId::exp, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return exp_f32(x); }); });
   t.set(OpId::log, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log(x); }); });
   t.set(OpId::log1p, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log1p(x); }); });
   t.set(OpId::expm1, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::expm1(x); }); });
@@ -86,16 +88,16 @@ void register_cpu_unary_kernels(KernelTable& t) {
   t.set(OpId::square, [](const KernelCall& c) { unary_same(c, [](auto x) { return x * x; }); });
   t.set(OpId::sin, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::sin(x); }); });
   t.set(OpId::cos, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::cos(x); }); });
-  t.set(OpId::tanh, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::tanh(x); }); });
-  t.set(OpId::sigmoid, [](const KernelCall& c) { unary_float(c, [](auto x) { return sigmoid_of(x); }); });
+  t.set(OpId::tanh, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return tanh_f32(x); }); });
+  t.set(OpId::sigmoid, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return sigmoid_of(x); }); });
   t.set(OpId::relu, [](const KernelCall& c) {
     unary_same(c, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });  // keeps NaN
   });
   t.set(OpId::gelu, [](const KernelCall& c) {
-    if (c.attrs.str(0) == "tanh") unary_float(c, [](auto x) { return gelu_tanh(x); });
-    else unary_float(c, [](auto x) { return gelu_erf(x); });
+    if (c.attrs.str(0) == "tanh") unary_float(c, [](auto x) __attribute__((always_inline)) { return gelu_tanh(x); });
+    else unary_float(c, [](auto x) __attribute__((always_inline)) { return gelu_erf(x); });
   });
-  t.set(OpId::silu, [](const KernelCall& c) { unary_float(c, [](auto x) { return x * sigmoid_of(x); }); });
+  t.set(OpId::silu, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return x * sigmoid_of(x); }); });
   t.set(OpId::erf, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::erf(x); }); });
   t.set(OpId::sign, [](const KernelCall& c) {
     unary_same(c, [](auto x) {

@@ -37,4 +37,51 @@ namespace kiln::backend::cpu {
 
 inline double exp_f32(double x) noexcept { return std::exp(x); }
 
+// tanh(x): an odd polynomial below |x| = 0.625 (Cephes' tanhf coefficients),
+// 1 - 2 / (exp(2|x|) + 1) above, where it keeps full relative precision; both
+// computed and one selected, so the loop stays branch-free. About 2 ulp.
+[[gnu::always_inline]] inline float tanh_f32(float x) noexcept {
+  const float a = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float large = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+  const float out = a < 0.625f ? small : std::copysign(large, x);
+  return x != x ? x : out;
+}
+
+inline double tanh_f32(double x) noexcept { return std::tanh(x); }
+
+// erfc(x) with a relative error below 1e-6 everywhere (a Chebyshev fit of
+// erfc(z) exp(z^2) in t = 1 / (1 + z/2), Numerical Recipes' erfcc), so
+// GELU's tail 0.5 x erfc(-x / sqrt 2) stays accurate for large negative x.
+[[gnu::always_inline]] inline float erfc_f32(float x) noexcept {
+  const float z = std::fabs(x);
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  // exp(p - z^2) as exp(-zz) exp(p - e) with z^2 = zz + e exactly (e from an
+  // FMA): folding z^2 into one float sum would cost its low bits, a relative
+  // error of z^2 * 2^-24 in the far tail.
+  const float zz = z * z;
+  const float e = std::fma(z, z, -zz);
+  const float r = t * exp_f32(-zz) * exp_f32(p - e);
+  const float out = x >= 0.0f ? r : 2.0f - r;
+  return x != x ? x : out;
+}
+
+inline double erfc_f32(double x) noexcept { return std::erfc(x); }
+
 }  // namespace kiln::backend::cpu
