@@ -46,6 +46,20 @@ TEST(Matmul, BroadcastsBatchDims) {
   for (float v : c.to_vector<float>()) EXPECT_EQ(v, 4.f);
 }
 
+// linear reads its weight transposed; from 16 rows it goes through oneDNN's
+// matmul primitive, below through sgemm: both agree with float64.
+TEST(Linear, TransposedWeightPathsAgreeWithFloat64) {
+  manual_seed(3);
+  for (const int64_t rows : {1, 7, 16, 40, 300}) {
+    const Tensor x = randn({rows, 72}), w = randn({33, 72}), b = randn({33});
+    const Tensor want = linear(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64));
+    const double err = (linear(x, w, b).to(kFloat64) - want).abs().max().item<double>();
+    EXPECT_LT(err, 1e-4 * want.abs().max().item<double>()) << rows << " rows";
+    const double err_nobias = (linear(x, w).to(kFloat64) - (want - b.to(kFloat64))).abs().max().item<double>();
+    EXPECT_LT(err_nobias, 1e-4 * want.abs().max().item<double>()) << rows << " rows, no bias";
+  }
+}
+
 TEST(Matmul, TensorMethodMatchesFreeFunction) {
   Tensor a = randn({3, 4}), b = randn({4, 2});
   EXPECT_EQ(a.matmul(b).to_vector<float>(), matmul(a, b).to_vector<float>());

@@ -13,7 +13,7 @@ namespace kiln::backend::cpu {
 namespace {
 
 // A cached primitive, or none when oneDNN cannot build one for the key.
-struct HalfMatmul {
+struct MatmulPrimitive {
   bool available = false;
   dnnl::matmul primitive;
   dnnl::memory::desc a, b, c, scratchpad;
@@ -21,7 +21,9 @@ struct HalfMatmul {
 
 template <typename T>
 constexpr dnnl::memory::data_type onednn_type() {
-  return std::is_same_v<T, Half> ? dnnl::memory::data_type::f16 : dnnl::memory::data_type::bf16;
+  if constexpr (std::is_same_v<T, float>) return dnnl::memory::data_type::f32;
+  else if constexpr (std::is_same_v<T, Half>) return dnnl::memory::data_type::f16;
+  else return dnnl::memory::data_type::bf16;
 }
 
 // Strides of size-1 dims are meaningless; oneDNN wants them consistent.
@@ -33,9 +35,9 @@ dnnl::memory::desc strided_desc(const MatrixRef<T>& m) {
 }
 
 template <typename T>
-HalfMatmul make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc, float alpha,
+MatmulPrimitive make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc, float alpha,
                        float beta) {
-  HalfMatmul m;
+  MatmulPrimitive m;
   try {
     m.a = strided_desc(a);
     m.b = strided_desc(b);
@@ -57,9 +59,9 @@ HalfMatmul make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc
   return m;
 }
 
-// The registry of 16-bit matmul primitives, keyed by dtype, shapes, strides, alpha and beta.
-OnednnPrimitiveCache<HalfMatmul>& half_matmul_cache() {
-  static OnednnPrimitiveCache<HalfMatmul> cache;
+// The registry of matmul primitives, keyed by dtype, shapes, strides, alpha and beta.
+OnednnPrimitiveCache<MatmulPrimitive>& matmul_cache() {
+  static OnednnPrimitiveCache<MatmulPrimitive> cache;
   return cache;
 }
 
@@ -97,33 +99,46 @@ void gemm_via_f32(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ld
                });
 }
 
+// The cached primitive for this product; available is false when oneDNN has
+// no kernel for it.
+template <typename T>
+std::shared_ptr<const MatmulPrimitive> matmul_for(const MatrixRef<T>& a, const MatrixRef<T>& b,
+                                                  int64_t ldc, float alpha, float beta) {
+  const std::vector<int64_t> key = {static_cast<int64_t>(onednn_type<T>()), a.rows, a.cols, b.cols,
+                                    a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
+                                    float_bits(alpha), float_bits(beta)};
+  return matmul_cache().get(key, [&] { return make_matmul(a, b, ldc, alpha, beta); });
+}
+
+template <typename T>
+void run_matmul(const MatmulPrimitive& mm, const MatrixRef<T>& a, const MatrixRef<T>& b, T* c) {
+  try {
+    const dnnl::engine& engine = onednn_engine();
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(mm.a, engine, const_cast<T*>(a.data))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(mm.b, engine, const_cast<T*>(b.data))},
+        {DNNL_ARG_DST, dnnl::memory(mm.c, engine, c)}};
+    const size_t scratch = mm.scratchpad.get_size();
+    if (scratch > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm.scratchpad, engine, onednn_scratchpad(scratch)));
+    }
+    dnnl::stream& stream = onednn_stream();
+    mm.primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(detail::str_cat("onednn: matmul primitive failed: ", e.what()));
+  }
+}
+
 template <typename T>
 void gemm_half(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, float alpha,
                float beta) {
   const int64_t m = a.rows, n = b.cols, k = a.cols;
   if (m == 0 || n == 0) return;
   if (k == 0) return gemm_via_f32(a, b, c, ldc, alpha, beta);
-  const std::vector<int64_t> key = {static_cast<int64_t>(onednn_type<T>()), m, k, n,
-                                    a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
-                                    float_bits(alpha), float_bits(beta)};
-  auto mm = half_matmul_cache().get(key, [&] { return make_matmul(a, b, ldc, alpha, beta); });
+  const auto mm = matmul_for(a, b, ldc, alpha, beta);
   if (!mm->available) return gemm_via_f32(a, b, c, ldc, alpha, beta);
-  try {
-    const dnnl::engine& engine = onednn_engine();
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(mm->a, engine, const_cast<T*>(a.data))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(mm->b, engine, const_cast<T*>(b.data))},
-        {DNNL_ARG_DST, dnnl::memory(mm->c, engine, c)}};
-    const size_t scratch = mm->scratchpad.get_size();
-    if (scratch > 0) {
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm->scratchpad, engine, onednn_scratchpad(scratch)));
-    }
-    dnnl::stream& stream = onednn_stream();
-    mm->primitive.execute(stream, args);
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    throw Error(detail::str_cat("onednn: 16-bit matmul failed: ", e.what()));
-  }
+  run_matmul(*mm, a, b, c);
 }
 
 }  // namespace
@@ -136,6 +151,14 @@ void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloa
 void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc,
               float alpha, float beta) {
   gemm_half(a, b, c, ldc, alpha, beta);
+}
+
+bool gemm_f32_primitive(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c,
+                        int64_t ldc, float alpha, float beta) {
+  const auto mm = matmul_for(a, b, ldc, alpha, beta);
+  if (!mm->available) return false;
+  run_matmul(*mm, a, b, c);
+  return true;
 }
 
 }  // namespace kiln::backend::cpu

@@ -17,4 +17,10 @@ void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloa
 void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc,
               float alpha, float beta);
 
+// float32 through the matmul primitive, for a transposed right operand (a
+// linear layer's weight), which sgemm reads slowly at some sizes. m, n, k > 0.
+// Returns false, doing nothing, when oneDNN has no kernel for these strides.
+bool gemm_f32_primitive(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c,
+                        int64_t ldc, float alpha, float beta);
+
 }  // namespace kiln::backend::cpu
