@@ -16,25 +16,24 @@
 namespace kiln::nn {
 namespace {
 
-// One LSTM step from the input projection x_proj = W_ih x + b_ih of this step.
-LSTMState lstm_step(const Tensor& x_proj, const LSTMState& state, const Tensor& weight_hh,
-                    const Tensor& bias_hh) {
-  const auto gates = chunk(x_proj + linear(state.h, weight_hh, bias_hh), 4, -1);
+// One LSTM step from the input projection x_proj = W_ih x + b_ih and the
+// hidden projection h_proj = W_hh h + b_hh of this step.
+LSTMState lstm_step(const Tensor& x_proj, const Tensor& h_proj, const Tensor& c_prev) {
+  const auto gates = chunk(x_proj + h_proj, 4, -1);
   const Tensor input_gate = sigmoid(gates[0]);
   const Tensor forget_gate = sigmoid(gates[1]);
   const Tensor cell_candidate = tanh(gates[2]);
   const Tensor output_gate = sigmoid(gates[3]);
-  Tensor c = forget_gate * state.c + input_gate * cell_candidate;
+  Tensor c = forget_gate * c_prev + input_gate * cell_candidate;
   Tensor h = output_gate * tanh(c);
   return {std::move(h), std::move(c)};
 }
 
 // One GRU step; b_hn stays inside the reset gate's product, so the hidden
 // projection cannot be folded into the input projection.
-Tensor gru_step(const Tensor& x_proj, const Tensor& h, const Tensor& weight_hh,
-                const Tensor& bias_hh) {
+Tensor gru_step(const Tensor& x_proj, const Tensor& h_proj, const Tensor& h) {
   const auto x_gates = chunk(x_proj, 3, -1);
-  const auto h_gates = chunk(linear(h, weight_hh, bias_hh), 3, -1);
+  const auto h_gates = chunk(h_proj, 3, -1);
   const Tensor reset = sigmoid(x_gates[0] + h_gates[0]);
   const Tensor update = sigmoid(x_gates[1] + h_gates[1]);
   const Tensor candidate = tanh(x_gates[2] + reset * h_gates[2]);
@@ -47,12 +46,12 @@ namespace functional {
 
 LSTMState lstm_cell(const Tensor& input, const LSTMState& state, const Tensor& weight_ih,
                     const Tensor& weight_hh, const Tensor& bias_ih, const Tensor& bias_hh) {
-  return lstm_step(linear(input, weight_ih, bias_ih), state, weight_hh, bias_hh);
+  return lstm_step(linear(input, weight_ih, bias_ih), linear(state.h, weight_hh, bias_hh), state.c);
 }
 
 Tensor gru_cell(const Tensor& input, const Tensor& hidden, const Tensor& weight_ih,
                 const Tensor& weight_hh, const Tensor& bias_ih, const Tensor& bias_hh) {
-  return gru_step(linear(input, weight_ih, bias_ih), hidden, weight_hh, bias_hh);
+  return gru_step(linear(input, weight_ih, bias_ih), linear(hidden, weight_hh, bias_hh), hidden);
 }
 
 }  // namespace functional
@@ -75,15 +74,24 @@ Tensor uniform_parameter(const Shape& shape, int64_t hidden_size) {
 LSTMState run_direction(RecurrentKind kind, const Tensor& input, std::span<const Tensor> w,
                         LSTMState state, bool reverse, Tensor& output) {
   const int64_t steps = input.size(0);
-  // The input projection of every step in one matmul; only h @ W_hh^T is sequential.
-  const Tensor x_proj = linear(input, w[kWeightIh], w[kBiasIh]);
+  // The input projection of every step in one matmul; only h @ W_hh^T is
+  // sequential. A batch-first input is projected in its own layout, where its
+  // rows merge into one GEMM, and the result viewed time-first.
+  const Tensor batch_first = input.transpose(0, 1);
+  const Tensor x_proj = batch_first.is_contiguous()
+                            ? linear(batch_first, w[kWeightIh], w[kBiasIh]).transpose(0, 1)
+                            : linear(input, w[kWeightIh], w[kBiasIh]);
+  const Tensor weight_hh_t = w[kWeightHh].t();
+  const auto hidden_projection = [&](const Tensor& h) {
+    return w[kBiasHh].defined() ? addmm(w[kBiasHh], h, weight_hh_t) : matmul(h, weight_hh_t);
+  };
   std::vector<Tensor> outputs(static_cast<size_t>(steps));
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t t = reverse ? steps - 1 - i : i;
     if (kind == RecurrentKind::lstm) {
-      state = lstm_step(x_proj.select(0, t), state, w[kWeightHh], w[kBiasHh]);
+      state = lstm_step(x_proj.select(0, t), hidden_projection(state.h), state.c);
     } else {
-      state.h = gru_step(x_proj.select(0, t), state.h, w[kWeightHh], w[kBiasHh]);
+      state.h = gru_step(x_proj.select(0, t), hidden_projection(state.h), state.h);
     }
     outputs[static_cast<size_t>(t)] = state.h;
   }
