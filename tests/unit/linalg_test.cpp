@@ -6,6 +6,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/ops/linalg.h"
+#include "backends/cpu/weight_cache.h"
 #include "unit/expect_error.h"
 
 using kiln::testing::expect_error;
@@ -58,6 +59,29 @@ TEST(Linear, TransposedWeightPathsAgreeWithFloat64) {
     const double err_nobias = (linear(x, w).to(kFloat64) - (want - b.to(kFloat64))).abs().max().item<double>();
     EXPECT_LT(err_nobias, 1e-4 * want.abs().max().item<double>()) << rows << " rows, no bias";
   }
+}
+
+// Without gradient recording, linear multiplies by a cached contiguous W^T: the
+// cache must follow in-place changes of the weight and hold a bounded copy.
+TEST(Linear, InferenceSeesInPlaceChangesOfACachedWeight) {
+  backend::cpu::clear_weight_cache();
+  manual_seed(4);
+  Tensor x = randn({32, 300}), w = randn({256, 300}), b = randn({256});
+  NoGradGuard no_grad;
+  const Tensor want = matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64);
+  const double scale = want.abs().max().item<double>();
+  EXPECT_LT((linear(x, w, b).to(kFloat64) - want).abs().max().item<double>(), 1e-4 * scale);
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{256 * 300 * 4});
+  w.mul_(-2);  // bumps the version: the next call copies the new values
+  const Tensor want2 = matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64);
+  EXPECT_LT((linear(x, w, b).to(kFloat64) - want2).abs().max().item<double>(), 2e-4 * scale);
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{256 * 300 * 4});
+  w = randn({256, 300});  // the old weight is gone; a new one takes its place
+  const Tensor want3 = matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64);
+  EXPECT_LT((linear(x, w, b).to(kFloat64) - want3).abs().max().item<double>(), 1e-4 * scale);
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{256 * 300 * 4});
+  backend::cpu::clear_weight_cache();
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{0});
 }
 
 TEST(Matmul, TensorMethodMatchesFreeFunction) {

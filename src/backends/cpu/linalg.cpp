@@ -9,6 +9,8 @@
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/onednn_matmul.h"
+#include "backends/cpu/weight_cache.h"
+#include "kiln/autograd.h"
 #include "core/shape_util.h"
 
 namespace kiln::backend {
@@ -125,9 +127,22 @@ void matmul_kernel(const KernelCall& c) {
   product(c.out(), a, b, 1, 0, Tensor());
 }
 
+// Whether linear multiplies by a cached contiguous W^T (weight_cache.h): float32
+// inference with 16 rows or more and a weight worth keeping (64K elements).
+bool use_transposed_weight(const Tensor& a, const Tensor& weight) {
+  if (a.dtype() != kFloat32 || !weight.is_contiguous() || weight.numel() < 65536) return false;
+  if (is_grad_enabled()) return false;
+  return a.numel() / std::max<int64_t>(a.size(-1), 1) >= 16;
+}
+
 void linear_kernel(const KernelCall& c) {
   const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
   const Tensor bias = c.inputs.size() > 2 ? c.in(2) : Tensor();
+  if (use_transposed_weight(a, c.in(1))) {
+    if (const Tensor wt = cached_transposed_weight(c.in(1)); wt.defined()) {
+      return product(c.out(), a, wt, 1, 1, bias);
+    }
+  }
   // The bias is the GEMM's C operand (beta = 1): the add fuses into the product.
   product(c.out(), a, c.in(1).t(), 1, 1, bias);
 }
