@@ -5,7 +5,8 @@
 #                               the safetensors parser for KILN_FUZZ_SECONDS (default 60)
 #   ./kiln.sh test --sanitize   the same under AddressSanitizer + UBSan (without fuzzing)
 #   ./kiln.sh fuzz [SECONDS]    only the fuzzing step
-#   ./kiln.sh bench             build Release and run the benchmarks
+#   ./kiln.sh bench             build Release and run the benchmarks (ops, autograd, and the
+#                               reference models beside PyTorch when Python has torch)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -15,7 +16,7 @@ PACKAGES=(build-essential cmake ninja-build git libdnnl-dev libgtest-dev libgmoc
 JOBS=${KILN_JOBS:-$(nproc)}
 
 usage() {
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -81,6 +82,27 @@ run_fuzz() {
 run_bench() {
   configure_and_build build-release -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF
   ./build-release/bench/kiln_bench_ops "$@"
+  run_models_bench
+}
+
+# The reference models' eager forward latency, kiln beside PyTorch when a
+# Python with torch, torchvision and transformers is found ($KILN_PYTHON,
+# default python3), else kiln alone. KILN_BENCH_THREADS sets the threads of both.
+run_models_bench() {
+  local python=${KILN_PYTHON:-python3} threads=${KILN_BENCH_THREADS:-$(nproc)}
+  local bin=./build-release/bench/kiln_bench_models
+  echo
+  echo "kiln.sh: reference models, eager forward latency ($threads threads)"
+  if "$python" -c 'import torch, torchvision, transformers' >/dev/null 2>&1; then
+    "$python" bench/models/models_vs_torch.py --kiln-bin "$bin" --threads "$threads" --iters 10
+    return
+  fi
+  echo "(PyTorch not found: kiln only; set KILN_PYTHON to a Python with torch, torchvision and transformers for the side-by-side table)"
+  for model in resnet50 bert lstm lstm_loop; do
+    for batch in 1 8; do
+      OMP_NUM_THREADS=$threads "$bin" --model "$model" --batch "$batch" --threads "$threads" --iters 10
+    done
+  done
 }
 
 case "${1:-}" in
