@@ -99,6 +99,20 @@ void batched_gemm(const Tensor& out, const Tensor& a, const Tensor& b, compute_t
   }
 }
 
+// out (contiguous, rows of v.numel()) += beta * v on every row.
+void add_row_vector(const Tensor& out, const Tensor& v, float beta) {
+  const int64_t n = v.numel(), rows = n == 0 ? 0 : out.numel() / n;
+  float* o = out.data<float>();
+  const float* bias = v.data<float>();
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   float* row = o + r * n;
+                   for (int64_t j = 0; j < n; ++j) row[j] += beta * bias[j];
+                 }
+               });
+}
+
 // out = alpha * a @ b + beta * init (init broadcast to out's shape and ignored when
 // beta == 0). a [..., M, K] and b [..., K, N] broadcast over batch dims; out is
 // contiguous with the full shape or that shape less the dims of 1-D operands.
@@ -117,7 +131,12 @@ void product(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, 
   // Xeon ([128, 768] @ [768, 768] with a bias: 765 us against 125 us).
   if (out.dtype() == kFloat32) {
     batched_gemm<float>(o, a, b, alpha32, 0.f);
-    if (use_init) o.add_(init.expand(full), beta);
+    if (!use_init) return;
+    if (init.dim() == 1 && init.is_contiguous() && init.dtype() == kFloat32) {
+      add_row_vector(o, init, float(beta));  // a linear layer's bias
+    } else {
+      o.add_(init.expand(full), beta);
+    }
     return;
   }
   if (use_init) o.copy_(init.expand(full));
