@@ -205,6 +205,66 @@ TEST(LSTM, MatchesPerStepReferenceInEveryConfiguration) {
   }
 }
 
+// Without anything to record, a float32 LSTM runs the fused lstm_sequence op;
+// with parameters that require grad, the step loop. Both must agree.
+TEST(LSTM, FusedInferencePathMatchesTheStepLoop) {
+  struct FusedCase {
+    int64_t input, hidden;
+    nn::RNNOptions options;
+    bool with_initial_state;
+  };
+  const std::vector<FusedCase> cases = {
+      {kI, kH, {}, false},
+      {kI, kH, {.num_layers = 2, .batch_first = true}, true},
+      {7, 7, {.num_layers = 3}, true},
+      {kI, kH, {.num_layers = 2, .bias = false, .batch_first = true}, false},
+      {9, 4, {.num_layers = 2, .dropout = 0.5}, true},  // eval: dropout is off
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const FusedCase& k = cases[i];
+    manual_seed(21);
+    nn::LSTM lstm(k.input, k.hidden, k.options);
+    lstm.eval();
+    const int64_t L = k.options.num_layers;
+    const Tensor x = k.options.batch_first ? randn({kB, kT, k.input}) : randn({kT, kB, k.input});
+    nn::LSTMState start;
+    if (k.with_initial_state) start = {randn({L, kB, k.hidden}), randn({L, kB, k.hidden})};
+    const nn::LSTMResult loop = lstm(x, start);
+    ASSERT_TRUE(loop.output.requires_grad());  // recorded: the step loop ran
+    nn::LSTMResult fused;
+    {
+      NoGradGuard no_grad;
+      fused = lstm(x, start);
+    }
+    EXPECT_FALSE(fused.output.requires_grad());
+    ASSERT_EQ(fused.output.sizes(), loop.output.sizes());
+    ASSERT_EQ(fused.state.h.sizes(), loop.state.h.sizes());
+    ASSERT_EQ(fused.state.c.sizes(), loop.state.c.sizes());
+    expect_near(values(fused.output), values(loop.output));
+    expect_near(values(fused.state.h), values(loop.state.h));
+    expect_near(values(fused.state.c), values(loop.state.c));
+  }
+}
+
+// A weight updated in place between inference calls is seen by the next call
+// (the CPU kernel caches reordered weights by tensor identity and version).
+TEST(LSTM, FusedInferenceSeesInPlaceWeightUpdates) {
+  manual_seed(22);
+  nn::LSTM lstm(kI, kH, {.num_layers = 2});
+  const Tensor x = randn({kT, kB, kI});
+  Tensor before, after;
+  {
+    NoGradGuard no_grad;
+    before = lstm(x).output;
+    lstm.named_parameters()[4].second.mul_(2.0);  // weight_ih_l1
+    after = lstm(x).output;
+  }
+  const Tensor want = lstm(x).output;  // the step loop, from the updated weights
+  EXPECT_GT((after - before).abs().max().item<double>(), 1e-4);
+  expect_near(values(after), values(want));
+}
+
 TEST(GRU, MatchesPerStepReferenceInEveryConfiguration) {
   for (size_t i = 0; i < kCases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
