@@ -14,6 +14,7 @@
 #include "kiln/ops/factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/state_dict.h"
+#include "ops/dispatch.h"
 
 namespace kiln {
 namespace {
@@ -551,6 +552,42 @@ TEST(LSTM, RejectsInitialStateOfWrongShape) {
         gru(randn({2, 5, 4}), zeros({1, 5, 3}));
       },
       {"GRU", "h0", "[1, 2, 3]", "[1, 5, 3]"});
+}
+
+// lstm_sequence's list: input [T, B, I], h0, c0 [L, B, H], per layer W_ih, W_hh.
+TensorList lstm_sequence_inputs(int64_t layers, int64_t input, int64_t hidden) {
+  TensorList in = {zeros({3, 2, input}), zeros({layers, 2, hidden}), zeros({layers, 2, hidden})};
+  for (int64_t l = 0; l < layers; ++l) {
+    in.push_back(zeros({4 * hidden, l == 0 ? input : hidden}));
+    in.push_back(zeros({4 * hidden, hidden}));
+  }
+  return in;
+}
+
+TEST(LstmSequence, RejectsWrongListsShapesAndDTypes) {
+  using ops::OpId;
+  const auto call = [](TensorList in, int64_t layers) {
+    ops::dispatch(OpId::lstm_sequence, in, {layers, false});
+  };
+  testing::expect_error<ValueError>([&] { call(lstm_sequence_inputs(1, 5, 4), 0); },
+                                    "lstm_sequence", "num_layers must be at least 1, got 0");
+  testing::expect_error<ValueError>([&] { call(lstm_sequence_inputs(1, 5, 4), 2); },
+                                    "lstm_sequence", "expected 7 tensors for 2 layers");
+  TensorList in = lstm_sequence_inputs(2, 5, 4);
+  in[5] = zeros({16, 5});  // layer 1 takes the hidden size, 4
+  testing::expect_error<ShapeError>([&] { call(in, 2); }, "lstm_sequence",
+                                    "weight_ih of layer 1 must have shape [16, 4], got [16, 5]");
+  in = lstm_sequence_inputs(1, 5, 4);
+  in[2] = zeros({1, 3, 4});
+  testing::expect_error<ShapeError>([&] { call(in, 1); }, "lstm_sequence",
+                                    "c0 of layer 0 must have shape [1, 2, 4], got [1, 3, 4]");
+  in = lstm_sequence_inputs(1, 5, 4);
+  in[0] = zeros({3, 5});
+  testing::expect_error<ShapeError>([&] { call(in, 1); }, "lstm_sequence", "[3, 5]");
+  in = lstm_sequence_inputs(1, 5, 4);
+  in[4] = zeros({16, 4}, {.dtype = kFloat64});
+  testing::expect_error<DTypeError>([&] { call(in, 1); }, "lstm_sequence",
+                                    "weight_hh of layer 0 must be float32, got float64");
 }
 
 TEST(RNNCells, RejectWrongInputAndStateShapes) {
