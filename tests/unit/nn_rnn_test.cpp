@@ -213,6 +213,7 @@ TEST(LSTM, FusedInferencePathMatchesTheStepLoop) {
     int64_t input, hidden;
     nn::RNNOptions options;
     bool with_initial_state;
+    int64_t batch = kB;  // 1 and 2 take the CPU kernel's step loop, 3+ oneDNN's primitive
   };
   const std::vector<FusedCase> cases = {
       {kI, kH, {}, false},
@@ -220,6 +221,8 @@ TEST(LSTM, FusedInferencePathMatchesTheStepLoop) {
       {7, 7, {.num_layers = 3}, true},
       {kI, kH, {.num_layers = 2, .bias = false, .batch_first = true}, false},
       {9, 4, {.num_layers = 2, .dropout = 0.5}, true},  // eval: dropout is off
+      {kI, kH, {.num_layers = 2, .batch_first = true}, true, 1},
+      {kI, kH, {.num_layers = 2}, false, 2},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
@@ -228,9 +231,10 @@ TEST(LSTM, FusedInferencePathMatchesTheStepLoop) {
     nn::LSTM lstm(k.input, k.hidden, k.options);
     lstm.eval();
     const int64_t L = k.options.num_layers;
-    const Tensor x = k.options.batch_first ? randn({kB, kT, k.input}) : randn({kT, kB, k.input});
+    const int64_t B = k.batch;
+    const Tensor x = k.options.batch_first ? randn({B, kT, k.input}) : randn({kT, B, k.input});
     nn::LSTMState start;
-    if (k.with_initial_state) start = {randn({L, kB, k.hidden}), randn({L, kB, k.hidden})};
+    if (k.with_initial_state) start = {randn({L, B, k.hidden}), randn({L, B, k.hidden})};
     const nn::LSTMResult loop = lstm(x, start);
     ASSERT_TRUE(loop.output.requires_grad());  // recorded: the step loop ran
     nn::LSTMResult fused;

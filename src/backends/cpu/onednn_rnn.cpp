@@ -2,7 +2,9 @@
 // (a primitive over several layers needs equal input and hidden sizes, and one
 // per layer costs nothing measurable). Primitives are cached by shape, and the
 // weights reordered into the primitive's layout are cached by tensor identity
-// and version, so an inference loop reorders them once.
+// and version, so an inference loop reorders them once. Batches of one or two
+// run a fused step loop over sgemm instead, which is faster there.
+#include <algorithm>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -12,6 +14,8 @@
 
 #include "backends/cpu/nn.h"
 #include "backends/cpu/onednn_context.h"
+#include "backends/cpu/onednn_gemm.h"
+#include "backends/cpu/vec_math.h"
 #include "kiln/error.h"
 
 namespace kiln::backend::cpu {
@@ -124,6 +128,8 @@ ReorderedWeights& reordered_weights() {
   return cache;
 }
 
+const float* floats_of(const Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
+
 // b_ih + b_hh, or zeros without biases.
 std::vector<float> summed_bias(const Tensor& b_ih, const Tensor& b_hh, int64_t hidden) {
   std::vector<float> bias(static_cast<size_t>(4 * hidden), 0.f);
@@ -168,7 +174,49 @@ void run_layer(const LstmPrimitive& p, const LayerArgs& a, int64_t hidden) {
   stream.wait();
 }
 
-const float* floats(const Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
+// The same layer as a loop over steps: one GEMM for the input projection of
+// every step, then per step a GEMM with W_hh and one fused pass over the gates.
+// At small batches this beats the primitive, whose per-step work is a
+// matrix-vector product split over threads with barriers between its stages.
+void run_layer_by_steps(const LayerArgs& a, int64_t steps, int64_t batch, int64_t in,
+                        int64_t hidden) {
+  const int64_t g = 4 * hidden, state = batch * hidden;
+  const std::vector<float> bias = summed_bias(a.b_ih, a.b_hh, hidden);
+  std::vector<float> gates(static_cast<size_t>(steps * batch * g));
+  for (int64_t r = 0; r < steps * batch; ++r) {
+    std::copy(bias.begin(), bias.end(), gates.begin() + r * g);
+  }
+  const Tensor w_ih = a.w_ih.contiguous(), w_hh = a.w_hh.contiguous();
+  gemm_f32({a.src, steps * batch, in, in, 1}, {floats_of(w_ih), in, g, 1, in}, gates.data(), g,
+           1.f, 1.f);
+  std::copy(a.c0, a.c0 + state, a.c_n);
+  const float* h_prev = a.h0;
+  for (int64_t t = 0; t < steps; ++t) {
+    float* gate = gates.data() + t * batch * g;
+    gemm_f32({h_prev, batch, hidden, hidden, 1}, {floats_of(w_hh), hidden, g, 1, hidden}, gate, g,
+             1.f, 1.f);
+    float* h = a.dst + t * state;
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* row = gate + b * g;
+      float* c = a.c_n + b * hidden;
+      float* hb = h + b * hidden;
+      for (int64_t j = 0; j < hidden; ++j) {
+        const float i_gate = 1.f / (1.f + exp_f32(-row[j]));
+        const float f_gate = 1.f / (1.f + exp_f32(-row[hidden + j]));
+        const float o_gate = 1.f / (1.f + exp_f32(-row[3 * hidden + j]));
+        c[j] = f_gate * c[j] + i_gate * tanh_f32(row[2 * hidden + j]);
+        hb[j] = o_gate * tanh_f32(c[j]);
+      }
+    }
+    h_prev = h;
+  }
+  std::copy(h_prev, h_prev + state, a.h_n);
+}
+
+// From this batch size on the primitive is faster than the step loop (2 cores,
+// hidden 512: batch 1 8.9 against 11.5 ms, batch 2 9.0 against 11.7, batch 4
+// 17.5 against 12.7).
+constexpr int64_t kMinPrimitiveBatch = 3;
 
 void lstm_sequence(const KernelCall& call) {
   const int64_t layers = call.attrs.i(0);
@@ -179,7 +227,7 @@ void lstm_sequence(const KernelCall& call) {
   const int64_t state = batch * hidden;
   // Layers between the first and the last ping-pong between two buffers.
   std::vector<float> buffers[2];
-  const float* src = floats(x);
+  const float* src = floats_of(x);
   int64_t in = x.size(2);
   try {
     for (int64_t l = 0; l < layers; ++l) {
@@ -189,15 +237,19 @@ void lstm_sequence(const KernelCall& call) {
       float* dst = l + 1 < layers ? buffer.data() : static_cast<float*>(call.out(0).data_ptr());
       const LayerArgs args{src,
                            dst,
-                           floats(h0) + l * state,
-                           floats(c0) + l * state,
+                           floats_of(h0) + l * state,
+                           floats_of(c0) + l * state,
                            static_cast<float*>(call.out(1).data_ptr()) + l * state,
                            static_cast<float*>(call.out(2).data_ptr()) + l * state,
                            call.in(k),
                            call.in(k + 1),
                            per_layer == 4 ? call.in(k + 2) : Tensor(),
                            per_layer == 4 ? call.in(k + 3) : Tensor()};
-      run_layer(*lstm_primitive(steps, batch, in, hidden), args, hidden);
+      if (batch < kMinPrimitiveBatch) {
+        run_layer_by_steps(args, steps, batch, in, hidden);
+      } else {
+        run_layer(*lstm_primitive(steps, batch, in, hidden), args, hidden);
+      }
       src = dst;
       in = hidden;
     }
