@@ -17,10 +17,10 @@ struct LstmCase {
 // Weights in [-0.5, 0.5) keep the gates off saturation, so errors show.
 TensorList make_lstm_inputs(const LstmCase& s, Generator& g) {
   const Shape x_shape = {s.steps, s.batch, s.input};
-  TensorList in = {s.strided_input ? uniform_strided(x_shape, kFloat32, g)
-                                   : uniform(x_shape, kFloat32, g),
-                   uniform({s.layers, s.batch, s.hidden}, kFloat32, g, -1, 1),
-                   uniform({s.layers, s.batch, s.hidden}, kFloat32, g, -1, 1)};
+  TensorList in = {
+      s.strided_input ? uniform_strided(x_shape, kFloat32, g) : uniform(x_shape, kFloat32, g),
+      uniform({s.layers, s.batch, s.hidden}, kFloat32, g, -1, 1),
+      uniform({s.layers, s.batch, s.hidden}, kFloat32, g, -1, 1)};
   for (int64_t l = 0; l < s.layers; ++l) {
     const int64_t layer_input = l == 0 ? s.input : s.hidden;
     in.push_back(uniform({4 * s.hidden, layer_input}, kFloat32, g, -0.5, 0.5));
@@ -37,9 +37,10 @@ void add_lstm(CaseList& cases, const LstmCase& s) {
                    .ops = {OpId::lstm_sequence},
                    .dtypes = {kFloat32},
                    .make = [s](DType, Generator& g) { return make_lstm_inputs(s, g); },
-                   .run = [s](TensorList& in) {
-                     return ops::dispatch(OpId::lstm_sequence, in, {s.layers, s.bias});
-                   }});
+                   .run =
+                       [s](TensorList& in) {
+                         return ops::dispatch(OpId::lstm_sequence, in, {s.layers, s.bias});
+                       }});
 }
 
 const CaseRegistration kCases([](CaseList& cases) {

@@ -39,10 +39,10 @@ LstmPrimitive make_lstm(int64_t steps, int64_t batch, int64_t in, int64_t hidden
   p.bias = memory::desc({1, 1, 4, hidden}, kF32, Tag::ldgo);
   const memory::desc weights_layer_any({1, 1, in, 4, hidden}, kF32, Tag::any);
   const memory::desc weights_iter_any({1, 1, hidden, 4, hidden}, kF32, Tag::any);
-  const dnnl::lstm_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::rnn_direction::unidirectional_left2right,
-      p.src_layer, p.state, p.state, weights_layer_any, weights_iter_any, p.bias, p.dst_layer,
-      p.state, p.state);
+  const dnnl::lstm_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                      dnnl::rnn_direction::unidirectional_left2right, p.src_layer,
+                                      p.state, p.state, weights_layer_any, weights_iter_any, p.bias,
+                                      p.dst_layer, p.state, p.state);
   const dnnl::lstm_forward::primitive_desc pd(desc, onednn_default_attr(), onednn_engine());
   p.primitive = dnnl::lstm_forward(pd);
   p.weights_layer = pd.weights_layer_desc();
@@ -65,7 +65,7 @@ class ReorderedWeights {
  public:
   memory get(const Tensor& weight, const memory::desc& wanted) {
     const Key key{weight.storage().get(), weight.storage_offset(), weight.size(0),
-                  weight.size(1),         weight.stride(0),         weight.stride(1)};
+                  weight.size(1),         weight.stride(0),        weight.stride(1)};
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = entries_.find(key);
@@ -89,7 +89,8 @@ class ReorderedWeights {
   struct KeyHash {
     size_t operator()(const Key& k) const noexcept {
       size_t h = std::hash<const void*>()(k.storage);
-      for (int64_t v : {k.offset, k.rows, k.cols, k.row_stride, k.col_stride}) h = h * 0x100000001b3ull ^ static_cast<size_t>(v);
+      for (int64_t v : {k.offset, k.rows, k.cols, k.row_stride, k.col_stride})
+        h = h * 0x100000001b3ull ^ static_cast<size_t>(v);
       return h;
     }
   };
@@ -187,8 +188,8 @@ void run_layer_by_steps(const LayerArgs& a, int64_t steps, int64_t batch, int64_
     std::copy(bias.begin(), bias.end(), gates.begin() + r * g);
   }
   const Tensor w_ih = a.w_ih.contiguous(), w_hh = a.w_hh.contiguous();
-  gemm_f32({a.src, steps * batch, in, in, 1}, {floats_of(w_ih), in, g, 1, in}, gates.data(), g,
-           1.f, 1.f);
+  gemm_f32({a.src, steps * batch, in, in, 1}, {floats_of(w_ih), in, g, 1, in}, gates.data(), g, 1.f,
+           1.f);
   std::copy(a.c0, a.c0 + state, a.c_n);
   const float* h_prev = a.h0;
   for (int64_t t = 0; t < steps; ++t) {

@@ -60,7 +60,8 @@ void lstm_sequence(const KernelCall& call) {
   const size_t per_layer = has_biases ? 4 : 2;
   const Tensor& x = call.in(0);
   const int64_t steps = x.size(0), batch = x.size(1), hidden = call.in(4).size(1);
-  const std::vector<double> h0 = call.in(1).to_vector<double>(), c0 = call.in(2).to_vector<double>();
+  const std::vector<double> h0 = call.in(1).to_vector<double>(),
+                            c0 = call.in(2).to_vector<double>();
   const size_t state = static_cast<size_t>(batch * hidden);
   std::vector<double> seq = x.to_vector<double>();
   int64_t in = x.size(2);
