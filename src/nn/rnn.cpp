@@ -6,12 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autograd.h"
 #include "kiln/nn/init.h"
 #include "kiln/ops/factory.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/nn.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/shape.h"
+#include "ops/dispatch.h"
 
 namespace kiln::nn {
 namespace {
@@ -285,6 +287,39 @@ LSTMState RNNBase::run(const Tensor& sequence, const LSTMState& initial, Tensor&
   return {stack(last_h, 0), kind == RecurrentKind::lstm ? stack(last_c, 0) : Tensor()};
 }
 
+namespace {
+
+// Whether an LSTM call can take the fused lstm_sequence op: nothing to record
+// for autograd, float32 on the CPU, one direction, no dropout between layers.
+bool can_run_fused(const Tensor& sequence, const LSTMState& initial, const TensorList& weights,
+                   const RNNOptions& options, bool training) {
+  if (options.bidirectional || sequence.size(1) == 0) return false;
+  if (options.dropout > 0 && options.num_layers > 1 && training) return false;
+  const bool grad = is_grad_enabled();
+  const auto usable = [&](const Tensor& t) {
+    return t.dtype() == kFloat32 && t.device() == Device::cpu() && !t.is_meta() &&
+           !(grad && t.requires_grad());
+  };
+  if (!usable(sequence) || !usable(initial.h) || !usable(initial.c)) return false;
+  for (const Tensor& w : weights) {
+    if (!usable(w)) return false;
+  }
+  return true;
+}
+
+// weights: the module's parameters in registration order, which is the op's order.
+LSTMState run_fused(const Tensor& sequence, const LSTMState& initial, const TensorList& weights,
+                    const RNNOptions& options, Tensor& output) {
+  TensorList tensors = {sequence, initial.h, initial.c};
+  tensors.insert(tensors.end(), weights.begin(), weights.end());
+  TensorList out =
+      ops::dispatch(ops::OpId::lstm_sequence, tensors, {options.num_layers, options.bias});
+  output = std::move(out[0]);
+  return {std::move(out[1]), std::move(out[2])};
+}
+
+}  // namespace
+
 LSTM::LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options)
     : RNNBase("LSTM", 4, input_size, hidden_size, options) {}
 
@@ -295,7 +330,12 @@ LSTMResult LSTM::forward(const Tensor& input, const LSTMState& initial) {
   const LSTMState start{initial_state(initial.h, input, "h0"),
                         initial_state(initial.c, input, "c0")};
   Tensor output;
-  LSTMState end = run(sequence, start, output);
+  // Inference goes through one fused op (oneDNN's LSTM on the CPU); training and
+  // other dtypes through the step loop, whose ops autograd records.
+  const TensorList weights = parameters(false);
+  LSTMState end = can_run_fused(sequence, start, weights, options(), is_training())
+                      ? run_fused(sequence, start, weights, options(), output)
+                      : run(sequence, start, output);
   if (input.dim() == 2) end = {end.h.squeeze(1), end.c.squeeze(1)};
   return {restore_layout(output, input), std::move(end)};
 }

@@ -14,6 +14,7 @@
 #include "kiln/ops/factory.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/state_dict.h"
+#include "ops/dispatch.h"
 
 namespace kiln {
 namespace {
@@ -203,6 +204,70 @@ TEST(LSTM, MatchesPerStepReferenceInEveryConfiguration) {
     SCOPED_TRACE("case " + std::to_string(i));
     check_against_reference<nn::LSTM>(kCases[i]);
   }
+}
+
+// Without anything to record, a float32 LSTM runs the fused lstm_sequence op;
+// with parameters that require grad, the step loop. Both must agree.
+TEST(LSTM, FusedInferencePathMatchesTheStepLoop) {
+  struct FusedCase {
+    int64_t input, hidden;
+    nn::RNNOptions options;
+    bool with_initial_state;
+    int64_t batch = kB;  // 1 and 2 take the CPU kernel's step loop, 3+ oneDNN's primitive
+  };
+  const std::vector<FusedCase> cases = {
+      {kI, kH, {}, false},
+      {kI, kH, {.num_layers = 2, .batch_first = true}, true},
+      {7, 7, {.num_layers = 3}, true},
+      {kI, kH, {.num_layers = 2, .bias = false, .batch_first = true}, false},
+      {9, 4, {.num_layers = 2, .dropout = 0.5}, true},  // eval: dropout is off
+      {kI, kH, {.num_layers = 2, .batch_first = true}, true, 1},
+      {kI, kH, {.num_layers = 2}, false, 2},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const FusedCase& k = cases[i];
+    manual_seed(21);
+    nn::LSTM lstm(k.input, k.hidden, k.options);
+    lstm.eval();
+    const int64_t L = k.options.num_layers;
+    const int64_t B = k.batch;
+    const Tensor x = k.options.batch_first ? randn({B, kT, k.input}) : randn({kT, B, k.input});
+    nn::LSTMState start;
+    if (k.with_initial_state) start = {randn({L, B, k.hidden}), randn({L, B, k.hidden})};
+    const nn::LSTMResult loop = lstm(x, start);
+    ASSERT_TRUE(loop.output.requires_grad());  // recorded: the step loop ran
+    nn::LSTMResult fused;
+    {
+      NoGradGuard no_grad;
+      fused = lstm(x, start);
+    }
+    EXPECT_FALSE(fused.output.requires_grad());
+    ASSERT_EQ(fused.output.sizes(), loop.output.sizes());
+    ASSERT_EQ(fused.state.h.sizes(), loop.state.h.sizes());
+    ASSERT_EQ(fused.state.c.sizes(), loop.state.c.sizes());
+    expect_near(values(fused.output), values(loop.output));
+    expect_near(values(fused.state.h), values(loop.state.h));
+    expect_near(values(fused.state.c), values(loop.state.c));
+  }
+}
+
+// A weight updated in place between inference calls is seen by the next call
+// (the CPU kernel caches reordered weights by tensor identity and version).
+TEST(LSTM, FusedInferenceSeesInPlaceWeightUpdates) {
+  manual_seed(22);
+  nn::LSTM lstm(kI, kH, {.num_layers = 2});
+  const Tensor x = randn({kT, kB, kI});
+  Tensor before, after;
+  {
+    NoGradGuard no_grad;
+    before = lstm(x).output;
+    lstm.named_parameters()[4].second.mul_(2.0);  // weight_ih_l1
+    after = lstm(x).output;
+  }
+  const Tensor want = lstm(x).output;  // the step loop, from the updated weights
+  EXPECT_GT((after - before).abs().max().item<double>(), 1e-4);
+  expect_near(values(after), values(want));
 }
 
 TEST(GRU, MatchesPerStepReferenceInEveryConfiguration) {
@@ -491,6 +556,42 @@ TEST(LSTM, RejectsInitialStateOfWrongShape) {
         gru(randn({2, 5, 4}), zeros({1, 5, 3}));
       },
       {"GRU", "h0", "[1, 2, 3]", "[1, 5, 3]"});
+}
+
+// lstm_sequence's list: input [T, B, I], h0, c0 [L, B, H], per layer W_ih, W_hh.
+TensorList lstm_sequence_inputs(int64_t layers, int64_t input, int64_t hidden) {
+  TensorList in = {zeros({3, 2, input}), zeros({layers, 2, hidden}), zeros({layers, 2, hidden})};
+  for (int64_t l = 0; l < layers; ++l) {
+    in.push_back(zeros({4 * hidden, l == 0 ? input : hidden}));
+    in.push_back(zeros({4 * hidden, hidden}));
+  }
+  return in;
+}
+
+TEST(LstmSequence, RejectsWrongListsShapesAndDTypes) {
+  using ops::OpId;
+  const auto call = [](TensorList in, int64_t layers) {
+    ops::dispatch(OpId::lstm_sequence, in, {layers, false});
+  };
+  testing::expect_error<ValueError>([&] { call(lstm_sequence_inputs(1, 5, 4), 0); },
+                                    "lstm_sequence", "num_layers must be at least 1, got 0");
+  testing::expect_error<ValueError>([&] { call(lstm_sequence_inputs(1, 5, 4), 2); },
+                                    "lstm_sequence", "expected 7 tensors for 2 layers");
+  TensorList in = lstm_sequence_inputs(2, 5, 4);
+  in[5] = zeros({16, 5});  // layer 1 takes the hidden size, 4
+  testing::expect_error<ShapeError>([&] { call(in, 2); }, "lstm_sequence",
+                                    "weight_ih of layer 1 must have shape [16, 4], got [16, 5]");
+  in = lstm_sequence_inputs(1, 5, 4);
+  in[2] = zeros({1, 3, 4});
+  testing::expect_error<ShapeError>([&] { call(in, 1); }, "lstm_sequence",
+                                    "c0 of layer 0 must have shape [1, 2, 4], got [1, 3, 4]");
+  in = lstm_sequence_inputs(1, 5, 4);
+  in[0] = zeros({3, 5});
+  testing::expect_error<ShapeError>([&] { call(in, 1); }, "lstm_sequence", "[3, 5]");
+  in = lstm_sequence_inputs(1, 5, 4);
+  in[4] = zeros({16, 4}, {.dtype = kFloat64});
+  testing::expect_error<DTypeError>([&] { call(in, 1); }, "lstm_sequence",
+                                    "weight_hh of layer 0 must be float32, got float64");
 }
 
 TEST(RNNCells, RejectWrongInputAndStateShapes) {

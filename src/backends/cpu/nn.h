@@ -11,6 +11,7 @@ namespace kiln::backend::cpu {
 void register_cpu_norm_kernels(KernelTable& table);       // batch, layer and group norm
 void register_cpu_attention_kernels(KernelTable& table);  // scaled_dot_product_attention
 void register_cpu_resample_kernels(KernelTable& table);   // pad, interpolate
+void register_cpu_rnn_kernels(KernelTable& table);        // lstm_sequence (oneDNN)
 
 // visit_dtype restricted to the floating dtypes, so that float-only kernels are
 // not instantiated for integers (the shape rules reject those).

@@ -291,6 +291,7 @@ void register_reference_nn_kernels(KernelTable& t) {
   t.set(OpId::pad, pad);
   t.set(OpId::interpolate, interpolate);
   t.set(OpId::nll_loss, nll_loss);
+  register_reference_rnn_kernels(t);
 }
 
 }  // namespace kiln::backend

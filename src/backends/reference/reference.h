@@ -13,6 +13,7 @@ void register_reference_reduce_kernels(KernelTable& table);
 void register_reference_linalg_kernels(KernelTable& table);
 void register_reference_conv_pool_kernels(KernelTable& table);
 void register_reference_nn_kernels(KernelTable& table);
+void register_reference_rnn_kernels(KernelTable& table);  // called by the nn group
 void register_reference_backward_kernels(KernelTable& table);  // ops of backward rules
 
 }  // namespace kiln::backend

@@ -1,5 +1,5 @@
 // Shape and dtype rules of the network ops (normalizations, embedding, dropout,
-// attention, padding, resampling, losses). Parameters (weights, biases, running
+// attention, padding, resampling, losses, lstm_sequence). Parameters (weights, biases, running
 // statistics) are cast to the accumulation dtype: float32 for 16-bit inputs.
 #include <algorithm>
 #include <cmath>
@@ -282,6 +282,73 @@ void infer_nll_loss(ShapeCtx& ctx) {
                                      reduction, "'"));
   }
   ctx.add_output(reduction == "none" ? target.sizes() : Shape{}, x.dtype(), ctx.common_device());
+}
+
+}  // namespace kiln::ops
+
+namespace kiln::ops {
+namespace {
+
+// lstm_sequence: tensor k of the flat list must have exactly shape expected.
+void check_lstm_tensor(const ShapeCtx& ctx, size_t k, const char* what, int64_t layer,
+                       const Shape& expected) {
+  const Tensor& t = ctx.input(k);
+  if (t.dtype() != kFloat32) {
+    throw DTypeError(detail::str_cat("lstm_sequence: ", what, " of layer ", layer,
+                                     " must be float32, got ", t.dtype()));
+  }
+  if (t.sizes() != expected) {
+    throw ShapeError(detail::str_cat("lstm_sequence: ", what, " of layer ", layer,
+                                     " must have shape ", expected, ", got ", t.sizes()));
+  }
+}
+
+}  // namespace
+
+void infer_lstm_sequence(ShapeCtx& ctx) {
+  const int64_t layers = ctx.attrs.i(0);
+  const bool has_biases = ctx.attrs.b(1);
+  if (layers < 1) {
+    throw ValueError(detail::str_cat("lstm_sequence: num_layers must be at least 1, got ", layers));
+  }
+  const size_t per_layer = has_biases ? 4 : 2;
+  const size_t expected_count = 3 + static_cast<size_t>(layers) * per_layer;
+  if (ctx.inputs.size() != expected_count) {
+    throw ValueError(detail::str_cat("lstm_sequence: expected ", expected_count, " tensors for ",
+                                     layers, " layers", has_biases ? " with" : " without",
+                                     " biases, got ", ctx.inputs.size()));
+  }
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    if (!ctx.input(k).defined()) {
+      throw ValueError(detail::str_cat("lstm_sequence: tensor ", k, " of the list is undefined"));
+    }
+  }
+  const Tensor& x = ctx.input(0);
+  if (x.dim() != 3 || x.size(0) < 1 || x.size(1) < 1) {
+    throw ShapeError(detail::str_cat(
+        "lstm_sequence: expected an input [T, B, I] with T and B at least 1, got ", x.sizes()));
+  }
+  const Tensor& w_hh0 = ctx.input(4);
+  if (w_hh0.dim() != 2 || w_hh0.size(1) < 1) {
+    throw ShapeError(detail::str_cat("lstm_sequence: weight_hh of layer 0 must be [4H, H], got ",
+                                     w_hh0.sizes()));
+  }
+  const int64_t steps = x.size(0), batch = x.size(1), hidden = w_hh0.size(1);
+  check_lstm_tensor(ctx, 0, "input", 0, x.sizes());
+  check_lstm_tensor(ctx, 1, "h0", 0, {layers, batch, hidden});
+  check_lstm_tensor(ctx, 2, "c0", 0, {layers, batch, hidden});
+  for (int64_t l = 0; l < layers; ++l) {
+    const size_t k = 3 + static_cast<size_t>(l) * per_layer;
+    check_lstm_tensor(ctx, k, "weight_ih", l, {4 * hidden, l == 0 ? x.size(2) : hidden});
+    check_lstm_tensor(ctx, k + 1, "weight_hh", l, {4 * hidden, hidden});
+    if (!has_biases) continue;
+    check_lstm_tensor(ctx, k + 2, "bias_ih", l, {4 * hidden});
+    check_lstm_tensor(ctx, k + 3, "bias_hh", l, {4 * hidden});
+  }
+  const Device device = ctx.common_device();
+  ctx.add_output({steps, batch, hidden}, kFloat32, device);
+  ctx.add_output({layers, batch, hidden}, kFloat32, device);
+  ctx.add_output({layers, batch, hidden}, kFloat32, device);
 }
 
 }  // namespace kiln::ops

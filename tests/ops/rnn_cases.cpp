@@ -1,0 +1,57 @@
+// Consistency cases of lstm_sequence (float32 only: the op's one dtype), called
+// through the dispatcher as nn::LSTM calls it.
+#include "ops/consistency.h"
+#include "ops/dispatch.h"
+
+namespace kiln::testing {
+namespace {
+
+struct LstmCase {
+  std::string name;
+  int64_t steps, batch, input, hidden, layers;
+  bool bias = true;
+  bool strided_input = false;  // a non-contiguous input view
+};
+
+// input [T, B, I], h0, c0 [L, B, H], then per layer weight_ih, weight_hh[, biases].
+// Weights in [-0.5, 0.5) keep the gates off saturation, so errors show.
+TensorList make_lstm_inputs(const LstmCase& s, Generator& g) {
+  const Shape x_shape = {s.steps, s.batch, s.input};
+  TensorList in = {
+      s.strided_input ? uniform_strided(x_shape, kFloat32, g) : uniform(x_shape, kFloat32, g),
+      uniform({s.layers, s.batch, s.hidden}, kFloat32, g, -1, 1),
+      uniform({s.layers, s.batch, s.hidden}, kFloat32, g, -1, 1)};
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const int64_t layer_input = l == 0 ? s.input : s.hidden;
+    in.push_back(uniform({4 * s.hidden, layer_input}, kFloat32, g, -0.5, 0.5));
+    in.push_back(uniform({4 * s.hidden, s.hidden}, kFloat32, g, -0.5, 0.5));
+    if (!s.bias) continue;
+    in.push_back(uniform({4 * s.hidden}, kFloat32, g, -0.5, 0.5));
+    in.push_back(uniform({4 * s.hidden}, kFloat32, g, -0.5, 0.5));
+  }
+  return in;
+}
+
+void add_lstm(CaseList& cases, const LstmCase& s) {
+  cases.push_back({.name = "lstm_sequence/" + s.name,
+                   .ops = {OpId::lstm_sequence},
+                   .dtypes = {kFloat32},
+                   .make = [s](DType, Generator& g) { return make_lstm_inputs(s, g); },
+                   .run =
+                       [s](TensorList& in) {
+                         return ops::dispatch(OpId::lstm_sequence, in, {s.layers, s.bias});
+                       }});
+}
+
+const CaseRegistration kCases([](CaseList& cases) {
+  add_lstm(cases, {"one_layer", 5, 3, 7, 11, 1});
+  add_lstm(cases, {"batch_1", 6, 1, 8, 8, 2});
+  add_lstm(cases, {"one_step", 1, 4, 5, 6, 2});
+  add_lstm(cases, {"three_layers_input_ne_hidden", 7, 2, 13, 9, 3});
+  add_lstm(cases, {"no_bias", 4, 3, 6, 5, 2, false});
+  add_lstm(cases, {"strided_input", 5, 2, 6, 4, 2, true, true});
+  add_lstm(cases, {"large", 19, 8, 64, 48, 2});
+});
+
+}  // namespace
+}  // namespace kiln::testing
