@@ -39,7 +39,8 @@ Values reference_attention(const Values& q, const Values& k, const Values& v, co
       double top = -kInf;
       for (int64_t j = 0; j < z.s; ++j) {
         double d = 0;
-        for (int64_t a = 0; a < z.e; ++a) d += q[(b * z.l + i) * z.e + a] * k[(b * z.s + j) * z.e + a];
+        for (int64_t a = 0; a < z.e; ++a)
+          d += q[(b * z.l + i) * z.e + a] * k[(b * z.s + j) * z.e + a];
         p[j] = d * scale + mask(b, i, j);
         top = std::max(top, p[j]);
       }
@@ -67,11 +68,12 @@ TEST(CpuKernelsSpeedPaths, AttentionMatchesPlainLoopsAcrossQueryBlockEdges) {
       const Tensor q = randn({2, 3, l, z.e}), k = randn({2, 3, s, z.e}), v = randn({2, 3, s, z.ev});
       const Tensor mask = randn({1, 1, 1, s});  // float, added to every row of every head
       const Values m = values(mask);
-      const Values want = reference_attention(values(q), values(k), values(v), z,
-                                              1 / std::sqrt(8.0),
-                                              [&](int64_t, int64_t, int64_t j) { return m[j]; });
+      const Values want =
+          reference_attention(values(q), values(k), values(v), z, 1 / std::sqrt(8.0),
+                              [&](int64_t, int64_t, int64_t j) { return m[j]; });
       SCOPED_TRACE(testing::Message() << "L=" << l << " S=" << s);
-      expect_near(values(F::scaled_dot_product_attention(q, k, v, {.attn_mask = mask})), want, 2e-5);
+      expect_near(values(F::scaled_dot_product_attention(q, k, v, {.attn_mask = mask})), want,
+                  2e-5);
     }
   }
 }
@@ -80,9 +82,9 @@ TEST(CpuKernelsSpeedPaths, CausalAttentionSeesOnlyEarlierKeysWhateverTheKeyCount
   for (const int64_t s : {40, 70, 200}) {
     const Sizes z{4, 70, s, 16, 16};
     const Tensor q = randn({4, 70, 16}), k = randn({4, s, 16}), v = randn({4, s, 16});
-    const Values want = reference_attention(
-        values(q), values(k), values(v), z, 0.5,
-        [](int64_t, int64_t i, int64_t j) { return j <= i ? 0.0 : -kInf; });
+    const Values want =
+        reference_attention(values(q), values(k), values(v), z, 0.5,
+                            [](int64_t, int64_t i, int64_t j) { return j <= i ? 0.0 : -kInf; });
     SCOPED_TRACE(testing::Message() << "S=" << s);
     expect_near(values(F::scaled_dot_product_attention(q, k, v, {.is_causal = true, .scale = 0.5})),
                 want, 2e-5);

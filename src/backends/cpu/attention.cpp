@@ -206,8 +206,8 @@ void attend_block_f32(const AttentionInputs<float>& a, int64_t b, int64_t i0, in
                       float* scores, float* y) {
   const AttentionShape& sh = a.sh;
   const int64_t rows = i1 - i0, width = a.causal ? std::min(sh.s, i1) : sh.s;
-  gemm_f32({a.pq + a.qo[b] + i0 * sh.e, rows, sh.e, sh.e, 1}, {a.pk + a.ko[b], sh.e, width, 1, sh.e},
-           scores, width, a.scale, 0.0f);
+  gemm_f32({a.pq + a.qo[b] + i0 * sh.e, rows, sh.e, sh.e, 1},
+           {a.pk + a.ko[b], sh.e, width, 1, sh.e}, scores, width, a.scale, 0.0f);
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t keys = a.causal ? std::min(i + 1, sh.s) : sh.s;
     softmax_row_f32(scores + (i - i0) * width, keys, width, a.mask_of(b, i));
