@@ -1,14 +1,12 @@
 // CPU kernel of lstm_sequence: oneDNN's LSTM primitive, one call per layer
 // (a primitive over several layers needs equal input and hidden sizes, and one
 // per layer costs nothing measurable). Primitives are cached by shape, and the
-// weights reordered into the primitive's layout are cached by tensor identity
-// and version, so an inference loop reorders them once. Batches of one or two
+// weights reordered into the primitive's layout are kept in the weight cache
+// (weight_cache.h), so an inference loop reorders them once. Batches of one or two
 // run a fused step loop over sgemm instead, which is faster there.
 #include <algorithm>
 #include <cstring>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "backends/cpu/onednn_context.h"
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/vec_math.h"
+#include "backends/cpu/weight_cache.h"
 #include "kiln/error.h"
 
 namespace kiln::backend::cpu {
@@ -58,75 +57,29 @@ std::shared_ptr<const LstmPrimitive> lstm_primitive(int64_t steps, int64_t batch
 }
 
 // Weights [4H, K] (PyTorch's layout, "ldgoi" for one layer) reordered into the
-// layout a primitive wants. An entry is valid while its tensor's storage is alive
-// and unmodified: the weak pointer expires with the storage (so a new tensor at
-// the same address never matches) and in-place updates bump the version.
-class ReorderedWeights {
- public:
-  memory get(const Tensor& weight, const memory::desc& wanted) {
-    const Key key{weight.storage().get(), weight.storage_offset(), weight.size(0),
-                  weight.size(1),         weight.stride(0),        weight.stride(1)};
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = entries_.find(key);
-      if (it != entries_.end() && it->second.storage.lock() == weight.storage() &&
-          it->second.version == weight.version() && it->second.weights.get_desc() == wanted) {
-        return it->second.weights;
-      }
-    }
-    Entry entry{weight.storage(), weight.version(), reorder(weight, wanted)};
-    std::lock_guard<std::mutex> lock(mutex_);
-    drop_expired();
-    return entries_.insert_or_assign(key, std::move(entry)).first->second.weights;
-  }
+// layout a primitive wants.
+memory reorder(const Tensor& weight, const memory::desc& wanted) {
+  const Tensor w = weight.contiguous();
+  const int64_t gates_rows = w.size(0), cols = w.size(1);
+  const memory::desc user({1, 1, cols, 4, gates_rows / 4}, kF32, Tag::ldgoi);
+  const dnnl::engine& engine = onednn_engine();
+  memory src(user, engine, w.data_ptr());
+  memory dst(wanted, engine);  // owned by oneDNN, freed with the last handle
+  dnnl::stream& stream = onednn_stream();
+  dnnl::reorder(src, dst).execute(stream, src, dst);
+  stream.wait();
+  return dst;
+}
 
- private:
-  struct Key {
-    const void* storage;
-    int64_t offset, rows, cols, row_stride, col_stride;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const noexcept {
-      size_t h = std::hash<const void*>()(k.storage);
-      for (int64_t v : {k.offset, k.rows, k.cols, k.row_stride, k.col_stride})
-        h = h * 0x100000001b3ull ^ static_cast<size_t>(v);
-      return h;
-    }
-  };
-  struct Entry {
-    std::weak_ptr<Storage> storage;
-    uint64_t version;
-    memory weights;
-  };
-
-  static memory reorder(const Tensor& weight, const memory::desc& wanted) {
-    const Tensor w = weight.contiguous();
-    const int64_t gates_rows = w.size(0), cols = w.size(1);
-    const memory::desc user({1, 1, cols, 4, gates_rows / 4}, kF32, Tag::ldgoi);
-    const dnnl::engine& engine = onednn_engine();
-    memory src(user, engine, w.data_ptr());
-    memory dst(wanted, engine);  // owned by oneDNN, freed with the last handle
-    dnnl::stream& stream = onednn_stream();
-    dnnl::reorder(src, dst).execute(stream, src, dst);
-    stream.wait();
-    return dst;
-  }
-
-  // Entries of freed tensors hold weight-sized buffers: drop them on every insert.
-  void drop_expired() {
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      it = it->second.storage.expired() ? entries_.erase(it) : std::next(it);
-    }
-  }
-
-  std::mutex mutex_;
-  std::unordered_map<Key, Entry, KeyHash> entries_;
-};
-
-ReorderedWeights& reordered_weights() {
-  static ReorderedWeights cache;
-  return cache;
+// The reordered weights, kept in the weight cache (weight_cache.h) while the
+// tensor is alive and unmodified, so an inference loop reorders them once; a
+// primitive that wants another layout gets a new copy.
+memory reordered_weight(const Tensor& weight, const memory::desc& wanted) {
+  const auto value = derived_weight(
+      weight, DerivedWeight::lstm_layout, wanted.get_size(),
+      [&] { return std::make_shared<const memory>(reorder(weight, wanted)); },
+      [&](const void* cached) { return static_cast<const memory*>(cached)->get_desc() == wanted; });
+  return value ? *static_cast<const memory*>(value.get()) : reorder(weight, wanted);
 }
 
 const float* floats_of(const Tensor& t) { return static_cast<const float*>(t.data_ptr()); }
@@ -160,8 +113,8 @@ void run_layer(const LstmPrimitive& p, const LayerArgs& a, int64_t hidden) {
       {DNNL_ARG_SRC_LAYER, mem(p.src_layer, a.src)},
       {DNNL_ARG_SRC_ITER, mem(p.state, a.h0)},
       {DNNL_ARG_SRC_ITER_C, mem(p.state, a.c0)},
-      {DNNL_ARG_WEIGHTS_LAYER, reordered_weights().get(a.w_ih, p.weights_layer)},
-      {DNNL_ARG_WEIGHTS_ITER, reordered_weights().get(a.w_hh, p.weights_iter)},
+      {DNNL_ARG_WEIGHTS_LAYER, reordered_weight(a.w_ih, p.weights_layer)},
+      {DNNL_ARG_WEIGHTS_ITER, reordered_weight(a.w_hh, p.weights_iter)},
       {DNNL_ARG_BIAS, mem(p.bias, bias.data())},
       {DNNL_ARG_DST_LAYER, mem(p.dst_layer, a.dst)},
       {DNNL_ARG_DST_ITER, mem(p.state, a.h_n)},

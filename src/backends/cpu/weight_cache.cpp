@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <list>
-#include <memory>
 #include <mutex>
 
 #include "backends/cpu/loops.h"
@@ -11,12 +10,18 @@
 namespace kiln::backend::cpu {
 namespace {
 
+struct Key {
+  const Storage* storage;
+  DerivedWeight kind;
+  int64_t offset, rows, cols, row_stride, col_stride;
+  bool operator==(const Key&) const = default;
+};
+
 struct Entry {
-  std::weak_ptr<Storage> storage;
-  const Storage* key;
-  int64_t offset, rows, cols;
+  Key key;
+  std::weak_ptr<Storage> storage;  // expires with the weight: a new storage at the same address never matches
   uint64_t version;
-  Tensor transposed;
+  std::shared_ptr<const void> value;
   size_t bytes;
 };
 
@@ -76,30 +81,48 @@ Tensor transpose_copy(const Tensor& weight) {
 
 }  // namespace
 
-Tensor cached_transposed_weight(const Tensor& weight) {
-  const size_t bytes = static_cast<size_t>(weight.numel()) * sizeof(float);
-  if (bytes > capacity_bytes()) return {};
+std::shared_ptr<const void> derived_weight(const Tensor& weight, DerivedWeight kind, size_t bytes,
+                                           const std::function<std::shared_ptr<const void>()>& make,
+                                           const std::function<bool(const void*)>& accept) {
   const std::shared_ptr<Storage>& storage = weight.impl().storage;
-  if (!storage) return {};
+  if (!storage || bytes > capacity_bytes()) return nullptr;
   const uint64_t version = storage->version();
-  const int64_t offset = weight.storage_offset(), rows = weight.size(0), cols = weight.size(1);
+  const Key key{storage.get(), kind,           weight.storage_offset(), weight.size(0),
+                weight.size(1), weight.stride(0), weight.stride(1)};
   Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    for (auto it = c.entries.begin(); it != c.entries.end(); ++it) {
+      if (!(it->key == key)) continue;
+      if (it->storage.lock() != storage || it->version != version ||
+          (accept && !accept(it->value.get()))) {
+        c.erase(it);
+        break;
+      }
+      c.entries.splice(c.entries.begin(), c.entries, it);
+      return it->value;
+    }
+  }
+  // Made outside the lock: other weights stay reachable meanwhile.
+  std::shared_ptr<const void> value = make();
   std::lock_guard<std::mutex> lock(c.mutex);
   for (auto it = c.entries.begin(); it != c.entries.end(); ++it) {
-    if (it->key != storage.get() || it->offset != offset || it->rows != rows || it->cols != cols) continue;
-    // The same address may hold a new storage once the old one is freed.
-    if (it->storage.lock() != storage || it->version != version) {
+    if (it->key == key) {  // another thread made it meanwhile
       c.erase(it);
       break;
     }
-    c.entries.splice(c.entries.begin(), c.entries, it);
-    return it->transposed;
   }
   c.make_room(bytes);
-  Tensor transposed = transpose_copy(weight);
-  c.entries.push_front({storage, storage.get(), offset, rows, cols, version, transposed, bytes});
+  c.entries.push_front({key, storage, version, value, bytes});
   c.bytes += bytes;
-  return transposed;
+  return value;
+}
+
+Tensor cached_transposed_weight(const Tensor& weight) {
+  const auto value = derived_weight(weight, DerivedWeight::transposed,
+                                    static_cast<size_t>(weight.numel()) * sizeof(float),
+                                    [&] { return std::make_shared<const Tensor>(transpose_copy(weight)); });
+  return value ? *static_cast<const Tensor*>(value.get()) : Tensor();
 }
 
 size_t weight_cache_bytes() {
