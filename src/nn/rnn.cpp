@@ -83,10 +83,7 @@ LSTMState run_direction(RecurrentKind kind, const Tensor& input, std::span<const
   const Tensor x_proj = batch_first.is_contiguous()
                             ? linear(batch_first, w[kWeightIh], w[kBiasIh]).transpose(0, 1)
                             : linear(input, w[kWeightIh], w[kBiasIh]);
-  const Tensor weight_hh_t = w[kWeightHh].t();
-  const auto hidden_projection = [&](const Tensor& h) {
-    return w[kBiasHh].defined() ? addmm(w[kBiasHh], h, weight_hh_t) : matmul(h, weight_hh_t);
-  };
+  const auto hidden_projection = [&](const Tensor& h) { return linear(h, w[kWeightHh], w[kBiasHh]); };
   std::vector<Tensor> outputs(static_cast<size_t>(steps));
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t t = reverse ? steps - 1 - i : i;
