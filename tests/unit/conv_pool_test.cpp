@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "backends/cpu/weight_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/conv.h"
 #include "unit/expect_error.h"
@@ -28,6 +29,29 @@ TEST(Conv2d, SumsWindowsByHand) {
   Tensor y = conv2d(iota({1, 1, 3, 3}), ones({1, 1, 2, 2}), full({1}, 1.0));
   EXPECT_EQ(y.sizes(), (Shape{1, 1, 2, 2}));
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{9, 13, 21, 25}));
+}
+
+// float32 convolution runs on the layouts oneDNN prefers; without gradient
+// recording the reordered weights are cached, and must follow in-place changes.
+TEST(Conv2d, InferenceSeesInPlaceChangesOfACachedWeight) {
+  backend::cpu::clear_weight_cache();
+  manual_seed(5);
+  Tensor x = randn({2, 16, 12, 10}), w = randn({32, 16, 3, 3}), b = randn({32});
+  auto expect_close = [&](const Tensor& got, const char* what) {
+    const Tensor want = conv2d(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), {.padding = {1}});
+    const double err = (got.to(kFloat64) - want).abs().max().item<double>();
+    EXPECT_LT(err, 1e-5 * want.abs().max().item<double>()) << what;
+  };
+  NoGradGuard no_grad;
+  expect_close(conv2d(x, w, b, {.padding = {1}}), "first call");
+  const size_t cached = backend::cpu::weight_cache_bytes();
+  expect_close(conv2d(x, w, b, {.padding = {1}}), "cached weights");
+  w.mul_(-2);  // bumps the version: the next call reorders the new values
+  expect_close(conv2d(x, w, b, {.padding = {1}}), "after an in-place change");
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), cached);  // replaced, not added
+  x = randn({1, 16, 30, 7});  // another shape may want another layout
+  expect_close(conv2d(x, w, b, {.padding = {1}}), "another input shape");
+  backend::cpu::clear_weight_cache();
 }
 
 TEST(Conv2d, SamePaddingWithEvenKernelPadsTheEnd) {

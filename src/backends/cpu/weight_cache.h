@@ -1,5 +1,6 @@
-// Copies derived from weights (a transposed linear weight, an LSTM weight
-// reordered for oneDNN's primitive), kept across calls for inference.
+// Copies derived from weights (a linear or convolution weight in the layout
+// oneDNN's primitive wants, an LSTM weight packed for the step loop or the
+// primitive, a transposed linear weight), kept across calls for inference.
 //
 // An entry lives while the weight's storage lives and its version is unchanged
 // (any in-place write, as load_state_dict or an optimizer step, makes a new
@@ -17,7 +18,7 @@
 namespace kiln::backend::cpu {
 
 // What a copy is derived as: kinds of one weight are separate entries.
-enum class DerivedWeight { transposed, lstm_layout };
+enum class DerivedWeight { transposed, lstm_layout, lstm_step_layout, conv_layout, matmul_layout };
 
 // The copy of weight of this kind: the cached one when it is still valid and
 // accept (when given) takes it, else a new one from make(), of `bytes` bytes,
