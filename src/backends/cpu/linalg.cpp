@@ -154,8 +154,10 @@ void matmul_kernel(const KernelCall& c) {
   product(c.out(), a, b, 1, 0, Tensor());
 }
 
-// Whether linear multiplies by a cached contiguous W^T (weight_cache.h): float32
-// inference with 16 rows or more and a weight worth keeping (64K elements).
+// Whether linear multiplies by a cached copy of its weight (weight_cache.h):
+// float32 inference with 16 rows or more and a weight worth keeping (64K
+// elements). Contiguous operands go through the matmul primitive on the weight
+// layout oneDNN prefers, others through sgemm and a contiguous W^T.
 bool use_transposed_weight(const Tensor& a, const Tensor& weight) {
   if (a.dtype() != kFloat32 || !weight.is_contiguous() || weight.numel() < 65536) return false;
   if (is_grad_enabled()) return false;
@@ -166,6 +168,11 @@ void linear_kernel(const KernelCall& c) {
   const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
   const Tensor bias = c.inputs.size() > 2 ? c.in(2) : Tensor();
   if (use_transposed_weight(a, c.in(1))) {
+    if (a.is_contiguous() && c.out().is_contiguous() && (!bias.defined() || bias.is_contiguous())) {
+      const int64_t k = a.size(-1);
+      return linear_f32_primitive(a.data<float>(), a.numel() / k, k, c.in(1),
+                                  bias.defined() ? bias.data<float>() : nullptr, c.out().data<float>());
+    }
     if (const Tensor wt = cached_transposed_weight(c.in(1)); wt.defined()) {
       return product(c.out(), a, wt, 1, 1, bias);
     }

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn_context.h"
+#include "backends/cpu/weight_cache.h"
 #include "kiln/error.h"
 
 namespace kiln::backend::cpu {
@@ -141,7 +142,75 @@ void gemm_half(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ldc, 
   run_matmul(*mm, a, b, c);
 }
 
+// linear's primitive: src [M, K] row-major, the weight [N, K] in the layout
+// oneDNN prefers (reordered once per weight, weight cache), bias added by the
+// primitive, dst [M, N] row-major.
+struct LinearPrimitive {
+  dnnl::matmul primitive;
+  dnnl::memory::desc src, weights_user, weights, bias, dst, scratchpad;
+  dnnl::reorder weights_in;
+};
+
+LinearPrimitive make_linear(int64_t m, int64_t k, int64_t n, bool has_bias) {
+  using dnnl::memory;
+  const auto f32 = memory::data_type::f32;
+  LinearPrimitive p;
+  p.src = memory::desc({m, k}, f32, memory::format_tag::ab);
+  p.weights_user = memory::desc({k, n}, f32, memory::format_tag::ba);  // W [N, K] read as W^T
+  p.bias = has_bias ? memory::desc({1, n}, f32, memory::format_tag::ab) : memory::desc();
+  p.dst = memory::desc({m, n}, f32, memory::format_tag::ab);
+  const memory::desc weights_any({k, n}, f32, memory::format_tag::any);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, weights_any, p.bias, p.dst),
+                                        onednn_default_attr(), onednn_engine());
+  p.primitive = dnnl::matmul(pd);
+  p.weights = pd.weights_desc();
+  p.scratchpad = pd.scratchpad_desc();
+  p.weights_in = dnnl::reorder(
+      dnnl::reorder::primitive_desc(onednn_engine(), p.weights_user, onednn_engine(), p.weights));
+  return p;
+}
+
+dnnl::memory reorder_linear_weight(const LinearPrimitive& p, const float* w) {
+  const dnnl::engine& engine = onednn_engine();
+  dnnl::memory from(p.weights_user, engine, const_cast<float*>(w));
+  dnnl::memory to(p.weights, engine);
+  dnnl::stream& stream = onednn_stream();
+  p.weights_in.execute(stream, from, to);
+  stream.wait();
+  return to;
+}
+
 }  // namespace
+
+void linear_f32_primitive(const float* x, int64_t m, int64_t k, const Tensor& weight,
+                          const float* bias, float* y) {
+  const int64_t n = weight.size(0);
+  static OnednnPrimitiveCache<LinearPrimitive> cache;
+  try {
+    const auto p = cache.get({m, k, n, bias != nullptr}, [&] { return make_linear(m, k, n, bias != nullptr); });
+    const float* w = static_cast<const float*>(weight.data_ptr());
+    const auto cached = derived_weight(
+        weight, DerivedWeight::matmul_layout, p->weights.get_size(),
+        [&] { return std::make_shared<const dnnl::memory>(reorder_linear_weight(*p, w)); },
+        [&](const void* c) { return static_cast<const dnnl::memory*>(c)->get_desc() == p->weights; });
+    const dnnl::engine& engine = onednn_engine();
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(p->src, engine, const_cast<float*>(x))},
+        {DNNL_ARG_WEIGHTS, cached ? *static_cast<const dnnl::memory*>(cached.get())
+                                  : reorder_linear_weight(*p, w)},
+        {DNNL_ARG_DST, dnnl::memory(p->dst, engine, y)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, engine, const_cast<float*>(bias)));
+    const size_t scratch = p->scratchpad.get_size();
+    if (scratch > 0) {
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p->scratchpad, engine, onednn_scratchpad(scratch)));
+    }
+    dnnl::stream& stream = onednn_stream();
+    p->primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(detail::str_cat("linear: oneDNN matmul primitive failed: ", e.what()));
+  }
+}
 
 void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
                int64_t ldc, float alpha, float beta) {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/onednn_gemm.h"
 #include "kiln/dtype.h"
+#include "kiln/tensor.h"
 
 namespace kiln::backend::cpu {
 
@@ -22,5 +23,11 @@ void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64
 // Returns false, doing nothing, when oneDNN has no kernel for these strides.
 bool gemm_f32_primitive(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c,
                         int64_t ldc, float alpha, float beta);
+
+// linear without gradient recording, float32: y [m, n] = x [m, k] @ weight^T + bias
+// (bias may be null), all contiguous, through a matmul primitive on the weight
+// layout oneDNN prefers; the reordered weight is kept in the weight cache.
+void linear_f32_primitive(const float* x, int64_t m, int64_t k, const Tensor& weight,
+                          const float* bias, float* y);
 
 }  // namespace kiln::backend::cpu
