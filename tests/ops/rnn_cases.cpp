@@ -51,6 +51,8 @@ const CaseRegistration kCases([](CaseList& cases) {
   add_lstm(cases, {"no_bias", 4, 3, 6, 5, 2, false});
   add_lstm(cases, {"strided_input", 5, 2, 6, 4, 2, true, true});
   add_lstm(cases, {"large", 19, 8, 64, 48, 2});
+  // The step loop runs batches in passes of up to four rows, hidden units in blocks of 16.
+  add_lstm(cases, {"batch_7_hidden_37", 6, 7, 10, 37, 2});
 });
 
 }  // namespace
