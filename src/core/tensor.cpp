@@ -6,6 +6,8 @@
 #include "kiln/ops/factory.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/shape.h"
+#include "backends/backend.h"
+#include "kiln/autograd.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -104,8 +106,23 @@ Tensor Tensor::to(DType t) const {
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  throw DeviceError(detail::str_cat("to: copying from ", device(), " to ", d,
-                                    " needs the CUDA backend, which this build lacks"));
+  if (requires_grad() && is_grad_enabled()) {
+    throw Error(detail::str_cat("to: copying a tensor that requires grad from ", device(), " to ", d,
+                                " is not differentiable yet; detach() it or copy under NoGradGuard"));
+  }
+  // A device tensor must already be contiguous: gathering it needs a kernel on its device.
+  const Tensor src = device().is_cpu() ? contiguous() : *this;
+  if (!src.is_contiguous()) {
+    throw DeviceError(detail::str_cat("to: copying a non-contiguous tensor from ", device(), " to ", d,
+                                      " is not supported yet; copy a contiguous one"));
+  }
+  const Device on = d.is_cpu() ? device() : d;
+  auto& backend = backend::backend_for(on.kind());
+  Tensor out = ops::make_tensor(sizes(), dtype(), d, is_meta());
+  if (!is_meta()) {
+    backend.copy_bytes(out.data_ptr(), d, src.data_ptr(), device(), static_cast<size_t>(numel()) * element_size());
+  }
+  return out;
 }
 
 Tensor Tensor::view(const Shape& shape) const { return kiln::view(*this, shape); }

@@ -154,7 +154,7 @@ TEST(Pointwise, InPlaceConvertsIntoSelfDtype) {
 
 TEST(Pointwise, RejectsTensorsOnDifferentDevicesOrUndefined) {
   expect_error<Error>([] { add(ones({1}), Tensor()); }, "add");
-  EXPECT_THROW(ones({1}).to(Device::cuda()), DeviceError);
+  EXPECT_THROW(ones({1}).to(Device::cuda(cuda::device_count())), DeviceError);
   EXPECT_THROW(Device::parse("tpu"), DeviceError);
   EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
 }

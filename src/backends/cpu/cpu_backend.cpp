@@ -4,6 +4,9 @@
 
 #include "backends/cpu/cpu_allocator.h"
 #include "backends/reference/reference.h"
+#ifdef KILN_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace kiln::backend {
 
@@ -38,7 +41,11 @@ void CpuBackend::empty_cache(Device) { CpuAllocator::instance().empty_cache(); }
 Backend& backend_for(DeviceKind kind) {
   static CpuBackend cpu;
   if (kind == DeviceKind::CPU) return cpu;
-  throw DeviceError("cuda: this build of kiln has no CUDA backend");
+#ifdef KILN_WITH_CUDA
+  return cuda::cuda_backend();
+#else
+  throw DeviceError("cuda: this build of kiln has no CUDA backend (configure with -DKILN_CUDA=ON)");
+#endif
 }
 
 const KernelTable& reference_kernels() {

@@ -1,0 +1,176 @@
+#include "backends/cuda/cuda_allocator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <tuple>
+
+#include "backends/cuda/cuda_check.h"
+
+namespace kiln::backend::cuda {
+
+// A piece of a segment. Neighbours in the same segment are linked so that
+// freed blocks can merge; a segment goes back to the driver only whole.
+struct CudaAllocator::Block {
+  void* ptr;
+  size_t size;
+  void* stream;
+  bool small;                     // from a small-pool segment
+  bool allocated = false;
+  size_t requested = 0;           // what the tensor asked for, while allocated
+  Block* prev = nullptr;          // neighbours within the segment
+  Block* next = nullptr;
+};
+
+bool CudaAllocator::BySize::operator()(const Block* a, const Block* b) const noexcept {
+  return std::tie(a->stream, a->size, a->ptr) < std::tie(b->stream, b->size, b->ptr);
+}
+
+CudaAllocator::Pool& CudaAllocator::pool_of(const Block* block) {
+  return block->small ? small_ : large_;
+}
+
+size_t CudaAllocator::round_size(size_t nbytes) noexcept {
+  return std::max<size_t>(kRound, (nbytes + kRound - 1) / kRound * kRound);
+}
+
+CudaAllocator& CudaAllocator::for_device(int index) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::unique_ptr<CudaAllocator>, kMaxDevices> allocators;
+  static std::mutex mutex;
+  if (index < 0 || index >= kMaxDevices) {
+    throw DeviceError(detail::str_cat("cuda: device index ", index, " is out of range"));
+  }
+  std::lock_guard lock(mutex);
+  // Never destroyed: tensors with static storage duration may be freed after
+  // every other static object is gone.
+  if (!allocators[index]) allocators[index].reset(new CudaAllocator(index));
+  return *allocators[index];
+}
+
+CudaAllocator::Block* CudaAllocator::find_free(Pool& pool, size_t size, void* stream) {
+  Block key{nullptr, size, stream, false};
+  auto it = pool.free_blocks.lower_bound(&key);
+  if (it == pool.free_blocks.end() || (*it)->stream != stream) return nullptr;
+  Block* block = *it;
+  pool.free_blocks.erase(it);
+  return block;
+}
+
+CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size_t requested) {
+  const size_t segment = size <= kSmallRequest ? kSmallSegment
+                                               : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+  DeviceGuard guard(device_);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, segment);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    release_cached_segments();
+    status = cudaMalloc(&ptr, segment);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    throw Error(detail::str_cat("cuda: out of memory on cuda:", device_, " allocating ", requested,
+                                " bytes (a ", segment, "-byte segment); ", allocated_,
+                                " bytes held by tensors, ", reserved_, " reserved by kiln, ", free_bytes,
+                                " of ", total_bytes, " free on the device"));
+  }
+  check(status, "cudaMalloc");
+  reserved_ += segment;
+  ++device_mallocs_;
+  return new Block{ptr, segment, stream, size <= kSmallRequest};
+}
+
+void* CudaAllocator::allocate(size_t nbytes, void* stream) {
+  const size_t size = round_size(nbytes);
+  std::lock_guard lock(mutex_);
+  Block* block = find_free(size <= kSmallRequest ? small_ : large_, size, stream);
+  if (!block) block = new_segment(size, stream, nbytes);
+  // Split off the rest when it is worth keeping as a block of its own.
+  const size_t rest = block->size - size;
+  if ((block->small && rest >= kRound) || (!block->small && rest >= kMinLargeSplit)) {
+    Block* tail = new Block{static_cast<char*>(block->ptr) + size, rest, stream, block->small};
+    tail->prev = block;
+    tail->next = block->next;
+    if (block->next) block->next->prev = tail;
+    block->next = tail;
+    block->size = size;
+    pool_of(tail).free_blocks.insert(tail);
+  }
+  block->allocated = true;
+  block->requested = nbytes;
+  live_.emplace(block->ptr, block);
+  allocated_ += block->size;
+  peak_ = std::max(peak_, allocated_);
+  return block->ptr;
+}
+
+void CudaAllocator::merge_into(Block* block, Block* neighbour) {
+  // neighbour is free and adjacent: it joins block.
+  if (neighbour == block->next) {
+    block->next = neighbour->next;
+    if (neighbour->next) neighbour->next->prev = block;
+  } else {
+    block->ptr = neighbour->ptr;
+    block->prev = neighbour->prev;
+    if (neighbour->prev) neighbour->prev->next = block;
+  }
+  block->size += neighbour->size;
+  delete neighbour;
+}
+
+void CudaAllocator::free(void* ptr) {
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;  // not ours: nothing to do (never happens for kiln storage)
+  Block* block = it->second;
+  live_.erase(it);
+  allocated_ -= block->size;
+  block->allocated = false;
+  block->requested = 0;
+  for (Block* neighbour : {block->prev, block->next}) {
+    if (neighbour && !neighbour->allocated) {
+      pool_of(neighbour).free_blocks.erase(neighbour);
+      merge_into(block, neighbour);
+    }
+  }
+  pool_of(block).free_blocks.insert(block);
+}
+
+void CudaAllocator::release_cached_segments() {
+  DeviceGuard guard(device_);
+  for (Pool* pool : {&small_, &large_}) {
+    for (auto it = pool->free_blocks.begin(); it != pool->free_blocks.end();) {
+      Block* block = *it;
+      if (block->prev || block->next) {  // part of a segment still in use
+        ++it;
+        continue;
+      }
+      cudaFree(block->ptr);
+      reserved_ -= block->size;
+      it = pool->free_blocks.erase(it);
+      delete block;
+    }
+  }
+}
+
+MemoryStats CudaAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return {allocated_, peak_, device_mallocs_, reserved_};
+}
+
+void CudaAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  peak_ = allocated_;
+}
+
+void CudaAllocator::empty_cache() {
+  std::lock_guard lock(mutex_);
+  release_cached_segments();
+}
+
+}  // namespace kiln::backend::cuda

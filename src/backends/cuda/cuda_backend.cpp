@@ -1,0 +1,94 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cuda_check.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+struct RuntimeState {
+  int count = 0;
+  std::string reason;
+};
+
+// Queried once: the runtime's answer does not change within a process.
+const RuntimeState& runtime_state() {
+  static const RuntimeState state = [] {
+    RuntimeState s;
+    const cudaError_t status = cudaGetDeviceCount(&s.count);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      s.count = 0;
+      s.reason = detail::str_cat("the CUDA runtime found no usable device (", cudaGetErrorName(status),
+                                 ": ", cudaGetErrorString(status), ")");
+    } else if (s.count == 0) {
+      s.reason = "the CUDA runtime found no device";
+    }
+    return s;
+  }();
+  return state;
+}
+
+}  // namespace
+
+int device_count() noexcept { return runtime_state().count; }
+
+std::string unavailable_reason() { return runtime_state().reason; }
+
+void check_device(Device device, const char* what) {
+  const int count = device_count();
+  if (count == 0) throw DeviceError(detail::str_cat(what, ": ", device, " is not available: ", unavailable_reason()));
+  if (device.index() < 0 || device.index() >= count) {
+    throw DeviceError(detail::str_cat(what, ": ", device, " does not exist (", count,
+                                      count == 1 ? " CUDA device)" : " CUDA devices)"));
+  }
+}
+
+CudaBackend& cuda_backend() {
+  static CudaBackend* backend = new CudaBackend();  // never destroyed, as the allocators
+  return *backend;
+}
+
+std::shared_ptr<Storage> CudaBackend::allocate(size_t nbytes, Device device) {
+  check_device(device, "allocate");
+  const int index = device.index();
+  void* ptr = CudaAllocator::for_device(index).allocate(nbytes, nullptr);
+  return std::make_shared<Storage>(ptr, nbytes, device,
+                                   [index](void* p) { CudaAllocator::for_device(index).free(p); });
+}
+
+void CudaBackend::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                             size_t nbytes) {
+  if (nbytes == 0) return;
+  const Device on = dst_device.is_cuda() ? dst_device : src_device;
+  check_device(on, "copy");
+  DeviceGuard guard(on.index());
+  // Synchronous on the default stream: a copy to the host is complete on
+  // return, and a copy from pageable host memory has been staged.
+  check(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+void CudaBackend::synchronize(Device device) {
+  check_device(device, "synchronize");
+  DeviceGuard guard(device.index());
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+MemoryStats CudaBackend::memory_stats(Device device) const {
+  check_device(device, "memory_stats");
+  return CudaAllocator::for_device(device.index()).stats();
+}
+
+void CudaBackend::reset_peak_memory_stats(Device device) {
+  check_device(device, "reset_peak_memory_stats");
+  CudaAllocator::for_device(device.index()).reset_peak();
+}
+
+void CudaBackend::empty_cache(Device device) {
+  check_device(device, "empty_cache");
+  CudaAllocator::for_device(device.index()).empty_cache();
+}
+
+}  // namespace kiln::backend::cuda

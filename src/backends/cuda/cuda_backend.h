@@ -1,0 +1,35 @@
+// The CUDA backend: device memory through the caching allocator, copies
+// between host and device, synchronization and memory statistics. Ops get
+// their CUDA kernels here as they are written; an op without one fails with a
+// kiln::Error naming it and the device.
+#pragma once
+
+#include <string>
+
+#include "backends/backend.h"
+
+namespace kiln::backend::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  std::string_view name() const noexcept override { return "cuda"; }
+  std::shared_ptr<Storage> allocate(size_t nbytes, Device device) override;
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                  size_t nbytes) override;
+  void synchronize(Device device) override;
+  MemoryStats memory_stats(Device device) const override;
+  void reset_peak_memory_stats(Device device) override;
+  void empty_cache(Device device) override;
+};
+
+CudaBackend& cuda_backend();
+
+// Usable devices (0 when the runtime has no driver or device), and the
+// runtime's reason when there are none.
+int device_count() noexcept;
+std::string unavailable_reason();
+
+// DeviceError unless `device` is a CUDA device this process can use.
+void check_device(Device device, const char* what);
+
+}  // namespace kiln::backend::cuda
