@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <thread>
 
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
@@ -26,6 +27,8 @@ TEST(CudaInfo, ReportsDevicesOrWhyThereAreNone) {
   expect_error<DeviceError>([] { ones({2}).to(Device::cuda()); }, "cuda:0");
   expect_error<DeviceError>([] { cuda::synchronize(); }, "cuda:0");
   expect_error<DeviceError>([] { memory_stats(Device::cuda()); }, "cuda:0");
+  expect_error<DeviceError>([] { cuda::Stream::create(); }, "Stream::create");
+  expect_error<DeviceError>([] { cuda::Event event; }, "Event");
 }
 
 class Cuda : public ::testing::Test {
@@ -119,6 +122,79 @@ TEST_F(Cuda, OutOfMemoryNamesTheRequestAndLeavesTheDeviceUsable) {
   }
   EXPECT_EQ(keep.to(Device::cpu()).to_vector<float>(), std::vector<float>(16, 1.f));
   cuda::synchronize();
+}
+
+TEST_F(Cuda, CurrentStreamIsTheDefaultUntilAGuardChangesIt) {
+  const cuda::Stream main_stream = cuda::Stream::default_stream();
+  EXPECT_EQ(main_stream.handle(), nullptr);
+  EXPECT_EQ(cuda::Stream::current(), main_stream);
+  const cuda::Stream side = cuda::Stream::create();
+  EXPECT_NE(side.handle(), nullptr);
+  EXPECT_EQ(side.device(), 0);
+  {
+    cuda::StreamGuard on_side(side);
+    EXPECT_EQ(cuda::Stream::current(), side);
+    std::thread([&] { EXPECT_EQ(cuda::Stream::current(), main_stream); }).join();  // per thread
+    {
+      cuda::StreamGuard back(main_stream);
+      EXPECT_EQ(cuda::Stream::current(), main_stream);
+    }
+    EXPECT_EQ(cuda::Stream::current(), side);
+  }
+  EXPECT_EQ(cuda::Stream::current(), main_stream);
+  expect_error<DeviceError>([] { cuda::Stream::create(cuda::device_count()); }, "does not exist");
+}
+
+TEST_F(Cuda, CopiesRunOnTheCurrentStreamAndEventsTimeThem) {
+  const Tensor host = arange(0, 1 << 24).to(kFloat32);  // 64 MiB
+  const cuda::Stream side = cuda::Stream::create();
+  cuda::Event start(true), end(true);
+  Tensor on_device;
+  {
+    cuda::StreamGuard on_side(side);
+    start.record();
+    on_device = host.to(kDevice);
+    end.record();
+  }
+  end.synchronize();
+  EXPECT_TRUE(end.query());
+  EXPECT_TRUE(side.query());
+  EXPECT_GT(start.elapsed_ms(end), 0.f);
+  EXPECT_EQ((on_device.to(Device::cpu()) - host).abs().max().item<float>(), 0.f);
+  expect_error<ValueError>([] { cuda::Event a, b; a.elapsed_ms(b); }, "enable_timing");
+  expect_error<ValueError>([] { cuda::Event a(true), b(true); a.elapsed_ms(b); }, "recorded");
+}
+
+TEST_F(Cuda, AnotherStreamWaitsForAnEvent) {
+  const cuda::Stream producer = cuda::Stream::create(), consumer = cuda::Stream::create();
+  cuda::Event done;
+  Tensor on_device;
+  {
+    cuda::StreamGuard on(producer);
+    on_device = arange(0, 1 << 20).to(kDevice);
+    done.record();
+  }
+  consumer.wait(done);
+  consumer.synchronize();
+  EXPECT_TRUE(done.query());
+  EXPECT_TRUE(producer.query());
+}
+
+TEST_F(Cuda, FreedBlocksAreReusedOnlyOnTheirStream) {
+  const cuda::Stream side = cuda::Stream::create();
+  const size_t start = memory_stats(kDevice).num_allocations;
+  { Tensor a = empty({1 << 20}).to(kDevice); }  // 4 MiB, cached for the default stream
+  EXPECT_EQ(memory_stats(kDevice).num_allocations, start + 1);
+  {
+    cuda::StreamGuard on(side);
+    { Tensor b = empty({1 << 20}).to(kDevice); }  // not the default stream's block
+    EXPECT_EQ(memory_stats(kDevice).num_allocations, start + 2);
+    { Tensor c = empty({1 << 20}).to(kDevice); }  // its own block again
+    EXPECT_EQ(memory_stats(kDevice).num_allocations, start + 2);
+  }
+  { Tensor d = empty({1 << 20}).to(kDevice); }
+  EXPECT_EQ(memory_stats(kDevice).num_allocations, start + 2);
+  side.synchronize();
 }
 
 }  // namespace

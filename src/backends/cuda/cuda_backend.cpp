@@ -54,7 +54,9 @@ CudaBackend& cuda_backend() {
 std::shared_ptr<Storage> CudaBackend::allocate(size_t nbytes, Device device) {
   check_device(device, "allocate");
   const int index = device.index();
-  void* ptr = CudaAllocator::for_device(index).allocate(nbytes, nullptr);
+  // Blocks are reused by later allocations on the same stream only, which
+  // are ordered after every use of the block on that stream.
+  void* ptr = CudaAllocator::for_device(index).allocate(nbytes, current_stream_handle(index));
   return std::make_shared<Storage>(ptr, nbytes, device,
                                    [index](void* p) { CudaAllocator::for_device(index).free(p); });
 }
@@ -65,9 +67,11 @@ void CudaBackend::copy_bytes(void* dst, Device dst_device, const void* src, Devi
   const Device on = dst_device.is_cuda() ? dst_device : src_device;
   check_device(on, "copy");
   DeviceGuard guard(on.index());
-  // Synchronous on the default stream: a copy to the host is complete on
-  // return, and a copy from pageable host memory has been staged.
-  check(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "cudaMemcpy");
+  // Queued on the current stream, after the work that produced the source,
+  // and waited for: the copy is complete on return.
+  const auto stream = static_cast<cudaStream_t>(current_stream_handle(on.index()));
+  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 void CudaBackend::synchronize(Device device) {

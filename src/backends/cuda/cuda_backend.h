@@ -29,6 +29,9 @@ CudaBackend& cuda_backend();
 int device_count() noexcept;
 std::string unavailable_reason();
 
+// This thread's current stream on the device (a cudaStream_t; null: the default stream).
+void* current_stream_handle(int device);
+
 // DeviceError unless `device` is a CUDA device this process can use.
 void check_device(Device device, const char* what);
 
