@@ -108,13 +108,7 @@ OnednnPrimitiveCache<ConvPrimitive>& conv_primitive_cache() {
 
 // The weights in the primitive's layout, owned by oneDNN.
 dnnl::memory reorder_weights(const ConvPrimitive& conv, const float* w) {
-  const dnnl::engine& engine = onednn_engine();
-  dnnl::memory from(conv.weights, engine, const_cast<float*>(w));
-  dnnl::memory to(conv.weights_run, engine);
-  dnnl::stream& stream = onednn_stream();
-  conv.weights_in->execute(stream, from, to);
-  stream.wait();
-  return to;
+  return reordered_copy(*conv.weights_in, conv.weights, w, conv.weights_run);
 }
 
 // weight: the float32 tensor w points into, or undefined when w is a temporary.

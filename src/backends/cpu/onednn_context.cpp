@@ -43,6 +43,17 @@ void* onednn_scratchpad(size_t nbytes) {
   return pad.data.get();
 }
 
+dnnl::memory reordered_copy(const dnnl::reorder& reorder, const dnnl::memory::desc& from,
+                            const void* data, const dnnl::memory::desc& to) {
+  const dnnl::engine& engine = onednn_engine();
+  dnnl::memory src(from, engine, const_cast<void*>(data));
+  dnnl::memory dst(to, engine);
+  dnnl::stream& stream = onednn_stream();
+  reorder.execute(stream, src, dst);
+  stream.wait();
+  return dst;
+}
+
 dnnl::primitive_attr onednn_default_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -21,6 +21,11 @@ dnnl::stream& onednn_stream();
 // This thread's scratchpad, at least nbytes long (primitives use scratchpad_mode::user
 // so that concurrent calls never share library-owned scratch memory).
 void* onednn_scratchpad(size_t nbytes);
+// data, laid out as `from`, run through `reorder` into new memory laid out as
+// `to` (owned by oneDNN, freed with its last handle); waits for the result.
+dnnl::memory reordered_copy(const dnnl::reorder& reorder, const dnnl::memory::desc& from,
+                            const void* data, const dnnl::memory::desc& to);
+
 // The attributes every cached primitive is created with.
 dnnl::primitive_attr onednn_default_attr();
 

@@ -171,13 +171,7 @@ LinearPrimitive make_linear(int64_t m, int64_t k, int64_t n, bool has_bias) {
 }
 
 dnnl::memory reorder_linear_weight(const LinearPrimitive& p, const float* w) {
-  const dnnl::engine& engine = onednn_engine();
-  dnnl::memory from(p.weights_user, engine, const_cast<float*>(w));
-  dnnl::memory to(p.weights, engine);
-  dnnl::stream& stream = onednn_stream();
-  p.weights_in.execute(stream, from, to);
-  stream.wait();
-  return to;
+  return reordered_copy(p.weights_in, p.weights_user, w, p.weights);
 }
 
 }  // namespace

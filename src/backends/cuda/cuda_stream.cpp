@@ -25,6 +25,19 @@ void* current_stream_handle(int device) {
 }  // namespace kiln::backend::cuda
 
 namespace kiln::cuda {
+namespace {
+
+// true for cudaSuccess, false for cudaErrorNotReady (work still queued).
+bool finished(cudaError_t status, const char* what) {
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  backend::cuda::check(status, what);
+  return true;
+}
+
+}  // namespace
 
 using backend::cuda::check;
 using backend::cuda::check_device;
@@ -52,13 +65,7 @@ Stream Stream::current(int device) {
 
 bool Stream::query() const {
   DeviceGuard guard(device_);
-  const cudaError_t status = cudaStreamQuery(static_cast<cudaStream_t>(handle_));
-  if (status == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  check(status, "cudaStreamQuery");
-  return true;
+  return finished(cudaStreamQuery(static_cast<cudaStream_t>(handle_)), "cudaStreamQuery");
 }
 
 void Stream::synchronize() const {
@@ -108,13 +115,7 @@ void Event::record(const Stream& stream) {
 
 bool Event::query() const {
   DeviceGuard guard(device_);
-  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(handle()));
-  if (status == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  check(status, "cudaEventQuery");
-  return true;
+  return finished(cudaEventQuery(static_cast<cudaEvent_t>(handle())), "cudaEventQuery");
 }
 
 void Event::synchronize() const {
