@@ -286,7 +286,7 @@ void max_pool(const KernelCall& call) {
   parallel_for(p.planes, std::max<int64_t>(1, kParallelGrain / per_plane), [&](int64_t begin,
                                                                                int64_t end) {
     std::vector<C> padded(static_cast<size_t>(row_len), lowest);
-    std::vector<C> rows(static_cast<size_t>(p.h * p.ow));
+    std::vector<C> rows(static_cast<size_t>(p.h * p.ow)), acc(static_cast<size_t>(p.ow));
     const int64_t w_lo = std::min<int64_t>(pad[1], row_len);
     const int64_t w_hi = std::min<int64_t>(pad[1] + p.w, row_len);
     for (int64_t plane = begin; plane < end; ++plane) {
@@ -303,7 +303,6 @@ void max_pool(const KernelCall& call) {
           for (int64_t ow = 0; ow < p.ow; ++ow) h[ow] = max_keep_nan(h[ow], tap[ow * s[1]]);
         }
       }
-      std::vector<C> acc(static_cast<size_t>(p.ow));
       for (int64_t oh = 0; oh < p.oh; ++oh) {
         std::fill(acc.begin(), acc.end(), lowest);
         for (int64_t kh = 0; kh < k[0]; ++kh) {

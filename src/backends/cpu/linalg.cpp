@@ -158,7 +158,7 @@ void matmul_kernel(const KernelCall& c) {
 // float32 inference with 16 rows or more and a weight worth keeping (64K
 // elements). Contiguous operands go through the matmul primitive on the weight
 // layout oneDNN prefers, others through sgemm and a contiguous W^T.
-bool use_transposed_weight(const Tensor& a, const Tensor& weight) {
+bool use_cached_weight(const Tensor& a, const Tensor& weight) {
   if (a.dtype() != kFloat32 || !weight.is_contiguous() || weight.numel() < 65536) return false;
   if (is_grad_enabled()) return false;
   return a.numel() / std::max<int64_t>(a.size(-1), 1) >= 16;
@@ -167,7 +167,7 @@ bool use_transposed_weight(const Tensor& a, const Tensor& weight) {
 void linear_kernel(const KernelCall& c) {
   const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
   const Tensor bias = c.inputs.size() > 2 ? c.in(2) : Tensor();
-  if (use_transposed_weight(a, c.in(1))) {
+  if (use_cached_weight(a, c.in(1))) {
     if (a.is_contiguous() && c.out().is_contiguous() && (!bias.defined() || bias.is_contiguous())) {
       const int64_t k = a.size(-1);
       return linear_f32_primitive(a.data<float>(), a.numel() / k, k, c.in(1),
