@@ -27,6 +27,17 @@ void reset_peak_memory_stats(Device device);
 // Returns memory cached for reuse to the system.
 void empty_cache(Device device);
 
+// TF32 tensor-core math for float32 on CUDA devices: 10 mantissa bits in the
+// products, float32 accumulation. PyTorch's defaults: off for matmul, linear
+// and addmm; on for convolutions.
+//   kiln::set_allow_tf32({.matmul = true});
+struct Tf32Policy {
+  bool matmul = false;
+  bool conv = true;
+};
+void set_allow_tf32(Tf32Policy policy);
+Tf32Policy allow_tf32();
+
 // "kiln 0.1.0 (commit abc1234)".
 std::string version_string();
 

@@ -6,23 +6,22 @@
 #include <cstdint>
 
 #include "core/philox.h"
-#include "ops/attrs.h"
 
 namespace kiln::backend::factory {
 
 // linspace from both ends, so the last value is exactly end.
-inline double linspace_at(double start, double end, int64_t steps, int64_t i) {
+KILN_HOST_DEVICE inline double linspace_at(double start, double end, int64_t steps, int64_t i) {
   if (steps == 1) return start;
   const double step = (end - start) / static_cast<double>(steps - 1);
   return i < steps / 2 ? start + step * static_cast<double>(i)
                        : end - step * static_cast<double>(steps - 1 - i);
 }
 
-inline double rand_at(bool is_double, uint64_t seed, uint64_t index) {
+KILN_HOST_DEVICE inline double rand_at(bool is_double, uint64_t seed, uint64_t index) {
   return is_double ? philox::uniform_f64(seed, index) : philox::uniform_f32(seed, index);
 }
 
-inline int64_t randint_at(int64_t low, int64_t high, uint64_t seed, uint64_t index) {
+KILN_HOST_DEVICE inline int64_t randint_at(int64_t low, int64_t high, uint64_t seed, uint64_t index) {
   const uint64_t range = static_cast<uint64_t>(high - low);
   return low + static_cast<int64_t>(philox::u64(seed, index) % range);
 }

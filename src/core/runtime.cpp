@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <atomic>
+
 #include "backends/backend.h"
 #include "kiln/error.h"
 
@@ -31,6 +33,18 @@ void empty_cache(Device device) { backend::backend_for(device.kind()).empty_cach
 void reset_peak_memory_stats(Device device) {
   backend::backend_for(device.kind()).reset_peak_memory_stats(device);
 }
+
+namespace {
+std::atomic<bool> g_tf32_matmul{false};
+std::atomic<bool> g_tf32_conv{true};
+}  // namespace
+
+void set_allow_tf32(Tf32Policy policy) {
+  g_tf32_matmul.store(policy.matmul);
+  g_tf32_conv.store(policy.conv);
+}
+
+Tf32Policy allow_tf32() { return {g_tf32_matmul.load(), g_tf32_conv.load()}; }
 
 std::string version_string() {
   return std::string("kiln ") + KILN_VERSION + " (commit " + KILN_GIT_COMMIT + ")";

@@ -110,12 +110,8 @@ Tensor Tensor::to(Device d) const {
     throw Error(detail::str_cat("to: copying a tensor that requires grad from ", device(), " to ", d,
                                 " is not differentiable yet; detach() it or copy under NoGradGuard"));
   }
-  // A device tensor must already be contiguous: gathering it needs a kernel on its device.
-  const Tensor src = device().is_cpu() ? contiguous() : *this;
-  if (!src.is_contiguous()) {
-    throw DeviceError(detail::str_cat("to: copying a non-contiguous tensor from ", device(), " to ", d,
-                                      " is not supported yet; copy a contiguous one"));
-  }
+  // Gathered on its own device first, then one copy of contiguous bytes.
+  const Tensor src = contiguous();
   const Device on = d.is_cpu() ? device() : d;
   auto& backend = backend::backend_for(on.kind());
   Tensor out = ops::make_tensor(sizes(), dtype(), d, is_meta());

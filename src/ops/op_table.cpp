@@ -98,14 +98,14 @@ size_t OpSchema::min_inputs() const noexcept {
 std::string_view ShapeCtx::name() const noexcept { return schema.name; }
 
 Device ShapeCtx::common_device() const {
+  // A 0-dim CPU tensor may join a computation on another device, as in
+  // PyTorch, wherever it comes in the inputs.
   std::optional<Device> device;
   for (const auto& t : inputs) {
-    if (!t.defined() || t.is_wrapped_number()) continue;
+    if (!t.defined() || t.is_wrapped_number() || (t.dim() == 0 && t.device().is_cpu())) continue;
     if (!device) {
       device = t.device();
     } else if (*device != t.device()) {
-      // A 0-dim CPU tensor may join a computation on another device, as in PyTorch.
-      if (t.dim() == 0 && t.device().is_cpu()) continue;
       throw DeviceError(detail::str_cat(name(), ": expected all tensors on one device, got ",
                                         *device, " and ", t.device()));
     }

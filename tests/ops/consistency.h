@@ -77,5 +77,19 @@ std::string case_name(const ::testing::TestParamInfo<size_t>& info);
 
 // Copies of the inputs with their layouts (a strided view stays a strided view).
 TensorList clone_inputs(const TensorList& in);
+// A copy of t on `device` with t's layout.
+Tensor to_device_keep_layout(const Tensor& t, Device device);
+
+struct Comparison {
+  bool ok = true;
+  std::string message;
+};
+// NaNs must sit in the same places, infinities must be equal, the rest must
+// meet the NMSE bound (exact equality for integers and bools when it is 0).
+Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse);
+
+// Whether an error says that an op has no kernel for a device or dtype: the
+// CUDA tests report those combinations as NOT_SUPPORTED.
+bool not_supported(const Error& e);
 
 }  // namespace kiln::testing

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <set>
 
 #include "backends/backend.h"
@@ -88,13 +89,6 @@ double default_max_nmse(DType dtype) {
   }
 }
 
-namespace {
-
-struct Comparison {
-  bool ok = true;
-  std::string message;
-};
-
 // NaNs must sit in the same places, infinities must be equal, the rest must
 // meet the NMSE bound (exact equality for integers and bools).
 Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse) {
@@ -134,6 +128,29 @@ Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse
   return c;
 }
 
+// A copy of t on `device` with t's layout: a strided view stays a strided view.
+Tensor to_device_keep_layout(const Tensor& t, Device device) {
+  if (!t.defined() || t.is_contiguous()) return t.defined() ? t.to(device) : t;
+  Tensor base = empty({static_cast<int64_t>(t.storage()->nbytes() / t.element_size())},
+                      {.dtype = t.dtype()});
+  std::memcpy(base.data_ptr(), t.storage()->data(), t.storage()->nbytes());
+  Tensor on_device = base.to(device);
+  auto impl = std::make_shared<TensorImpl>(t.impl());
+  impl->storage = on_device.storage();
+  impl->autograd = nullptr;
+  impl->view_base = nullptr;
+  return Tensor(impl);
+}
+
+// Whether an error says that an op has no kernel for a device or dtype.
+bool not_supported(const Error& e) {
+  const std::string what = e.what();
+  return what.find("no kernel for device") != std::string::npos ||
+         what.find("no CUDA kernel for") != std::string::npos;
+}
+
+namespace {
+
 class OpConsistency : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpConsistency, MatchesReference) {
@@ -168,6 +185,58 @@ TEST_P(OpConsistency, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, OpConsistency, ::testing::Range<size_t>(0, all_cases().size()),
                          case_name);
+
+// The CUDA backend against the reference kernels: inputs are made on the CPU,
+// copied to the device with their layouts, and the outputs copied back.
+// Combinations without a CUDA kernel are reported as NOT_SUPPORTED.
+class CudaOpConsistency : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaOpConsistency, MatchesReference) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const OpCase& op_case = all_cases()[GetParam()];
+  const Device device = Device::cuda(0);
+  std::vector<std::string> unsupported;
+  for (DType dtype : op_case.dtypes) {
+    SCOPED_TRACE(detail::str_cat(op_case.name, " dtype=", dtype));
+    Generator g(1234);
+    TensorList inputs = op_case.make(dtype, g);
+    TensorList ref_inputs = clone_inputs(inputs);
+    TensorList expected;
+    {
+      ops::ReferenceModeGuard reference;
+      expected = op_case.run(ref_inputs);
+    }
+    TensorList device_inputs;
+    for (const Tensor& t : inputs) device_inputs.push_back(to_device_keep_layout(t, device));
+    TensorList actual;
+    try {
+      actual = op_case.run(device_inputs);
+    } catch (const Error& e) {
+      if (!not_supported(e)) throw;
+      unsupported.push_back(detail::str_cat(dtype, " (", e.what(), ")"));
+      continue;
+    }
+    ASSERT_EQ(expected.size(), actual.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_TRUE(actual[i].device() == device)
+          << "output " << i << " is on " << actual[i].device();
+      const double bound = op_case.max_nmse > 0 && is_floating(expected[i].dtype())
+                               ? op_case.max_nmse
+                               : default_max_nmse(expected[i].dtype());
+      auto result = compare(expected[i], actual[i].to(Device::cpu()), bound);
+      EXPECT_TRUE(result.ok) << "output " << i << ": " << result.message;
+    }
+  }
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& u : unsupported) list += "\n  " + u;
+    if (unsupported.size() == op_case.dtypes.size()) GTEST_SKIP() << "NOT_SUPPORTED:" << list;
+    std::cout << "[ NOT_SUPPORTED ] " << op_case.name << ":" << list << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaOpConsistency,
+                         ::testing::Range<size_t>(0, all_cases().size()), case_name);
 
 TEST(OpCoverage, EveryOpHasShapeRuleKernelsAndCases) {
   std::set<OpId> covered;

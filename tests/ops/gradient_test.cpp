@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <set>
 
@@ -145,6 +146,80 @@ std::vector<size_t> gradient_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, OpGradients, ::testing::ValuesIn(gradient_cases()), case_name);
+
+// The gradients of one run of a case on `device`: inputs of `dtype` are the
+// leaves, the loss weights come from a fixed seed; returned on the CPU.
+TensorList gradients_on(const OpCase& c, DType dtype, Device device) {
+  Generator g(1234);
+  TensorList inputs;
+  for (const Tensor& t : c.make(dtype, g)) inputs.push_back(to_device_keep_layout(t, device));
+  std::vector<size_t> leaf_index;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined() && inputs[i].dtype() == dtype) {
+      inputs[i].requires_grad_();
+      leaf_index.push_back(i);
+    }
+  }
+  bool used_copies = false;
+  TensorList outputs = run_on(c, inputs, &used_copies);
+  Generator wg(99);
+  TensorList weights(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && is_floating(outputs[i].dtype()) && outputs[i].requires_grad()) {
+      weights[i] = (rand(outputs[i].sizes(), {.dtype = kFloat64}, &wg) * 2 - 1).to(device);
+    }
+  }
+  TensorList leaves;
+  for (size_t i : leaf_index) leaves.push_back(inputs[i]);
+  TensorList grads = autograd::grad({projected_loss(outputs, weights)}, leaves, {},
+                                    {.allow_unused = true});
+  for (auto& t : grads)
+    if (t.defined()) t = t.to(Device::cpu());
+  return grads;
+}
+
+// Gradient mode on CUDA: the backward rules run on the device, in float64 and
+// float32, and must give the CPU's gradients (which the finite differences
+// above check). Combinations without CUDA kernels are reported as NOT_SUPPORTED.
+class CudaOpGradients : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaOpGradients, MatchTheCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const OpCase& c = all_cases()[GetParam()];
+  std::vector<std::string> unsupported;
+  int ran = 0;
+  for (DType dtype : {kFloat64, kFloat32}) {
+    if (std::find(c.dtypes.begin(), c.dtypes.end(), dtype) == c.dtypes.end()) continue;
+    SCOPED_TRACE(detail::str_cat(c.name, " dtype=", dtype));
+    const TensorList expected = gradients_on(c, dtype, Device::cpu());
+    TensorList actual;
+    try {
+      actual = gradients_on(c, dtype, Device::cuda(0));
+    } catch (const Error& e) {
+      if (!not_supported(e)) throw;
+      unsupported.push_back(detail::str_cat(dtype, " (", e.what(), ")"));
+      continue;
+    }
+    ++ran;
+    ASSERT_EQ(expected.size(), actual.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(expected[i].defined(), actual[i].defined()) << "gradient " << i;
+      if (!expected[i].defined()) continue;
+      // Backward rules chain several ops: float32 gets more room than one op's bound.
+      const double bound = dtype == kFloat64 ? 1e-20 : 1e-8;
+      const auto result = compare(expected[i], actual[i], bound);
+      EXPECT_TRUE(result.ok) << "gradient " << i << ": " << result.message;
+    }
+  }
+  if (!unsupported.empty()) {
+    std::string list;
+    for (const auto& u : unsupported) list += "\n  " + u;
+    if (ran == 0) GTEST_SKIP() << "NOT_SUPPORTED:" << list;
+    std::cout << "[ NOT_SUPPORTED ] " << c.name << ":" << list << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaOpGradients, ::testing::ValuesIn(gradient_cases()), case_name);
 
 TEST(OpCoverage, EveryDifferentiableOpHasACheckedBackwardRule) {
   std::set<ops::OpId> checked;

@@ -3,6 +3,7 @@
 // driver or GPU) the Cuda tests skip and say why; CudaInfo runs everywhere.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 #include <thread>
 
@@ -29,6 +30,15 @@ TEST(CudaInfo, ReportsDevicesOrWhyThereAreNone) {
   expect_error<DeviceError>([] { memory_stats(Device::cuda()); }, "cuda:0");
   expect_error<DeviceError>([] { cuda::Stream::create(); }, "Stream::create");
   expect_error<DeviceError>([] { cuda::Event event; }, "Event");
+}
+
+// Same shape and values within float32 rounding.
+bool close(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(std::abs(x[i] - y[i]) <= 1e-5 * (1 + std::abs(y[i])))) return false;
+  return true;
 }
 
 class Cuda : public ::testing::Test {
@@ -65,7 +75,106 @@ TEST_F(Cuda, RejectsDevicesThatDoNotExistAndOpsWithoutKernels) {
   expect_error<DeviceError>([&] { ones({1}).to(Device::cuda(missing)); },
                             detail::str_cat("cuda:", missing, " does not exist"));
   const Tensor d = ones({4}).to(kDevice);
-  expect_error<Error>([&] { exp(d); }, "exp: no kernel for device cuda:0");
+  // An op without a CUDA kernel yet names itself and the device.
+  const Tensor q = d.view({1, 2, 2});
+  expect_error<Error>([&] { nn::functional::scaled_dot_product_attention(q, q, q); },
+                      "scaled_dot_product_attention: no kernel for device cuda:0");
+  expect_error<DeviceError>([&] { add(d, ones({4})); }, "expected all tensors on one device");
+}
+
+// The elementwise engine: broadcasting, strided and unaligned views, CPU
+// scalars joining device tensors, dims that do not merge, and more than 2^31
+// elements (split into 32-bit launches). The CPU backend is the oracle.
+TEST_F(Cuda, ElementwiseMatchesTheCpuOnAnyLayout) {
+  Generator g(5);
+  const Tensor a = randn({3, 1, 5}, {}, &g), b = randn({5, 4}, {}, &g).t();
+  const Tensor da = a.to(kDevice), db = b.to(kDevice);
+  EXPECT_TRUE(close(add(da, db, 2.0).to(Device::cpu()), add(a, b, 2.0)));
+  // Unaligned: a view that starts one element in; a strided view.
+  const Tensor base = randn({1001}, {}, &g);
+  const Tensor d_base = base.to(kDevice);
+  const Tensor u = d_base.slice(0, 1, std::nullopt), s = d_base.slice(0, 0, std::nullopt, 3);
+  EXPECT_TRUE(close(exp(u).to(Device::cpu()), exp(base.slice(0, 1, std::nullopt))));
+  EXPECT_TRUE(close((s * s).to(Device::cpu()), base.slice(0, 0, std::nullopt, 3).square()));
+  // CPU scalars, first or second, and C++ numbers.
+  const Tensor two = full({}, 2.0);
+  EXPECT_TRUE(close((two * da).to(Device::cpu()), a * 2.0));
+  EXPECT_TRUE(close((da - two).to(Device::cpu()), a - 2.0));
+  EXPECT_TRUE(close((da / 4).to(Device::cpu()), a / 4));
+  // Six dims permuted so that none merge.
+  const Tensor p = randn({2, 3, 2, 3, 2, 3}, {}, &g);
+  const Tensor q = p.permute({5, 3, 1, 4, 2, 0});
+  EXPECT_TRUE(close(relu(q.to(kDevice)).to(Device::cpu()), relu(q)));
+  EXPECT_TRUE(close(q.to(kDevice).contiguous().to(Device::cpu()), q.contiguous()));
+  EXPECT_EQ(p.to(kDevice).permute({5, 3, 1, 4, 2, 0}).to(Device::cpu()).to_vector<float>(),
+            q.contiguous().to_vector<float>());
+  // Casts through the device, 16-bit floats included.
+  for (DType t : {kFloat16, kBFloat16, kFloat64, kInt32, kBool}) {
+    EXPECT_EQ(da.to(t).to(Device::cpu()).to_vector<double>(), a.to(t).to_vector<double>()) << t;
+  }
+}
+
+// cuBLASLt products against the CPU: transposed and strided operands,
+// broadcast batches, linear's bias epilogue, addmm's scaling, empty sums.
+TEST_F(Cuda, MatrixProductsMatchTheCpu) {
+  Generator g(11);
+  auto check = [&](const Tensor& expected, const Tensor& actual, double tol) {
+    ASSERT_EQ(actual.device(), kDevice);
+    const auto e = expected.to_vector<double>(), a = actual.to(Device::cpu()).to_vector<double>();
+    ASSERT_EQ(e.size(), a.size());
+    for (size_t i = 0; i < e.size(); ++i) ASSERT_NEAR(a[i], e[i], tol * (1 + std::abs(e[i]))) << i;
+  };
+  const Tensor a = randn({5, 33, 17}, {}, &g), b = randn({17, 9}, {}, &g), bt = randn({9, 17}, {}, &g).t();
+  check(matmul(a, b), matmul(a.to(kDevice), b.to(kDevice)), 1e-5);
+  check(matmul(a, bt), matmul(a.to(kDevice), bt.to(kDevice)), 1e-5);  // a transposed operand
+  const Tensor batch_b = randn({3, 1, 17, 4}, {}, &g);  // broadcast against a's batch
+  check(matmul(a, batch_b), matmul(a.to(kDevice), batch_b.to(kDevice)), 1e-5);
+  const Tensor v = randn({17}, {}, &g);
+  check(matmul(a, v), matmul(a.to(kDevice), v.to(kDevice)), 1e-5);
+  check(matmul(v, b), matmul(v.to(kDevice), b.to(kDevice)), 1e-5);
+  const Tensor x = randn({2, 7, 17}, {}, &g), w = randn({6, 17}, {}, &g), bias = randn({6}, {}, &g);
+  check(linear(x, w, bias),
+        linear(x.to(kDevice), w.to(kDevice), bias.to(kDevice)), 1e-5);
+  const Tensor self = randn({33, 9}, {}, &g), m1 = randn({33, 17}, {}, &g);
+  check(addmm(self, m1, b, 0.5, 2.0), addmm(self.to(kDevice), m1.to(kDevice), b.to(kDevice), 0.5, 2.0), 1e-5);
+  const Tensor row = randn({9}, {}, &g);
+  check(addmm(row, m1, b), addmm(row.to(kDevice), m1.to(kDevice), b.to(kDevice)), 1e-5);
+  for (DType t : {kFloat16, kBFloat16, kFloat64}) {
+    check(matmul(a.to(t), b.to(t)).to(kFloat32), matmul(a.to(t).to(kDevice), b.to(t).to(kDevice)).to(kFloat32),
+          t == kFloat64 ? 1e-12 : 2e-2);
+  }
+  const Tensor e1 = empty({4, 0}), e2 = empty({0, 3});
+  check(zeros({4, 3}), matmul(e1.to(kDevice), e2.to(kDevice)), 0);
+}
+
+// float32 products are exact float32 math unless TF32 is allowed for matmul.
+TEST_F(Cuda, Tf32PolicyChangesFloat32Products) {
+  const Tf32Policy saved = allow_tf32();
+  EXPECT_FALSE(saved.matmul);
+  EXPECT_TRUE(saved.conv);
+  const float fine = 1.0f + 1.0f / 4096;  // needs 12 mantissa bits; TF32 keeps 10
+  const Tensor a = full({64, 64}, fine, {.dtype = kFloat32, .device = kDevice}),
+               b = ones({64, 64}, {.dtype = kFloat32, .device = kDevice});
+  EXPECT_EQ(matmul(a, b).to(Device::cpu()).to_vector<float>()[0], 64 * fine);
+  set_allow_tf32({.matmul = true});
+  const float tf32 = matmul(a, b).to(Device::cpu()).to_vector<float>()[0];
+  set_allow_tf32(saved);
+  EXPECT_NE(tf32, 64 * fine);
+  EXPECT_EQ(matmul(a, b).to(Device::cpu()).to_vector<float>()[0], 64 * fine);
+}
+
+TEST_F(Cuda, ElementwiseSplitsLaunchesPast32BitIndices) {
+  const int64_t n = (int64_t{1} << 31) + 1000;
+  Tensor x = full({n}, 3, {.dtype = kUInt8, .device = kDevice});
+  Tensor y = x + 1;  // 2^31 + 1000 elements: two launches
+  for (int64_t i : {int64_t{0}, (int64_t{1} << 31) - 1, int64_t{1} << 31, n - 1}) {
+    EXPECT_EQ(y.slice(0, i, i + 1).to(Device::cpu()).item<int64_t>(), 4) << i;
+  }
+  // A 2-d view whose rows are split: every other column of a wide tensor.
+  const Tensor wide = full({2, n}, 7, {.dtype = kUInt8, .device = kDevice});
+  const Tensor cols = wide.slice(1, 0, std::nullopt, 2);
+  Tensor z = cols * 2;
+  EXPECT_EQ(z.slice(0, 1, 2).slice(1, z.size(1) - 1, std::nullopt).to(Device::cpu()).item<int64_t>(), 14);
 }
 
 TEST_F(Cuda, AllocatorReusesFreedBlocksOfAStream) {

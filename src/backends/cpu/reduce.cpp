@@ -6,7 +6,6 @@
 #include "backends/cpu/reduce_engine.h"
 
 namespace kiln::backend {
-namespace cpu {
 namespace {
 
 struct DimInfo {
@@ -80,8 +79,6 @@ ReduceView make_line_view(const Tensor& x, int64_t dim) {
   }
   return v;
 }
-
-}  // namespace cpu
 
 void register_cpu_reduce_kernels(KernelTable& table) {
   cpu::register_cpu_sum_kernels(table);

@@ -19,26 +19,13 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/reduce_view.h"
 #include "core/convert.h"
 #include "kiln/tensor.h"
 
 namespace kiln::backend::cpu {
 
-struct ReduceView {
-  Tensor holder;  // the contiguous copy, when one was needed
-  const char* data = nullptr;
-  int64_t outer = 1, reduced = 1, inner = 1;
-};
 
-// The [outer, reduced, inner] view of x for a reduction over dims (sorted, unique).
-// Output element o * inner + i is then output element number o * inner + i of the
-// reduced shape. With `ordered`, the reduced elements of one output are visited
-// in row-major order (the arg ops need it when they flatten several dims).
-ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, bool ordered);
-
-// The view of x for a scan or softmax along one dim: the same as above, but the
-// output (x's shape, contiguous) is addressed as [outer, reduced, inner] too.
-ReduceView make_line_view(const Tensor& x, int64_t dim);
 
 inline constexpr int64_t kLanes = 32;       // independent accumulators of a row fold
 inline constexpr int64_t kRowBlock = 1024;  // elements folded in Acc before widening to Total
@@ -69,10 +56,6 @@ void visit_float_dtype(DType t, F&& f) {
   });
 }
 
-// The dims attribute at index k (a 0-dim input has none).
-inline std::vector<int64_t> reduce_dims_attr(const KernelCall& c, size_t k) {
-  return c.in(0).dim() == 0 ? std::vector<int64_t>{} : c.attrs.ints(k);
-}
 
 // Ops of the engine provide:
 //   using Total;  Total identity();  Total merge(Total earlier, Total later);

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kernels.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -44,6 +45,20 @@ void check_device(Device device, const char* what) {
     throw DeviceError(detail::str_cat(what, ": ", device, " does not exist (", count,
                                       count == 1 ? " CUDA device)" : " CUDA devices)"));
   }
+}
+
+CudaBackend::CudaBackend() {
+  register_cuda_unary_kernels(kernels_);
+  register_cuda_binary_kernels(kernels_);
+  register_cuda_misc_pointwise_kernels(kernels_);
+  register_cuda_factory_kernels(kernels_);
+  register_cuda_reduce_kernels(kernels_);
+  register_cuda_softmax_kernels(kernels_);
+  register_cuda_shape_kernels(kernels_);
+  register_cuda_matmul_kernels(kernels_);
+  register_cuda_norm_kernels(kernels_);
+  register_cuda_pool_kernels(kernels_);
+  register_cuda_resample_kernels(kernels_);
 }
 
 CudaBackend& cuda_backend() {

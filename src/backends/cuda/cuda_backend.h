@@ -12,6 +12,7 @@ namespace kiln::backend::cuda {
 
 class CudaBackend final : public Backend {
  public:
+  CudaBackend();
   std::string_view name() const noexcept override { return "cuda"; }
   std::shared_ptr<Storage> allocate(size_t nbytes, Device device) override;
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,

@@ -1,0 +1,25 @@
+// The CUDA kernel groups, each registered from its own file.
+#pragma once
+
+#include "backends/backend.h"
+
+namespace kiln::backend::cuda {
+
+void register_cuda_unary_kernels(KernelTable& table);
+void register_cuda_binary_kernels(KernelTable& table);
+void register_cuda_misc_pointwise_kernels(KernelTable& table);
+void register_cuda_factory_kernels(KernelTable& table);
+void register_cuda_reduce_kernels(KernelTable& table);
+void register_cuda_softmax_kernels(KernelTable& table);
+void register_cuda_shape_kernels(KernelTable& table);
+void register_cuda_matmul_kernels(KernelTable& table);
+void register_cuda_norm_kernels(KernelTable& table);
+void register_cuda_pool_kernels(KernelTable& table);
+void register_cuda_resample_kernels(KernelTable& table);
+
+// out = in, both of out's dtype, any layouts (the elementwise engine).
+void copy_same_dtype(const Tensor& out, const Tensor& in);
+// Every element of out set to `value`, given as the bits of out's dtype.
+void fill_bits(const Tensor& out, uint64_t value);
+
+}  // namespace kiln::backend::cuda

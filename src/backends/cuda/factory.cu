@@ -1,0 +1,112 @@
+// CUDA kernels of the factories: the same values as the CPU's, element by
+// element (backends/factory_formulas.h; random ops from the counter-based
+// Philox generator).
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/pointwise.cuh"
+#include "backends/factory_formulas.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+using ops::OpId;
+
+template <typename T, typename F>
+__global__ void __launch_bounds__(kBlockThreads) generate_kernel(T* out, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = cvt<T>(f(i));
+  }
+}
+
+// out[i] = f(i) over a contiguous output; f returns a double or an int64.
+template <typename F>
+void generate(const Tensor& out, F f) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  DeviceGuard guard(out.device().index());
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kBlockThreads - 1) / kBlockThreads, 65536));
+  visit_device_dtype(out.dtype(), [&]<typename T>() {
+    generate_kernel<<<grid, kBlockThreads, 0, stream_for(out)>>>(static_cast<T*>(out.data_ptr()), n, f);
+  });
+  check_launch("factory kernel");
+}
+
+struct ArangeF {
+  double start, step;
+  __device__ double operator()(int64_t i) const { return start + static_cast<double>(i) * step; }
+};
+struct ArangeI {
+  int64_t start, step;
+  __device__ int64_t operator()(int64_t i) const { return start + i * step; }
+};
+struct LinspaceF {
+  double a, b;
+  int64_t steps;
+  __device__ double operator()(int64_t i) const { return factory::linspace_at(a, b, steps, i); }
+};
+struct LinspaceI {
+  double a, b;
+  int64_t steps;
+  __device__ int64_t operator()(int64_t i) const {
+    return static_cast<int64_t>(factory::linspace_at(a, b, steps, i));
+  }
+};
+struct EyeF {
+  int64_t m;
+  __device__ int64_t operator()(int64_t i) const { return int64_t(i / m == i % m); }
+};
+struct RandF {
+  bool dbl;
+  uint64_t seed, offset;
+  __device__ double operator()(int64_t i) const { return factory::rand_at(dbl, seed, offset + i); }
+};
+struct RandnF {
+  uint64_t seed, offset;
+  __device__ double operator()(int64_t i) const { return philox::normal(seed, offset + i); }
+};
+struct RandintF {
+  int64_t low, high;
+  uint64_t seed, offset;
+  __device__ int64_t operator()(int64_t i) const {
+    return factory::randint_at(low, high, seed, offset + i);
+  }
+};
+
+}  // namespace
+
+void register_cuda_factory_kernels(KernelTable& t) {
+  t.set(OpId::empty, [](const KernelCall&) {});
+  t.set(OpId::full, [](const KernelCall& c) {
+    visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+      const T v = scalar_as<T>(c.attrs.scalar(1));
+      uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(T));
+      fill_bits(c.out(), bits);
+    });
+  });
+  t.set(OpId::arange, [](const KernelCall& c) {
+    const Scalar start = c.attrs.scalar(0), step = c.attrs.scalar(2);
+    if (is_floating(c.out().dtype())) generate(c.out(), ArangeF{start.to_double(), step.to_double()});
+    else generate(c.out(), ArangeI{start.to_int(), step.to_int()});
+  });
+  t.set(OpId::linspace, [](const KernelCall& c) {
+    const double a = c.attrs.f(0), b = c.attrs.f(1);
+    const int64_t steps = c.attrs.i(2);
+    if (is_floating(c.out().dtype())) generate(c.out(), LinspaceF{a, b, steps});
+    else generate(c.out(), LinspaceI{a, b, steps});
+  });
+  t.set(OpId::eye, [](const KernelCall& c) { generate(c.out(), EyeF{c.attrs.i(1)}); });
+  t.set(OpId::rand, [](const KernelCall& c) {
+    generate(c.out(), RandF{c.out().dtype() == kFloat64, static_cast<uint64_t>(c.attrs.i(3)),
+                            static_cast<uint64_t>(c.attrs.i(4))});
+  });
+  t.set(OpId::randn, [](const KernelCall& c) {
+    generate(c.out(), RandnF{static_cast<uint64_t>(c.attrs.i(3)), static_cast<uint64_t>(c.attrs.i(4))});
+  });
+  t.set(OpId::randint, [](const KernelCall& c) {
+    generate(c.out(), RandintF{c.attrs.i(5), c.attrs.i(6), static_cast<uint64_t>(c.attrs.i(3)),
+                               static_cast<uint64_t>(c.attrs.i(4))});
+  });
+}
+
+}  // namespace kiln::backend::cuda

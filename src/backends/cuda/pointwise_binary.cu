@@ -1,0 +1,223 @@
+// CUDA kernels of the binary elementwise ops. Inputs arrive in one dtype (the
+// shape rule casts them); broadcasting is the engine's job.
+#include <cmath>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/pointwise.cuh"
+#include "ops/dispatch.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+using ops::OpId;
+
+#define KILN_BINARY_FUNCTOR(Name, R, expr)   \
+  struct Name {                              \
+    template <typename C>                    \
+    __device__ R operator()(C a, C b) const { \
+      return expr;                           \
+    }                                        \
+  };
+KILN_BINARY_FUNCTOR(Plus, C, static_cast<C>(a + b))
+KILN_BINARY_FUNCTOR(Minus, C, static_cast<C>(a - b))
+KILN_BINARY_FUNCTOR(Times, C, static_cast<C>(a * b))
+KILN_BINARY_FUNCTOR(Divide, C, a / b)
+KILN_BINARY_FUNCTOR(Maximum, C, a != a ? a : (b != b ? b : (a > b ? a : b)))
+KILN_BINARY_FUNCTOR(Minimum, C, a != a ? a : (b != b ? b : (a < b ? a : b)))
+KILN_BINARY_FUNCTOR(Eq, bool, a == b)
+KILN_BINARY_FUNCTOR(Ne, bool, a != b)
+KILN_BINARY_FUNCTOR(Lt, bool, a < b)
+KILN_BINARY_FUNCTOR(Le, bool, a <= b)
+KILN_BINARY_FUNCTOR(Gt, bool, a > b)
+KILN_BINARY_FUNCTOR(Ge, bool, a >= b)
+KILN_BINARY_FUNCTOR(LogicalAnd, bool, a && b)
+KILN_BINARY_FUNCTOR(LogicalOr, bool, a || b)
+KILN_BINARY_FUNCTOR(LogicalXor, bool, a != b)
+#undef KILN_BINARY_FUNCTOR
+
+// a + scale * b, scale in the compute type (alpha, negated for sub).
+template <typename S>
+struct AddScaled {
+  S scale;
+  template <typename C>
+  __device__ C operator()(C a, C b) const {
+    return static_cast<C>(a + scale * b);
+  }
+};
+
+struct BoolAddScaled {
+  bool alpha;
+  __device__ bool operator()(bool a, bool b) const { return a || (alpha && b); }
+};
+
+template <typename C>
+__device__ C integer_pow(C base, C exp) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return base || !exp;
+  } else {
+    if constexpr (std::is_signed_v<C>) {
+      if (exp < C(0)) {
+        if (base == C(1)) return C(1);
+        if (base == C(-1)) return (exp % 2) ? C(-1) : C(1);
+        return C(0);
+      }
+    }
+    C result = 1;
+    while (exp) {
+      if (exp & 1) result = static_cast<C>(result * base);
+      base = static_cast<C>(base * base);
+      exp = static_cast<C>(exp >> 1);
+    }
+    return result;
+  }
+}
+
+struct Pow {
+  template <typename C>
+  __device__ C operator()(C a, C b) const {
+    if constexpr (std::is_same_v<C, float>) return powf(a, b);
+    else if constexpr (std::is_same_v<C, double>) return pow(a, b);
+    else return integer_pow(a, b);
+  }
+};
+
+struct Remainder {
+  template <typename C>
+  __device__ C operator()(C a, C b) const {
+    if constexpr (std::is_same_v<C, float>) {
+      const float r = fmodf(a, b);
+      return (r != 0.f && ((r < 0.f) != (b < 0.f))) ? r + b : r;
+    } else if constexpr (std::is_same_v<C, double>) {
+      const double r = fmod(a, b);
+      return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+    } else if constexpr (std::is_unsigned_v<C>) {
+      return static_cast<C>(a % b);
+    } else {
+      const C r = static_cast<C>(a % b);
+      return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<C>(r + b) : r;
+    }
+  }
+};
+
+// Sets *flag when an element is zero.
+template <typename T>
+__global__ void find_zero_kernel(const T* p, int64_t n, int* flag) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (p[i] == T(0)) *flag = 1;
+  }
+}
+
+// Integer division by zero has no value: refuse it, as the CPU backend does.
+// This waits for the divisor.
+void check_no_integer_zero(const KernelCall& c, const Tensor& divisor) {
+  if (is_floating(divisor.dtype())) return;
+  if (divisor.device().is_cpu()) {  // an immediate
+    if (divisor.to(kFloat64).item<double>() == 0) {
+      throw ValueError(detail::str_cat(c.schema.name, ": integer division by zero"));
+    }
+    return;
+  }
+  const Tensor d = divisor.contiguous();
+  Tensor flag = ops::make_tensor({1}, kInt32, d.device(), false);
+  DeviceGuard guard(d.device().index());
+  const cudaStream_t stream = stream_for(d);
+  check(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(int), stream), "cudaMemsetAsync");
+  visit_device_dtype(d.dtype(), [&]<typename T>() {
+    if constexpr (std::is_integral_v<T>) {
+      const int64_t n = d.numel();
+      const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+      if (n > 0) {
+        find_zero_kernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(d.data_ptr()), n,
+                                                    static_cast<int*>(flag.data_ptr()));
+      }
+    }
+  });
+  check_launch("remainder: zero check");
+  if (flag.item<int32_t>() != 0) {
+    throw ValueError(detail::str_cat(c.schema.name, ": integer division by zero"));
+  }
+}
+
+// out = f(a, b), all of out's dtype; bool only when with_bool.
+template <bool with_bool, typename F>
+void binary_same(const KernelCall& c, F f) {
+  visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+    if constexpr (with_bool || !kIsBoolT<T>) launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), f);
+    else unsupported_dtype(c, c.out().dtype());
+  });
+}
+
+template <typename F>
+void binary_float(const KernelCall& c, F f) {
+  visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+    if constexpr (kIsFloatT<T>) launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), f);
+    else unsupported_dtype(c, c.out().dtype());
+  });
+}
+
+template <typename F>
+void compare(const KernelCall& c, F f) {
+  visit_device_dtype(c.in(0).dtype(), [&]<typename T>() {
+    launch_elementwise<bool, T, T>(c.out(), c.inputs.first(2), f);
+  });
+}
+
+// Logical ops take inputs of any dtypes: they meet as bools.
+template <typename F>
+void logical(const KernelCall& c, F f) {
+  Tensor a = c.in(0).to(kBool), b = c.in(1).to(kBool);
+  const Tensor both[2] = {a, b};
+  launch_elementwise<bool, bool, bool>(c.out(), both, f);
+}
+
+void add_kernel(const KernelCall& c, double sign) {
+  const Scalar& alpha = c.attrs.scalar(0);
+  if (alpha.to_double() == 1.0) {
+    if (sign > 0) binary_same<true>(c, Plus{});
+    else binary_same<false>(c, Minus{});
+    return;
+  }
+  visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+    using C = dcompute_t<T>;
+    if constexpr (kIsBoolT<T>) {
+      launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), BoolAddScaled{alpha.to<bool>()});
+    } else if constexpr (std::is_floating_point_v<C>) {
+      launch_elementwise<T, T, T>(c.out(), c.inputs.first(2),
+                                  AddScaled<C>{static_cast<C>(sign * alpha.to_double())});
+    } else {
+      launch_elementwise<T, T, T>(c.out(), c.inputs.first(2),
+                                  AddScaled<C>{static_cast<C>(static_cast<C>(sign) * alpha.to<C>())});
+    }
+  });
+}
+
+}  // namespace
+
+void register_cuda_binary_kernels(KernelTable& t) {
+  t.set(OpId::add, [](const KernelCall& c) { add_kernel(c, 1.0); });
+  t.set(OpId::sub, [](const KernelCall& c) { add_kernel(c, -1.0); });
+  t.set(OpId::mul, [](const KernelCall& c) {
+    if (c.out().dtype() == kBool) launch_elementwise<bool, bool, bool>(c.out(), c.inputs.first(2), LogicalAnd{});
+    else binary_same<false>(c, Times{});
+  });
+  t.set(OpId::div, [](const KernelCall& c) { binary_float(c, Divide{}); });
+  t.set(OpId::pow, [](const KernelCall& c) { binary_same<false>(c, Pow{}); });
+  t.set(OpId::maximum, [](const KernelCall& c) { binary_same<true>(c, Maximum{}); });
+  t.set(OpId::minimum, [](const KernelCall& c) { binary_same<true>(c, Minimum{}); });
+  t.set(OpId::remainder, [](const KernelCall& c) {
+    check_no_integer_zero(c, c.in(1));
+    binary_same<false>(c, Remainder{});
+  });
+  t.set(OpId::eq, [](const KernelCall& c) { compare(c, Eq{}); });
+  t.set(OpId::ne, [](const KernelCall& c) { compare(c, Ne{}); });
+  t.set(OpId::lt, [](const KernelCall& c) { compare(c, Lt{}); });
+  t.set(OpId::le, [](const KernelCall& c) { compare(c, Le{}); });
+  t.set(OpId::gt, [](const KernelCall& c) { compare(c, Gt{}); });
+  t.set(OpId::ge, [](const KernelCall& c) { compare(c, Ge{}); });
+  t.set(OpId::logical_and, [](const KernelCall& c) { logical(c, LogicalAnd{}); });
+  t.set(OpId::logical_or, [](const KernelCall& c) { logical(c, LogicalOr{}); });
+  t.set(OpId::logical_xor, [](const KernelCall& c) { logical(c, LogicalXor{}); });
+}
+
+}  // namespace kiln::backend::cuda

@@ -1,0 +1,127 @@
+// CUDA kernels of where, clamp, masked_fill, copy (casts) and fill.
+#include <limits>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/pointwise.cuh"
+
+namespace kiln::backend::cuda {
+namespace {
+
+using ops::OpId;
+
+struct Where {
+  template <typename C>
+  __device__ C operator()(bool m, C a, C b) const {
+    return m ? a : b;
+  }
+};
+
+template <typename C>
+struct Clamp {
+  C lo, hi;
+  __device__ C operator()(C v) const { return v < lo ? lo : (v > hi ? hi : v); }  // NaN passes
+};
+
+template <typename T>
+struct MaskedFill {
+  T value;
+  template <typename C>
+  __device__ T operator()(C x, bool m) const {
+    return m ? value : cvt<T>(x);
+  }
+};
+
+template <typename T>
+struct Constant {
+  T value;
+  __device__ T operator()() const { return value; }
+};
+
+struct Cast {
+  template <typename C>
+  __device__ C operator()(C x) const {
+    return x;
+  }
+};
+
+}  // namespace
+
+[[noreturn]] void unsupported_dtype(const KernelCall& c, DType t) {
+  throw DTypeError(detail::str_cat(c.schema.name, ": no CUDA kernel for ", t));
+}
+
+void copy_same_dtype(const Tensor& out, const Tensor& in) {
+  const Tensor inputs[1] = {in};
+  switch (out.element_size()) {
+    case 1: launch_elementwise<uint8_t, uint8_t>(out, inputs, Identity{}); break;
+    case 2: launch_elementwise<uint16_t, uint16_t>(out, inputs, Identity{}); break;
+    case 4: launch_elementwise<uint32_t, uint32_t>(out, inputs, Identity{}); break;
+    default: launch_elementwise<uint64_t, uint64_t>(out, inputs, Identity{}); break;
+  }
+}
+
+void fill_bits(const Tensor& out, uint64_t value) {
+  switch (out.element_size()) {
+    case 1: launch_elementwise<uint8_t>(out, {}, Constant<uint8_t>{static_cast<uint8_t>(value)}); break;
+    case 2: launch_elementwise<uint16_t>(out, {}, Constant<uint16_t>{static_cast<uint16_t>(value)}); break;
+    case 4: launch_elementwise<uint32_t>(out, {}, Constant<uint32_t>{static_cast<uint32_t>(value)}); break;
+    default: launch_elementwise<uint64_t>(out, {}, Constant<uint64_t>{value}); break;
+  }
+}
+
+void register_cuda_misc_pointwise_kernels(KernelTable& t) {
+  t.set(OpId::where, [](const KernelCall& c) {
+    visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+      launch_elementwise<T, bool, T, T>(c.out(), c.inputs.first(3), Where{});
+    });
+  });
+  t.set(OpId::clamp, [](const KernelCall& c) {
+    visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+      using C = dcompute_t<T>;
+      if constexpr (kIsBoolT<T>) {
+        unsupported_dtype(c, c.out().dtype());
+      } else {
+        // Bounds outside the dtype's range clamp to its ends instead of wrapping.
+        auto bound = [&](size_t k, C none) -> C {
+          if (!c.attrs.has(k)) return none;
+          const Scalar& s = c.attrs.scalar(k);
+          if constexpr (std::is_integral_v<C>) {
+            const double v = s.to_double();
+            if (v <= static_cast<double>(std::numeric_limits<C>::lowest())) return std::numeric_limits<C>::lowest();
+            if (v >= static_cast<double>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
+          }
+          return s.to<C>();
+        };
+        const Clamp<C> f{bound(0, std::numeric_limits<C>::lowest()), bound(1, std::numeric_limits<C>::max())};
+        launch_elementwise<T, T>(c.out(), c.inputs.first(1), f);
+      }
+    });
+  });
+  t.set(OpId::masked_fill, [](const KernelCall& c) {
+    visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+      launch_elementwise<T, T, bool>(c.out(), c.inputs.first(2), MaskedFill<T>{scalar_as<T>(c.attrs.scalar(0))});
+    });
+  });
+  t.set(OpId::copy, [](const KernelCall& c) {
+    const DType to = c.out().dtype(), from = c.in(0).dtype();
+    if (to == from) {
+      copy_same_dtype(c.out(), c.in(0));
+      return;
+    }
+    visit_device_dtype(to, [&]<typename To>() {
+      visit_device_dtype(from, [&]<typename From>() {
+        if constexpr (!std::is_same_v<To, From>) launch_elementwise<To, From>(c.out(), c.inputs.first(1), Cast{});
+      });
+    });
+  });
+  t.set(OpId::fill, [](const KernelCall& c) {
+    visit_device_dtype(c.out().dtype(), [&]<typename T>() {
+      const T v = scalar_as<T>(c.attrs.scalar(0));
+      uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(T));
+      fill_bits(c.out(), bits);
+    });
+  });
+}
+
+}  // namespace kiln::backend::cuda
