@@ -4,6 +4,10 @@
 // same thread count and prints the side-by-side table.
 //
 //   kiln_bench_models --model resnet50 --batch 8 --threads 2 --iters 20
+//   kiln_bench_models --model resnet50 --device cuda
+//
+// On a CUDA device each timed call ends with a device synchronize, so the
+// time covers the whole forward, host and device.
 //
 // Models: resnet50 (3x224x224), bert (BERT-base, token ids of --seq, default
 // 128), lstm (LSTMNet, --seq steps of 256 features, default 128), lstm_loop
@@ -29,6 +33,7 @@ struct Config {
   int threads = 0;  // 0: kiln's default
   int iters = 20;
   int warmup = 3;
+  std::string device = "cpu";
 };
 
 // A forward call of the configured model on fixed inputs; the model and inputs
@@ -36,28 +41,33 @@ struct Config {
 std::function<void()> make_forward(const Config& c) {
   using namespace kiln;
   manual_seed(0);
+  const Device device = c.device == "cuda" ? Device::cuda() : Device::cpu();
   if (c.model == "resnet50") {
     std::shared_ptr<models::ResNet> net = models::resnet50();
     net->eval();
-    Tensor images = randn({c.batch, 3, 224, 224});
+    net->to(device);
+    Tensor images = randn({c.batch, 3, 224, 224}).to(device);
     return [net, images] { (*net)(images); };
   }
   if (c.model == "bert") {
     auto net = std::make_shared<models::BertModel>(models::BertConfig{});
     net->eval();
-    Tensor ids = randint(0, 30522, {c.batch, c.seq ? c.seq : 128});
+    net->to(device);
+    Tensor ids = randint(0, 30522, {c.batch, c.seq ? c.seq : 128}).to(device);
     return [net, ids] { (*net)(ids); };
   }
   if (c.model == "lstm") {
     auto net = std::make_shared<models::LSTMNet>();
     net->eval();
-    Tensor x = randn({c.batch, c.seq ? c.seq : 128, 256});
+    net->to(device);
+    Tensor x = randn({c.batch, c.seq ? c.seq : 128, 256}).to(device);
     return [net, x] { (*net)(x); };
   }
   if (c.model == "lstm_loop") {
     auto net = std::make_shared<models::LSTMCellLoop>();
     net->eval();
-    Tensor x = randn({c.batch, c.seq ? c.seq : 32, 256});
+    net->to(device);
+    Tensor x = randn({c.batch, c.seq ? c.seq : 32, 256}).to(device);
     return [net, x] { (*net)(x); };
   }
   throw kiln::ValueError("kiln_bench_models: unknown model '" + c.model +
@@ -67,7 +77,12 @@ std::function<void()> make_forward(const Config& c) {
 int run(const Config& c) {
   if (c.threads > 0) kiln::set_num_threads(c.threads);
   kiln::InferenceModeGuard inference;
-  const std::function<void()> forward = make_forward(c);
+  const std::function<void()> model_forward = make_forward(c);
+  const bool on_cuda = c.device == "cuda";
+  const std::function<void()> forward = [&] {
+    model_forward();
+    if (on_cuda) kiln::cuda::synchronize();
+  };
   for (int i = 0; i < c.warmup; ++i) forward();
   std::vector<double> ms;
   for (int i = 0; i < c.iters; ++i) {
@@ -77,9 +92,10 @@ int run(const Config& c) {
   }
   std::sort(ms.begin(), ms.end());
   std::printf(
-      "{\"framework\": \"kiln\", \"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"iters\": %d, "
+      "{\"framework\": \"kiln\", \"model\": \"%s\", \"device\": \"%s\", \"batch\": %lld, \"threads\": %d, "
+      "\"iters\": %d, "
       "\"median_ms\": %.4f, \"min_ms\": %.4f, \"p90_ms\": %.4f}\n",
-      c.model.c_str(), static_cast<long long>(c.batch), kiln::get_num_threads(), c.iters,
+      c.model.c_str(), c.device.c_str(), static_cast<long long>(c.batch), kiln::get_num_threads(), c.iters,
       ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10]);
   return 0;
 }
@@ -98,6 +114,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads, "CPU threads (default: kiln's)")->check(CLI::Range(1, 1024));
   app.add_option("--iters", c.iters, "timed calls")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", c.warmup, "untimed calls first")->check(CLI::Range(0, 100000));
+  app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c);

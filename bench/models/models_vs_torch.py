@@ -1,9 +1,14 @@
-"""kiln against PyTorch, side by side: eager CPU forward latency of the
-reference models, same thread count, one run, alternating kiln and PyTorch per
-configuration.
+"""kiln against PyTorch, side by side: eager forward latency of the reference
+models on the CPU (same thread count) or a CUDA device, one run, alternating
+kiln and PyTorch per configuration.
 
     python3 bench/models/models_vs_torch.py --kiln-bin build-release/bench/kiln_bench_models \
-        [--threads N] [--iters 20] [--models resnet50 bert lstm lstm_loop] [--batches 1 8] [--out FILE.json]
+        [--device cpu|cuda] [--threads N] [--iters 20] [--models resnet50 bert lstm lstm_loop] \
+        [--batches 1 8] [--out FILE.json]
+
+On CUDA both sides synchronize the device after each call and run fp32
+without TF32 for matmul and with TF32 for convolutions (both frameworks'
+defaults).
 
 PyTorch side: torchvision resnet50, transformers BertModel(BertConfig()) (its
 default attention), nn.LSTM(256, 512, 2, batch_first=True) + Linear, and the
@@ -55,26 +60,32 @@ def torch_case(model, batch):
     raise ValueError(model)
 
 
-def time_torch(model, batch, iters, warmup=3):
+def time_torch(model, batch, iters, device, warmup=3):
     net, args = torch_case(model, batch)
     net.eval()
+    net.to(device)
+    args = tuple(a.to(device) for a in args)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with torch.inference_mode():
         for _ in range(warmup):
             net(*args)
+            sync()
         ms = []
         for _ in range(iters):
             t0 = time.perf_counter()
             net(*args)
+            sync()
             ms.append((time.perf_counter() - t0) * 1e3)
     ms.sort()
     return {"framework": "pytorch", "model": model, "batch": batch, "threads": torch.get_num_threads(),
             "iters": iters, "median_ms": ms[len(ms) // 2], "min_ms": ms[0], "p90_ms": ms[len(ms) * 9 // 10]}
 
 
-def time_kiln(binary, model, batch, threads, iters):
+def time_kiln(binary, model, batch, threads, iters, device):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run([binary, "--model", model, "--batch", str(batch), "--threads", str(threads),
-                          "--iters", str(iters)], env=env, check=True, capture_output=True, text=True)
+                          "--iters", str(iters), "--device", device], env=env, check=True, capture_output=True,
+                         text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -85,24 +96,28 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--models", nargs="+", default=["resnet50", "bert", "lstm", "lstm_loop"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--out", help="also write the rows as JSON here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"PyTorch {torch.__version__}, {args.threads} threads, {os.cpu_count()} CPUs, median of {args.iters} calls",
-          flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{os.cpu_count()} CPUs"
+    print(f"PyTorch {torch.__version__}, {args.device} ({where}), {args.threads} threads, "
+          f"median of {args.iters} calls", flush=True)
     print("| model | batch | kiln ms | PyTorch ms | kiln / PyTorch |")
     print("| --- | --- | --- | --- | --- |", flush=True)
     rows = []
     for model in args.models:
         for batch in args.batches:
-            k = time_kiln(args.kiln_bin, model, batch, args.threads, args.iters)
-            t = time_torch(model, batch, args.iters)
+            k = time_kiln(args.kiln_bin, model, batch, args.threads, args.iters, args.device)
+            t = time_torch(model, batch, args.iters, args.device)
             ratio = k["median_ms"] / t["median_ms"]
             rows.append({"kiln": k, "pytorch": t, "ratio": ratio})
             print(f"| {model} | {batch} | {k['median_ms']:.2f} | {t['median_ms']:.2f} | {ratio:.2f}x |", flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "device": args.device, "threads": args.threads, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

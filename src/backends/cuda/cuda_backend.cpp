@@ -59,6 +59,10 @@ CudaBackend::CudaBackend() {
   register_cuda_norm_kernels(kernels_);
   register_cuda_pool_kernels(kernels_);
   register_cuda_resample_kernels(kernels_);
+  register_cuda_composite_kernels(kernels_);
+#ifdef KILN_WITH_CUDNN
+  register_cuda_conv_kernels(kernels_);
+#endif
 }
 
 CudaBackend& cuda_backend() {

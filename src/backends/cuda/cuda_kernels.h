@@ -16,6 +16,8 @@ void register_cuda_matmul_kernels(KernelTable& table);
 void register_cuda_norm_kernels(KernelTable& table);
 void register_cuda_pool_kernels(KernelTable& table);
 void register_cuda_resample_kernels(KernelTable& table);
+void register_cuda_conv_kernels(KernelTable& table);  // with cuDNN only
+void register_cuda_composite_kernels(KernelTable& table);
 
 // out = in, both of out's dtype, any layouts (the elementwise engine).
 void copy_same_dtype(const Tensor& out, const Tensor& in);

@@ -1,0 +1,119 @@
+// CUDA kernels of lstm_sequence and scaled_dot_product_attention, composed of
+// kiln ops on the device (cuBLASLt products) plus one fused LSTM cell kernel.
+//
+// lstm_sequence: per layer, the input projection of every step is one product;
+// each step then adds h @ W_hh^T (addmm) and runs the cell kernel, which
+// computes the gates, the new c in place and h into the output sequence.
+// scaled_dot_product_attention: scores = q @ k^T * scale (+ mask, causal),
+// softmax, @ v, as PyTorch's math path; a row whose keys are all masked gives
+// zeros, as the CPU kernel.
+#include <cmath>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/pointwise.cuh"
+#include "kiln/kiln.h"
+#include "ops/dispatch.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+using ops::OpId;
+
+constexpr int kThreads = 256;
+
+template <typename C>
+__device__ inline C sigmoid(C v) {
+  return C(1) / (C(1) + ::exp(-v));
+}
+
+// gates [B, 4H] (i, f, g, o); c [B, H] updated in place; h [B, H] written.
+template <typename T>
+__global__ void lstm_cell_kernel(const T* gates, T* c, T* h, int64_t batch, int64_t hidden) {
+  using C = dcompute_t<T>;
+  const int64_t n = batch * hidden;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t b = e / hidden, j = e - b * hidden;
+    const T* g = gates + b * 4 * hidden;
+    const C i = sigmoid(to_compute(g[j]));
+    const C f = sigmoid(to_compute(g[hidden + j]));
+    const C cell = ::tanh(to_compute(g[2 * hidden + j]));
+    const C o = sigmoid(to_compute(g[3 * hidden + j]));
+    const C c_next = f * to_compute(c[e]) + i * cell;
+    c[e] = cvt<T>(c_next);
+    h[e] = cvt<T>(o * ::tanh(c_next));
+  }
+}
+
+void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h) {
+  const int64_t batch = c.size(0), hidden = c.size(1);
+  if (batch * hidden == 0) return;
+  DeviceGuard guard(c.device().index());
+  visit_device_dtype(c.dtype(), [&]<typename T>() {
+    if constexpr (kIsFloatT<T>) {
+      const unsigned grid = static_cast<unsigned>(std::min<int64_t>((batch * hidden + kThreads - 1) / kThreads, 65536));
+      lstm_cell_kernel<T><<<grid, kThreads, 0, stream_for(c)>>>(static_cast<const T*>(gates.data_ptr()),
+                                                                static_cast<T*>(c.data_ptr()),
+                                                                static_cast<T*>(h.data_ptr()), batch, hidden);
+    }
+  });
+  check_launch("lstm cell kernel");
+}
+
+void lstm_sequence_op(const KernelCall& call) {
+  NoGradGuard no_grad;
+  const int64_t layers = call.attrs.i(0);
+  const bool has_biases = call.attrs.b(1);
+  const size_t per_layer = has_biases ? 4 : 2;
+  const Tensor& x = call.in(0);
+  if (!is_floating(x.dtype())) throw DTypeError(detail::str_cat("lstm_sequence: no CUDA kernel for ", x.dtype()));
+  const int64_t steps = x.size(0), batch = x.size(1), hidden = call.in(4).size(1);
+  Tensor seq = x.contiguous();
+  for (int64_t l = 0; l < layers; ++l) {
+    const size_t k = 3 + static_cast<size_t>(l) * per_layer;
+    const Tensor& w_ih = call.in(k);
+    const Tensor w_hh_t = call.in(k + 1).t();
+    const Tensor bias = has_biases ? call.in(k + 2) + call.in(k + 3) : Tensor();
+    // The input projection of every step at once: [T * B, 4H].
+    const Tensor projected = linear(seq.reshape({steps * batch, seq.size(2)}), w_ih, bias)
+                                 .view({steps, batch, 4 * hidden});
+    Tensor h = call.out(1).select(0, l), c = call.out(2).select(0, l);
+    copy_same_dtype(h, call.in(1).select(0, l));
+    copy_same_dtype(c, call.in(2).select(0, l));
+    Tensor out = l + 1 == layers ? call.out(0) : ops::make_tensor({steps, batch, hidden}, x.dtype(), x.device(), false);
+    for (int64_t t = 0; t < steps; ++t) {
+      const Tensor gates = addmm(projected.select(0, t), t == 0 ? h : out.select(0, t - 1), w_hh_t);
+      lstm_cell(gates, c, out.select(0, t));
+    }
+    if (steps > 0) copy_same_dtype(h, out.select(0, steps - 1));
+    seq = out;
+  }
+}
+
+void sdpa_op(const KernelCall& c) {
+  NoGradGuard no_grad;
+  const Tensor &q = c.in(0), &k = c.in(1), &v = c.in(2);
+  const Tensor mask = c.inputs.size() > 3 && c.in(3).defined() ? c.in(3) : Tensor();
+  const double scale = c.attrs.f(1);
+  const int64_t l = q.size(-2), s = k.size(-2);
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (mask.defined()) {
+    scores = mask.dtype() == kBool ? masked_fill(scores, logical_not(mask), neg_inf) : scores + mask;
+  }
+  if (c.attrs.b(0)) {
+    const Tensor above = triu(full({l, s}, true, {.dtype = kBool, .device = q.device()}), 1);
+    scores = masked_fill(scores, above, neg_inf);
+  }
+  const Tensor dead = amax(scores, {-1}, true) == neg_inf;
+  const Tensor p = masked_fill(softmax(scores, -1), dead, 0.0);
+  copy_same_dtype(c.out(), matmul(p, v).to(c.out().dtype()));
+}
+
+}  // namespace
+
+void register_cuda_composite_kernels(KernelTable& t) {
+  t.set(OpId::lstm_sequence, lstm_sequence_op);
+  t.set(OpId::scaled_dot_product_attention, sdpa_op);
+}
+
+}  // namespace kiln::backend::cuda
