@@ -21,7 +21,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
-#include "kiln/runtime.h"
+#include "kiln/kiln.h"
 #include "ops/dispatch.h"
 
 namespace kiln::backend::cuda {
@@ -270,6 +270,13 @@ Batched broadcast_batch(const Tensor& a, const Tensor& b) {
 void batched_product(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta,
                      const Tensor& bias) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (bias.defined() && out.dtype() == kFloat64) {
+    // cuBLASLt's bias epilogue is not offered for float64: add it afterwards.
+    batched_product(out, a, b, alpha, beta, Tensor());
+    NoGradGuard no_grad;
+    copy_same_dtype(out, add(out, bias));
+    return;
+  }
   if (k == 0) {  // an empty sum: zero (and the bias)
     fill_bits(out, 0);
     if (bias.defined()) copy_same_dtype(out, bias.expand(out.sizes()));
@@ -303,7 +310,7 @@ void addmm_op(const KernelCall& c) {
   const double beta = c.attrs.scalar(0).to_double(), alpha = c.attrs.scalar(1).to_double();
   const Tensor& out = c.out();
   const int64_t m = c.in(1).size(0), k = c.in(1).size(1), n = c.in(2).size(1);
-  if (beta == 1 && self.dim() == 1 && self.size(0) == n && alpha != 0 && k > 0) {
+  if (beta == 1 && self.dim() == 1 && self.size(0) == n && alpha != 0 && k > 0 && out.dtype() != kFloat64) {
     gemm(out, c.in(1), c.in(2), 1, m, n, k, alpha, 0, self.contiguous());
     return;
   }

@@ -1,0 +1,97 @@
+// kiln_bench_cuda: the CUDA backend's op-level figures, one JSON line each,
+// for bench/cuda/cuda_vs_torch.py to set beside PyTorch's:
+//   - host time per eager op on tiny tensors (a + b on one element, queued
+//     without waiting; the device catches up at the end),
+//   - matmul of 4096 x 4096 x 4096 in float32 (no TF32) and bfloat16,
+//   - a + b on 64M floats (bandwidth-bound).
+// Device times come from CUDA events around the timed calls (medians of runs).
+//
+//   kiln_bench_cuda [--iters 20]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+using namespace kiln;
+
+// Median milliseconds of one call of f over `iters` runs, timed by events.
+double device_ms(const std::function<void()>& f, int iters) {
+  f();
+  cuda::synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    cuda::Event start(true), end(true);
+    start.record();
+    f();
+    end.record();
+    end.synchronize();
+    ms.push_back(start.elapsed_ms(end));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void emit(const std::string& name, double value, const std::string& unit) {
+  std::printf("{\"framework\": \"kiln\", \"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}\n", name.c_str(), value,
+              unit.c_str());
+  std::fflush(stdout);
+}
+
+int run(int iters) {
+  if (!cuda::is_available()) throw DeviceError("kiln_bench_cuda: " + cuda::unavailable_reason());
+  const Device dev = Device::cuda();
+  set_allow_tf32({.matmul = false, .conv = true});
+  {
+    // Host time per op: many tiny adds queued back to back.
+    const Tensor a = ones({1}, {.dtype = kFloat32, .device = dev}), b = ones({1}, {.dtype = kFloat32, .device = dev});
+    constexpr int kOps = 20000;
+    for (int i = 0; i < 1000; ++i) (void)(a + b);
+    cuda::synchronize();
+    std::vector<double> us;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kOps; ++i) (void)(a + b);
+      const auto t1 = std::chrono::steady_clock::now();
+      cuda::synchronize();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kOps);
+    }
+    std::sort(us.begin(), us.end());
+    emit("host_us_per_tiny_add", us[us.size() / 2], "us");
+  }
+  for (DType t : {kFloat32, kBFloat16}) {
+    const int64_t n = 4096;
+    Generator g(0);
+    const Tensor a = randn({n, n}, {}, &g).to(t).to(dev), b = randn({n, n}, {}, &g).to(t).to(dev);
+    const double ms = device_ms([&] { (void)matmul(a, b); }, iters);
+    emit(std::string("matmul_4096_") + (t == kFloat32 ? "fp32" : "bf16"), ms, "ms");
+  }
+  {
+    const int64_t n = int64_t{1} << 26;
+    const Tensor a = ones({n}, {.dtype = kFloat32, .device = dev}), b = ones({n}, {.dtype = kFloat32, .device = dev});
+    emit("add_64M_fp32", device_ms([&] { (void)(a + b); }, iters), "ms");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 20;
+  CLI::App app{"CUDA op figures of kiln"};
+  app.add_option("--iters", iters, "timed calls per figure")->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(iters);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

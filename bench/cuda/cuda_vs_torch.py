@@ -1,0 +1,89 @@
+"""kiln against PyTorch on a CUDA device, op-level figures side by side in one
+run: host time per eager op on tiny tensors, 4096^3 matmul in float32 (no
+TF32) and bfloat16, and an add of 64M floats.
+
+    python3 bench/cuda/cuda_vs_torch.py --kiln-bin build-release/bench/kiln_bench_cuda [--iters 20]
+
+Both sides time device work with CUDA events around each call (median), and
+host time per op as the wall time of 20000 queued adds of one element.
+"""
+import argparse
+import json
+import subprocess
+import time
+
+import torch
+
+
+def torch_figures(iters):
+    dev = "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = {}
+    a = torch.ones(1, device=dev)
+    b = torch.ones(1, device=dev)
+    for _ in range(1000):
+        a + b
+    torch.cuda.synchronize()
+    us = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(20000):
+            a + b
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        us.append((t1 - t0) * 1e6 / 20000)
+    out["host_us_per_tiny_add"] = sorted(us)[len(us) // 2]
+
+    def device_ms(f):
+        f()
+        torch.cuda.synchronize()
+        ms = []
+        for _ in range(iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            f()
+            e.record()
+            e.synchronize()
+            ms.append(s.elapsed_time(e))
+        return sorted(ms)[len(ms) // 2]
+
+    g = torch.Generator().manual_seed(0)
+    for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        x = torch.randn(4096, 4096, generator=g).to(dtype).to(dev)
+        y = torch.randn(4096, 4096, generator=g).to(dtype).to(dev)
+        out[f"matmul_4096_{name}"] = device_ms(lambda: x @ y)
+    p = torch.ones(1 << 26, device=dev)
+    q = torch.ones(1 << 26, device=dev)
+    out["add_64M_fp32"] = device_ms(lambda: p + q)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln-bin", required=True)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out", help="also write the rows as JSON here")
+    args = ap.parse_args()
+    run = subprocess.run([args.kiln_bin, "--iters", str(args.iters)], check=True, capture_output=True, text=True)
+    kiln = {}
+    units = {}
+    for line in run.stdout.splitlines():
+        row = json.loads(line)
+        kiln[row["name"]] = row["value"]
+        units[row["name"]] = row["unit"]
+    torch_rows = torch_figures(args.iters)
+    print(f"PyTorch {torch.__version__}, {torch.cuda.get_device_name()}, median of {args.iters} calls")
+    print("| figure | kiln | PyTorch | kiln / PyTorch |")
+    print("| --- | --- | --- | --- |")
+    rows = []
+    for name, value in kiln.items():
+        t = torch_rows[name]
+        rows.append({"name": name, "unit": units[name], "kiln": value, "pytorch": t, "ratio": value / t})
+        print(f"| {name} | {value:.4g} {units[name]} | {t:.4g} {units[name]} | {value / t:.2f}x |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
