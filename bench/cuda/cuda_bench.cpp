@@ -40,8 +40,8 @@ double device_ms(const std::function<void()>& f, int iters) {
 }
 
 void emit(const std::string& name, double value, const std::string& unit) {
-  std::printf("{\"framework\": \"kiln\", \"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}\n", name.c_str(), value,
-              unit.c_str());
+  std::printf("{\"framework\": \"kiln\", \"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}\n",
+              name.c_str(), value, unit.c_str());
   std::fflush(stdout);
 }
 
@@ -51,7 +51,8 @@ int run(int iters) {
   set_allow_tf32({.matmul = false, .conv = true});
   {
     // Host time per op: many tiny adds queued back to back.
-    const Tensor a = ones({1}, {.dtype = kFloat32, .device = dev}), b = ones({1}, {.dtype = kFloat32, .device = dev});
+    const Tensor a = ones({1}, {.dtype = kFloat32, .device = dev}),
+                 b = ones({1}, {.dtype = kFloat32, .device = dev});
     constexpr int kOps = 20000;
     for (int i = 0; i < 1000; ++i) (void)(a + b);
     cuda::synchronize();
@@ -75,7 +76,8 @@ int run(int iters) {
   }
   {
     const int64_t n = int64_t{1} << 26;
-    const Tensor a = ones({n}, {.dtype = kFloat32, .device = dev}), b = ones({n}, {.dtype = kFloat32, .device = dev});
+    const Tensor a = ones({n}, {.dtype = kFloat32, .device = dev}),
+                 b = ones({n}, {.dtype = kFloat32, .device = dev});
     emit("add_64M_fp32", device_ms([&] { (void)(a + b); }, iters), "ms");
   }
   return 0;

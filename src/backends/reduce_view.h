@@ -32,4 +32,16 @@ inline std::vector<int64_t> reduce_dims_attr(const KernelCall& c, size_t k) {
   return c.in(0).dim() == 0 ? std::vector<int64_t>{} : c.attrs.ints(k);
 }
 
+// The view of max_dim / min_dim / argmax / argmin: attribute 0 is the dim, or
+// absent for argmax and argmin over every dim (in row-major order).
+inline ReduceView make_arg_reduce_view(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  std::vector<int64_t> dims;
+  if (x.dim() > 0 && c.attrs.has(0)) dims.push_back(c.attrs.i(0));
+  if (!c.attrs.has(0)) {
+    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
+  }
+  return make_reduce_view(x, dims, /*ordered=*/true);
+}
+
 }  // namespace kiln::backend

@@ -151,6 +151,26 @@ bool not_supported(const Error& e) {
 
 namespace {
 
+// The reference kernels' outputs for copies of the inputs.
+TensorList reference_outputs(const OpCase& op_case, const TensorList& inputs) {
+  TensorList ref_inputs = clone_inputs(inputs);
+  ops::ReferenceModeGuard reference;
+  return op_case.run(ref_inputs);
+}
+
+// Every output within the case's bound for its dtype (CPU tensors).
+void expect_outputs_match(const OpCase& op_case, const TensorList& expected,
+                          const TensorList& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double bound = op_case.max_nmse > 0 && is_floating(expected[i].dtype())
+                             ? op_case.max_nmse
+                             : default_max_nmse(expected[i].dtype());
+    const auto result = compare(expected[i], actual[i], bound);
+    EXPECT_TRUE(result.ok) << "output " << i << ": " << result.message;
+  }
+}
+
 class OpConsistency : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpConsistency, MatchesReference) {
@@ -161,27 +181,13 @@ TEST_P(OpConsistency, MatchesReference) {
     SCOPED_TRACE(detail::str_cat(op_case.name, " dtype=", dtype));
     Generator g(1234);
     TensorList inputs = op_case.make(dtype, g);
-    TensorList ref_inputs = clone_inputs(inputs);
-    TensorList expected;
-    {
-      ops::ReferenceModeGuard reference;
-      expected = op_case.run(ref_inputs);
-    }
-    TensorList actual = op_case.run(inputs);
-    ASSERT_EQ(expected.size(), actual.size());
-    for (size_t i = 0; i < expected.size(); ++i) {
-      const double bound = op_case.max_nmse > 0 && is_floating(expected[i].dtype())
-                               ? op_case.max_nmse
-                               : default_max_nmse(expected[i].dtype());
-      auto result = compare(expected[i], actual[i], bound);
-      EXPECT_TRUE(result.ok) << "output " << i << ": " << result.message;
-    }
+    const TensorList expected = reference_outputs(op_case, inputs);
+    expect_outputs_match(op_case, expected, op_case.run(inputs));
   }
   EXPECT_EQ(backend::cpu_guard_violations(), violations_before)
       << "a kernel wrote outside its output";
   backend::cpu_set_guard_bytes(false);
 }
-
 
 INSTANTIATE_TEST_SUITE_P(Cpu, OpConsistency, ::testing::Range<size_t>(0, all_cases().size()),
                          case_name);
@@ -195,17 +201,13 @@ TEST_P(CudaOpConsistency, MatchesReference) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   const OpCase& op_case = all_cases()[GetParam()];
   const Device device = Device::cuda(0);
+  ExactFloat32Guard exact;
   std::vector<std::string> unsupported;
   for (DType dtype : op_case.dtypes) {
     SCOPED_TRACE(detail::str_cat(op_case.name, " dtype=", dtype));
     Generator g(1234);
     TensorList inputs = op_case.make(dtype, g);
-    TensorList ref_inputs = clone_inputs(inputs);
-    TensorList expected;
-    {
-      ops::ReferenceModeGuard reference;
-      expected = op_case.run(ref_inputs);
-    }
+    const TensorList expected = reference_outputs(op_case, inputs);
     TensorList device_inputs;
     for (const Tensor& t : inputs) device_inputs.push_back(to_device_keep_layout(t, device));
     TensorList actual;
@@ -216,16 +218,12 @@ TEST_P(CudaOpConsistency, MatchesReference) {
       unsupported.push_back(detail::str_cat(dtype, " (", e.what(), ")"));
       continue;
     }
-    ASSERT_EQ(expected.size(), actual.size());
-    for (size_t i = 0; i < expected.size(); ++i) {
+    for (size_t i = 0; i < actual.size(); ++i) {
       ASSERT_TRUE(actual[i].device() == device)
           << "output " << i << " is on " << actual[i].device();
-      const double bound = op_case.max_nmse > 0 && is_floating(expected[i].dtype())
-                               ? op_case.max_nmse
-                               : default_max_nmse(expected[i].dtype());
-      auto result = compare(expected[i], actual[i].to(Device::cpu()), bound);
-      EXPECT_TRUE(result.ok) << "output " << i << ": " << result.message;
+      actual[i] = actual[i].to(Device::cpu());
     }
+    expect_outputs_match(op_case, expected, actual);
   }
   if (!unsupported.empty()) {
     std::string list;

@@ -186,6 +186,7 @@ class CudaOpGradients : public ::testing::TestWithParam<size_t> {};
 TEST_P(CudaOpGradients, MatchTheCpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   const OpCase& c = all_cases()[GetParam()];
+  ExactFloat32Guard exact;
   std::vector<std::string> unsupported;
   int ran = 0;
   for (DType dtype : {kFloat64, kFloat32}) {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <thread>
 
-#include "kiln/kiln.h"
 #include "backends/backend.h"
+#include "kiln/kiln.h"
 #include "ops/dispatch.h"
 #include "unit/expect_error.h"
 
@@ -138,23 +138,25 @@ TEST_F(Cuda, MatrixProductsMatchTheCpu) {
     ASSERT_EQ(e.size(), a.size());
     for (size_t i = 0; i < e.size(); ++i) ASSERT_NEAR(a[i], e[i], tol * (1 + std::abs(e[i]))) << i;
   };
-  const Tensor a = randn({5, 33, 17}, {}, &g), b = randn({17, 9}, {}, &g), bt = randn({9, 17}, {}, &g).t();
+  const Tensor a = randn({5, 33, 17}, {}, &g), b = randn({17, 9}, {}, &g),
+               bt = randn({9, 17}, {}, &g).t();
   check(matmul(a, b), matmul(a.to(kDevice), b.to(kDevice)), 1e-5);
   check(matmul(a, bt), matmul(a.to(kDevice), bt.to(kDevice)), 1e-5);  // a transposed operand
-  const Tensor batch_b = randn({3, 1, 17, 4}, {}, &g);  // broadcast against a's batch
+  const Tensor batch_b = randn({3, 1, 17, 4}, {}, &g);                // broadcast against a's batch
   check(matmul(a, batch_b), matmul(a.to(kDevice), batch_b.to(kDevice)), 1e-5);
   const Tensor v = randn({17}, {}, &g);
   check(matmul(a, v), matmul(a.to(kDevice), v.to(kDevice)), 1e-5);
   check(matmul(v, b), matmul(v.to(kDevice), b.to(kDevice)), 1e-5);
   const Tensor x = randn({2, 7, 17}, {}, &g), w = randn({6, 17}, {}, &g), bias = randn({6}, {}, &g);
-  check(linear(x, w, bias),
-        linear(x.to(kDevice), w.to(kDevice), bias.to(kDevice)), 1e-5);
+  check(linear(x, w, bias), linear(x.to(kDevice), w.to(kDevice), bias.to(kDevice)), 1e-5);
   const Tensor self = randn({33, 9}, {}, &g), m1 = randn({33, 17}, {}, &g);
-  check(addmm(self, m1, b, 0.5, 2.0), addmm(self.to(kDevice), m1.to(kDevice), b.to(kDevice), 0.5, 2.0), 1e-5);
+  check(addmm(self, m1, b, 0.5, 2.0),
+        addmm(self.to(kDevice), m1.to(kDevice), b.to(kDevice), 0.5, 2.0), 1e-5);
   const Tensor row = randn({9}, {}, &g);
   check(addmm(row, m1, b), addmm(row.to(kDevice), m1.to(kDevice), b.to(kDevice)), 1e-5);
   for (DType t : {kFloat16, kBFloat16, kFloat64}) {
-    check(matmul(a.to(t), b.to(t)).to(kFloat32), matmul(a.to(t).to(kDevice), b.to(t).to(kDevice)).to(kFloat32),
+    check(matmul(a.to(t), b.to(t)).to(kFloat32),
+          matmul(a.to(t).to(kDevice), b.to(t).to(kDevice)).to(kFloat32),
           t == kFloat64 ? 1e-12 : 2e-2);
   }
   const Tensor e1 = empty({4, 0}), e2 = empty({0, 3});
@@ -226,7 +228,8 @@ TEST_F(Cuda, ElementwiseSplitsLaunchesPast32BitIndices) {
   const Tensor wide = full({2, n}, 7, {.dtype = kUInt8, .device = kDevice});
   const Tensor cols = wide.slice(1, 0, std::nullopt, 2);
   Tensor z = cols * 2;
-  EXPECT_EQ(z.slice(0, 1, 2).slice(1, z.size(1) - 1, std::nullopt).to(Device::cpu()).item<int64_t>(), 14);
+  EXPECT_EQ(
+      z.slice(0, 1, 2).slice(1, z.size(1) - 1, std::nullopt).to(Device::cpu()).item<int64_t>(), 14);
 }
 
 TEST_F(Cuda, AllocatorReusesFreedBlocksOfAStream) {
@@ -322,8 +325,18 @@ TEST_F(Cuda, CopiesRunOnTheCurrentStreamAndEventsTimeThem) {
   EXPECT_TRUE(side.query());
   EXPECT_GT(start.elapsed_ms(end), 0.f);
   EXPECT_EQ((on_device.to(Device::cpu()) - host).abs().max().item<float>(), 0.f);
-  expect_error<ValueError>([] { cuda::Event a, b; a.elapsed_ms(b); }, "enable_timing");
-  expect_error<ValueError>([] { cuda::Event a(true), b(true); a.elapsed_ms(b); }, "recorded");
+  expect_error<ValueError>(
+      [] {
+        cuda::Event a, b;
+        a.elapsed_ms(b);
+      },
+      "enable_timing");
+  expect_error<ValueError>(
+      [] {
+        cuda::Event a(true), b(true);
+        a.elapsed_ms(b);
+      },
+      "recorded");
 }
 
 TEST_F(Cuda, AnotherStreamWaitsForAnEvent) {

@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
+#include "backends/int_math.h"
 #include "core/convert.h"
 
 namespace kiln::backend {
@@ -21,16 +22,8 @@ void register_cpu_misc_pointwise_kernels(KernelTable& t) {
     ElementwiseIter it(c.out(), c.inputs.first(1));
     visit_dtype(c.out().dtype(), [&]<typename T>() {
       using C = compute_t<T>;
-      // Bounds outside the dtype's range clamp to its ends instead of wrapping.
-      auto bound = [&](size_t k, C none) -> C {
-        if (!c.attrs.has(k)) return none;
-        const Scalar& s = c.attrs.scalar(k);
-        if constexpr (std::is_integral_v<C>) {
-          const double v = s.to_double();
-          if (v <= static_cast<double>(std::numeric_limits<C>::lowest())) return std::numeric_limits<C>::lowest();
-          if (v >= static_cast<double>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
-        }
-        return s.to<C>();
+      auto bound = [&](size_t k, C none) {
+        return c.attrs.has(k) ? saturating_bound<C>(c.attrs.scalar(k)) : none;
       };
       const C lo = bound(0, std::numeric_limits<C>::lowest());
       const C hi = bound(1, std::numeric_limits<C>::max());

@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
+#include "backends/int_math.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -29,26 +30,6 @@ void binary_to_bool(const KernelCall& c, F f) {
     using C = compute_t<T>;
     map_elements<bool, T, T>(it, [&](T a, T b) -> bool { return f(C(a), C(b)); });
   });
-}
-
-template <typename C>
-C integer_pow(C base, C exp) {
-  if constexpr (std::is_same_v<C, bool>) {
-    return base || !exp;
-  } else {
-    if (exp < C(0)) {
-      if (base == C(1)) return C(1);
-      if (base == C(-1)) return (exp % 2) ? C(-1) : C(1);
-      return C(0);
-    }
-    C result = 1;
-    while (exp) {
-      if (exp & 1) result = static_cast<C>(result * base);
-      base = static_cast<C>(base * base);
-      exp = static_cast<C>(exp >> 1);
-    }
-    return result;
-  }
 }
 
 template <typename C>

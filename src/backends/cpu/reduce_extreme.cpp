@@ -97,12 +97,7 @@ void extreme_kernel(const KernelCall& c) {
 template <bool kMax>
 void arg_kernel(const KernelCall& c) {
   const Tensor& x = c.in(0);
-  std::vector<int64_t> dims;
-  if (x.dim() > 0 && c.attrs.has(0)) dims.push_back(c.attrs.i(0));
-  if (!c.attrs.has(0)) {
-    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
-  }
-  const ReduceView v = make_reduce_view(x, dims, /*ordered=*/true);
+  const ReduceView v = make_arg_reduce_view(c);
   visit_dtype(x.dtype(), [&]<typename T>() {
     ArgOp<T, kMax> op;
     if (c.outputs.size() == 2) op.values = c.out(0).data<T>();

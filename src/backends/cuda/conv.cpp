@@ -47,31 +47,27 @@ struct DeviceState {
 };
 
 DeviceState& state_for(int device) {
-  static std::mutex mutex;
-  static std::map<int, DeviceState*> states;  // never destroyed: handles outlive static destructors
-  std::lock_guard<std::mutex> lock(mutex);
-  DeviceState*& s = states[device];
-  if (!s) {
-    s = new DeviceState();
-    DeviceGuard guard(device);
-    check_dnn(cudnnCreate(&s->handle), "cudnnCreate");
-  }
-  return *s;
+  return per_device_state<DeviceState>(
+      device, [](DeviceState& s) { check_dnn(cudnnCreate(&s.handle), "cudnnCreate"); });
 }
 
 cudnnDataType_t dnn_type(DType t) {
   switch (t) {
-    case kFloat16: return CUDNN_DATA_HALF;
-    case kBFloat16: return CUDNN_DATA_BFLOAT16;
-    case kFloat64: return CUDNN_DATA_DOUBLE;
-    default: return CUDNN_DATA_FLOAT;
+    case kFloat16:
+      return CUDNN_DATA_HALF;
+    case kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    case kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
 // The geometry with symmetric padding (the smaller side of each dim).
 struct Symmetric {
-  ConvGeometry g;          // padding: ph0 = ph1 = min, pw0 = pw1 = min; h, w of the padded input
-  int64_t extra[4] = {};   // explicit padding: top, bottom, left, right
+  ConvGeometry g;         // padding: ph0 = ph1 = min, pw0 = pw1 = min; h, w of the padded input
+  int64_t extra[4] = {};  // explicit padding: top, bottom, left, right
   bool padded() const { return extra[0] || extra[1] || extra[2] || extra[3]; }
 };
 
@@ -99,7 +95,8 @@ size_t workspace_limit(int device) {
 }
 
 // Called with the device current and state.mutex held.
-const Plan& plan_for(DeviceState& state, Pass pass, const ConvGeometry& g, DType dtype, int device) {
+const Plan& plan_for(DeviceState& state, Pass pass, const ConvGeometry& g, DType dtype,
+                     int device) {
   const bool tf32 = dtype == kFloat32 && allow_tf32().conv;
   std::vector<int64_t> key = g.key();
   key.push_back(static_cast<int64_t>(pass));
@@ -116,15 +113,17 @@ const Plan& plan_for(DeviceState& state, Pass pass, const ConvGeometry& g, DType
   check_dnn(cudnnCreateFilterDescriptor(&p.w), "cudnnCreateFilterDescriptor");
   check_dnn(cudnnCreateConvolutionDescriptor(&p.conv), "cudnnCreateConvolutionDescriptor");
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
-  check_dnn(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i32(g.n), i32(g.c), i32(g.h), i32(g.w)),
+  check_dnn(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, type, i32(g.n), i32(g.c), i32(g.h),
+                                       i32(g.w)),
             "cudnnSetTensor4dDescriptor");
-  check_dnn(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i32(g.n), i32(g.o), i32(g.oh), i32(g.ow)),
+  check_dnn(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, type, i32(g.n), i32(g.o), i32(g.oh),
+                                       i32(g.ow)),
             "cudnnSetTensor4dDescriptor");
-  check_dnn(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i32(g.o), i32(g.c / g.groups), i32(g.kh),
-                                       i32(g.kw)),
+  check_dnn(cudnnSetFilter4dDescriptor(p.w, type, CUDNN_TENSOR_NCHW, i32(g.o), i32(g.c / g.groups),
+                                       i32(g.kh), i32(g.kw)),
             "cudnnSetFilter4dDescriptor");
-  check_dnn(cudnnSetConvolution2dDescriptor(p.conv, i32(g.ph0), i32(g.pw0), i32(g.sh), i32(g.sw), i32(g.dh),
-                                            i32(g.dw), CUDNN_CROSS_CORRELATION, compute),
+  check_dnn(cudnnSetConvolution2dDescriptor(p.conv, i32(g.ph0), i32(g.pw0), i32(g.sh), i32(g.sw),
+                                            i32(g.dh), i32(g.dw), CUDNN_CROSS_CORRELATION, compute),
             "cudnnSetConvolution2dDescriptor");
   check_dnn(cudnnSetConvolutionGroupCount(p.conv, i32(g.groups)), "cudnnSetConvolutionGroupCount");
   const cudnnMathType_t math = dtype == kFloat16 || dtype == kBFloat16 ? CUDNN_TENSOR_OP_MATH
@@ -145,25 +144,28 @@ const Plan& plan_for(DeviceState& state, Pass pass, const ConvGeometry& g, DType
   };
   if (pass == Pass::Forward) {
     cudnnConvolutionFwdAlgoPerf_t r[kCandidates];
-    check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(state.handle, p.x, p.w, p.conv, p.y, kCandidates, &found, r),
+    check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(state.handle, p.x, p.w, p.conv, p.y,
+                                                     kCandidates, &found, r),
               "cudnnGetConvolutionForwardAlgorithm_v7");
     pick(r);
   } else if (pass == Pass::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t r[kCandidates];
-    check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(state.handle, p.w, p.y, p.conv, p.x, kCandidates, &found, r),
+    check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(state.handle, p.w, p.y, p.conv, p.x,
+                                                          kCandidates, &found, r),
               "cudnnGetConvolutionBackwardDataAlgorithm_v7");
     pick(r);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t r[kCandidates];
-    check_dnn(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(state.handle, p.x, p.y, p.conv, p.w, kCandidates, &found, r),
-        "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    check_dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(state.handle, p.x, p.y, p.conv, p.w,
+                                                            kCandidates, &found, r),
+              "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
     pick(r);
   }
   if (!chosen) {
-    throw Error(detail::str_cat("cuda conv: cuDNN has no algorithm for ", dtype, " input [", g.n, ", ", g.c, ", ",
-                                g.h, ", ", g.w, "] and weight [", g.o, ", ", g.c / g.groups, ", ", g.kh, ", ", g.kw,
-                                "] within ", max_workspace, " bytes of workspace"));
+    throw Error(detail::str_cat("cuda conv: cuDNN has no algorithm for ", dtype, " input [", g.n,
+                                ", ", g.c, ", ", g.h, ", ", g.w, "] and weight [", g.o, ", ",
+                                g.c / g.groups, ", ", g.kh, ", ", g.kw, "] within ", max_workspace,
+                                " bytes of workspace"));
   }
   return state.plans.emplace(key, p).first->second;
 }
@@ -182,12 +184,25 @@ Tensor explicitly_padded(const Tensor& x4, const Symmetric& s) {
   return nn::functional::pad(x4, {s.extra[2], s.extra[3], s.extra[0], s.extra[1]}).contiguous();
 }
 
-Shape as_4d(const ConvGeometry& g, int64_t channels, int64_t h, int64_t w) { return {g.n, channels, h, w}; }
+Shape as_4d(const ConvGeometry& g, int64_t channels, int64_t h, int64_t w) {
+  return {g.n, channels, h, w};
+}
 
 void conv_forward_op(const KernelCall& c) {
   const Tensor& out = c.out();
   if (out.numel() == 0) return;
   const ConvGeometry g0 = conv_geometry(c.in(0).sizes(), c.in(1).sizes(), out.sizes(), c.attrs, 0);
+  const bool has_bias = c.inputs.size() > 2 && c.in(2).defined();
+  if (g0.c == 0) {  // no input channels: the sums are empty, only the bias is left
+    fill_bits(out, 0);
+    if (has_bias) {
+      NoGradGuard no_grad;
+      Shape column(out.dim() - (out.dim() == c.in(1).dim() ? 1 : 0), 1);
+      column[0] = g0.o;
+      copy_same_dtype(out, add(out, c.in(2).reshape(column)));
+    }
+    return;
+  }
   const Symmetric s = symmetric(g0);
   const ConvGeometry& g = s.g;
   const Tensor x = explicitly_padded(c.in(0).contiguous().reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
@@ -198,21 +213,25 @@ void conv_forward_op(const KernelCall& c) {
   const DType dtype = out.dtype();
   std::lock_guard<std::mutex> lock(state.mutex);
   const Plan& p = plan_for(state, Pass::Forward, g, dtype, device);
-  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))), "cudnnSetStream");
-  Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))}, kUInt8, out.device(), false);
+  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
+            "cudnnSetStream");
+  Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
+                                      kUInt8, out.device(), false);
   const Scale k;
-  check_dnn(cudnnConvolutionForward(state.handle, k.one(dtype), p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
-                                    static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), workspace.data_ptr(), p.workspace,
-                                    k.zero(dtype), p.y, out.data_ptr()),
+  check_dnn(cudnnConvolutionForward(
+                state.handle, k.one(dtype), p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
+                static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), workspace.data_ptr(), p.workspace,
+                k.zero(dtype), p.y, out.data_ptr()),
             "cudnnConvolutionForward");
-  if (c.inputs.size() > 2 && c.in(2).defined()) {
+  if (has_bias) {
     const Tensor bias = c.in(2).contiguous();
     cudnnTensorDescriptor_t b;
     check_dnn(cudnnCreateTensorDescriptor(&b), "cudnnCreateTensorDescriptor");
-    check_dnn(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, dnn_type(dtype), 1, static_cast<int>(g.o), 1, 1),
+    check_dnn(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, dnn_type(dtype), 1,
+                                         static_cast<int>(g.o), 1, 1),
               "cudnnSetTensor4dDescriptor");
-    const cudnnStatus_t status =
-        cudnnAddTensor(state.handle, k.one(dtype), b, bias.data_ptr(), k.one(dtype), p.y, out.data_ptr());
+    const cudnnStatus_t status = cudnnAddTensor(state.handle, k.one(dtype), b, bias.data_ptr(),
+                                                k.one(dtype), p.y, out.data_ptr());
     cudnnDestroyTensorDescriptor(b);
     check_dnn(status, "cudnnAddTensor");
   }
@@ -228,7 +247,8 @@ void conv_backward_input_op(const KernelCall& c) {
   const Tensor w = c.in(1).contiguous();
   const int device = gx.device().index();
   // The gradient of the explicitly padded input, when there is padding to cut.
-  Tensor target = s.padded() ? ops::make_tensor(as_4d(g, g.c, g.h, g.w), gx.dtype(), gx.device(), false) : gx;
+  Tensor target =
+      s.padded() ? ops::make_tensor(as_4d(g, g.c, g.h, g.w), gx.dtype(), gx.device(), false) : gx;
   if (g.n * g.o * g.oh * g.ow == 0) {
     fill_bits(gx, 0);
     return;
@@ -236,21 +256,24 @@ void conv_backward_input_op(const KernelCall& c) {
   {
     DeviceState& state = state_for(device);
     DeviceGuard guard(device);
-      const DType dtype = gx.dtype();
+    const DType dtype = gx.dtype();
     std::lock_guard<std::mutex> lock(state.mutex);
     const Plan& p = plan_for(state, Pass::BackwardData, g, dtype, device);
-    check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
-              "cudnnSetStream");
-    Tensor workspace =
-        ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))}, kUInt8, gx.device(), false);
+    check_dnn(
+        cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
+        "cudnnSetStream");
+    Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
+                                        kUInt8, gx.device(), false);
     const Scale k;
-    check_dnn(cudnnConvolutionBackwardData(state.handle, k.one(dtype), p.w, w.data_ptr(), p.y, gy.data_ptr(), p.conv,
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), workspace.data_ptr(),
-                                           p.workspace, k.zero(dtype), p.x, target.data_ptr()),
+    check_dnn(cudnnConvolutionBackwardData(
+                  state.handle, k.one(dtype), p.w, w.data_ptr(), p.y, gy.data_ptr(), p.conv,
+                  static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), workspace.data_ptr(),
+                  p.workspace, k.zero(dtype), p.x, target.data_ptr()),
               "cudnnConvolutionBackwardData");
   }
   if (s.padded()) {
-    const Tensor inner = target.slice(2, s.extra[0], s.extra[0] + g0.h).slice(3, s.extra[2], s.extra[2] + g0.w);
+    const Tensor inner =
+        target.slice(2, s.extra[0], s.extra[0] + g0.h).slice(3, s.extra[2], s.extra[2] + g0.w);
     copy_same_dtype(gx, inner.reshape(gx.sizes()));
   }
 }
@@ -273,12 +296,15 @@ void conv_backward_weight_op(const KernelCall& c) {
   const DType dtype = gw.dtype();
   std::lock_guard<std::mutex> lock(state.mutex);
   const Plan& p = plan_for(state, Pass::BackwardFilter, g, dtype, device);
-  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))), "cudnnSetStream");
-  Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))}, kUInt8, gw.device(), false);
+  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
+            "cudnnSetStream");
+  Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
+                                      kUInt8, gw.device(), false);
   const Scale k;
-  check_dnn(cudnnConvolutionBackwardFilter(state.handle, k.one(dtype), p.x, x.data_ptr(), p.y, gy.data_ptr(), p.conv,
-                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), workspace.data_ptr(),
-                                           p.workspace, k.zero(dtype), p.w, gw.data_ptr()),
+  check_dnn(cudnnConvolutionBackwardFilter(
+                state.handle, k.one(dtype), p.x, x.data_ptr(), p.y, gy.data_ptr(), p.conv,
+                static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), workspace.data_ptr(),
+                p.workspace, k.zero(dtype), p.w, gw.data_ptr()),
             "cudnnConvolutionBackwardFilter");
 }
 

@@ -3,6 +3,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "kiln/error.h"
 
 namespace kiln::backend::cuda {
@@ -32,5 +36,23 @@ class DeviceGuard {
  private:
   int previous_ = 0;
 };
+
+// One State per device, made by init(state) on first use with the device
+// current, and never destroyed: library handles in it must outlive static
+// destructors.
+template <typename State, typename Init>
+State& per_device_state(int device, Init init) {
+  static std::mutex mutex;
+  static std::map<int, State*> states;
+  std::lock_guard<std::mutex> lock(mutex);
+  State*& s = states[device];
+  if (!s) {
+    auto made = std::make_unique<State>();
+    DeviceGuard guard(device);
+    init(*made);
+    s = made.release();
+  }
+  return *s;
+}
 
 }  // namespace kiln::backend::cuda

@@ -15,22 +15,52 @@ namespace kiln::backend::cuda {
 
 // The device type of a host element type: Half and BFloat16 have the same bits
 // as CUDA's __half and __nv_bfloat16.
-template <typename T> struct device_type { using type = T; };
-template <> struct device_type<Half> { using type = __half; };
-template <> struct device_type<BFloat16> { using type = __nv_bfloat16; };
-template <typename T> using device_t = typename device_type<T>::type;
+template <typename T>
+struct device_type {
+  using type = T;
+};
+template <>
+struct device_type<Half> {
+  using type = __half;
+};
+template <>
+struct device_type<BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+using device_t = typename device_type<T>::type;
 
 // The host type of a device type, and a host Scalar as a device value.
-template <typename T> struct host_type { using type = T; };
-template <> struct host_type<__half> { using type = Half; };
-template <> struct host_type<__nv_bfloat16> { using type = BFloat16; };
-template <typename T> using host_t = typename host_type<T>::type;
+template <typename T>
+struct host_type {
+  using type = T;
+};
+template <>
+struct host_type<__half> {
+  using type = Half;
+};
+template <>
+struct host_type<__nv_bfloat16> {
+  using type = BFloat16;
+};
+template <typename T>
+using host_t = typename host_type<T>::type;
 
 // The type a kernel computes in: float for the 16-bit floats.
-template <typename T> struct dcompute_type { using type = T; };
-template <> struct dcompute_type<__half> { using type = float; };
-template <> struct dcompute_type<__nv_bfloat16> { using type = float; };
-template <typename T> using dcompute_t = typename dcompute_type<T>::type;
+template <typename T>
+struct dcompute_type {
+  using type = T;
+};
+template <>
+struct dcompute_type<__half> {
+  using type = float;
+};
+template <>
+struct dcompute_type<__nv_bfloat16> {
+  using type = float;
+};
+template <typename T>
+using dcompute_t = typename dcompute_type<T>::type;
 
 template <typename T>
 inline constexpr bool kIsHalfLike = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;

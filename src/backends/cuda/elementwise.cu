@@ -120,7 +120,8 @@ Geometry make_geometry(const Tensor& out, std::span<const Tensor> inputs) {
     if (!sizes.empty()) {
       auto& prev = kept.back();
       bool mergeable = true;
-      for (int k = 0; k < g.ntensors; ++k) mergeable = mergeable && prev[k] == strides[d][k] * shape[d];
+      for (int k = 0; k < g.ntensors; ++k)
+        mergeable = mergeable && prev[k] == strides[d][k] * shape[d];
       if (mergeable) {
         sizes.back() *= shape[d];
         prev = strides[d];

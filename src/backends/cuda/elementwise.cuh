@@ -51,7 +51,7 @@ struct Operands {
   int64_t stride[kMaxDims][kMaxOperands] = {};
   IntDivider size[kMaxDims];
   int ndim = 0;
-  uint32_t imm_mask = 0;  // bit k: operand k is immediate
+  uint32_t imm_mask = 0;   // bit k: operand k is immediate
   bool vectorize = false;  // linear kernel: every operand contiguous and 16-byte aligned
 };
 
@@ -127,11 +127,14 @@ __device__ inline void linear_body(const F& f, const Operands& a, uint32_t n,
     // Vectors of the widest operand's 16 bytes; narrower operands load their share.
     constexpr int kVec = vec_width<Out, In...>();
     const uint32_t nvec = n / kVec;
-    for (uint32_t v = blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += gridDim.x * blockDim.x) {
+    for (uint32_t v = blockIdx.x * blockDim.x + threadIdx.x; v < nvec;
+         v += gridDim.x * blockDim.x) {
       const int64_t base = static_cast<int64_t>(v) * kVec;
       VecPack<kVec, Seq, In...> ins;
       (load_vec<In, kVec>(a, static_cast<int>(I) + 1, base, slot<I>(ins)), ...);
-      struct alignas(sizeof(Out) * kVec) OutVec { Out x[kVec]; } out;
+      struct alignas(sizeof(Out) * kVec) OutVec {
+        Out x[kVec];
+      } out;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) out.x[j] = cvt<Out>(f(to_compute(slot<I>(ins)[j])...));
       *reinterpret_cast<OutVec*>(reinterpret_cast<Out*>(a.ptr[0]) + base) = out;

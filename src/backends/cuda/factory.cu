@@ -24,9 +24,11 @@ void generate(const Tensor& out, F f) {
   const int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(out.device().index());
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kBlockThreads - 1) / kBlockThreads, 65536));
+  const unsigned grid =
+      static_cast<unsigned>(std::min<int64_t>((n + kBlockThreads - 1) / kBlockThreads, 65536));
   visit_device_dtype(out.dtype(), [&]<typename T>() {
-    generate_kernel<<<grid, kBlockThreads, 0, stream_for(out)>>>(static_cast<T*>(out.data_ptr()), n, f);
+    generate_kernel<<<grid, kBlockThreads, 0, stream_for(out)>>>(static_cast<T*>(out.data_ptr()), n,
+                                                                 f);
   });
   check_launch("factory kernel");
 }
@@ -86,14 +88,18 @@ void register_cuda_factory_kernels(KernelTable& t) {
   });
   t.set(OpId::arange, [](const KernelCall& c) {
     const Scalar start = c.attrs.scalar(0), step = c.attrs.scalar(2);
-    if (is_floating(c.out().dtype())) generate(c.out(), ArangeF{start.to_double(), step.to_double()});
-    else generate(c.out(), ArangeI{start.to_int(), step.to_int()});
+    if (is_floating(c.out().dtype()))
+      generate(c.out(), ArangeF{start.to_double(), step.to_double()});
+    else
+      generate(c.out(), ArangeI{start.to_int(), step.to_int()});
   });
   t.set(OpId::linspace, [](const KernelCall& c) {
     const double a = c.attrs.f(0), b = c.attrs.f(1);
     const int64_t steps = c.attrs.i(2);
-    if (is_floating(c.out().dtype())) generate(c.out(), LinspaceF{a, b, steps});
-    else generate(c.out(), LinspaceI{a, b, steps});
+    if (is_floating(c.out().dtype()))
+      generate(c.out(), LinspaceF{a, b, steps});
+    else
+      generate(c.out(), LinspaceI{a, b, steps});
   });
   t.set(OpId::eye, [](const KernelCall& c) { generate(c.out(), EyeF{c.attrs.i(1)}); });
   t.set(OpId::rand, [](const KernelCall& c) {
@@ -101,7 +107,8 @@ void register_cuda_factory_kernels(KernelTable& t) {
                             static_cast<uint64_t>(c.attrs.i(4))});
   });
   t.set(OpId::randn, [](const KernelCall& c) {
-    generate(c.out(), RandnF{static_cast<uint64_t>(c.attrs.i(3)), static_cast<uint64_t>(c.attrs.i(4))});
+    generate(c.out(),
+             RandnF{static_cast<uint64_t>(c.attrs.i(3)), static_cast<uint64_t>(c.attrs.i(4))});
   });
   t.set(OpId::randint, [](const KernelCall& c) {
     generate(c.out(), RandintF{c.attrs.i(5), c.attrs.i(6), static_cast<uint64_t>(c.attrs.i(3)),

@@ -55,7 +55,7 @@ std::optional<Operand> as_operand(const Tensor& t, int64_t batch) {
   if (s1 == 1 && s0 >= std::max<int64_t>(1, c)) {
     o.rows = c, o.cols = r, o.ld = s0, o.transposed = false;  // row-major: col-major [c, r]
   } else if (s0 == 1 && s1 >= std::max<int64_t>(1, r)) {
-    o.rows = r, o.cols = c, o.ld = s1, o.transposed = true;   // col-major [r, c], used transposed
+    o.rows = r, o.cols = c, o.ld = s1, o.transposed = true;  // col-major [r, c], used transposed
   } else if (r == 1 && s1 == 1) {
     o.rows = c, o.cols = 1, o.ld = std::max<int64_t>(1, c), o.transposed = false;
   } else if (c == 1 && s0 == 1) {
@@ -85,10 +85,14 @@ std::optional<Operand> as_operand(const Tensor& t, int64_t batch) {
 
 cudaDataType_t data_type(DType t) {
   switch (t) {
-    case kFloat16: return CUDA_R_16F;
-    case kBFloat16: return CUDA_R_16BF;
-    case kFloat64: return CUDA_R_64F;
-    default: return CUDA_R_32F;
+    case kFloat16:
+      return CUDA_R_16F;
+    case kBFloat16:
+      return CUDA_R_16BF;
+    case kFloat64:
+      return CUDA_R_64F;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -100,8 +104,8 @@ int alignment_of(const void* p) {
 }
 
 struct PlanKey {
-  std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-             bool, bool, bool, int, int, int, int>
+  std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+             int64_t, bool, bool, bool, bool, int, int, int, int>
       fields;
   bool operator<(const PlanKey& o) const { return fields < o.fields; }
 };
@@ -119,28 +123,21 @@ struct DeviceState {
 };
 
 DeviceState& state_for(int device) {
-  static std::mutex mutex;
-  static std::map<int, DeviceState*> states;  // never destroyed: handles outlive static destructors
-  std::lock_guard<std::mutex> lock(mutex);
-  DeviceState*& s = states[device];
-  if (!s) {
-    s = new DeviceState();
-    DeviceGuard guard(device);
-    check_lt(cublasLtCreate(&s->handle), "cublasLtCreate");
-  }
-  return *s;
+  return per_device_state<DeviceState>(
+      device, [](DeviceState& s) { check_lt(cublasLtCreate(&s.handle), "cublasLtCreate"); });
 }
 
-cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                                   int64_t batch_stride) {
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                                   int64_t batch, int64_t batch_stride) {
   cublasLtMatrixLayout_t layout;
   check_lt(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                              sizeof(count)),
              "cublasLtMatrixLayoutSetAttribute");
-    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                              sizeof(batch_stride)),
+    check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &batch_stride, sizeof(batch_stride)),
              "cublasLtMatrixLayoutSetAttribute");
   }
   return layout;
@@ -149,8 +146,8 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 // D[m, n] (row-major, contiguous, `batch` of them m * n apart) =
 //   alpha * A @ B + beta * D (+ bias[n] on each row when bias is given).
 // a: [batch, m, k] and b: [batch, k, n] views (batch dims broadcast).
-void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n, int64_t k,
-          double alpha, double beta, const Tensor& bias) {
+void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
+          int64_t k, double alpha, double beta, const Tensor& bias) {
   if (batch == 0 || m == 0 || n == 0) return;
   const Tensor a_use = as_operand(a, batch) ? a : a.contiguous();
   const Tensor b_use = as_operand(b, batch) ? b : b.contiguous();
@@ -159,19 +156,22 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
   const int device = d.device().index();
   const bool tf32 = dtype == kFloat32 && allow_tf32().matmul;
   const cublasComputeType_t compute =
-      dtype == kFloat64 ? CUBLAS_COMPUTE_64F : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+      dtype == kFloat64 ? CUBLAS_COMPUTE_64F
+                        : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
   const cudaDataType_t scale_type = dtype == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
   const cudaDataType_t type = data_type(dtype);
-  const int align_a = alignment_of(ob.ptr), align_b = alignment_of(oa.ptr), align_d = alignment_of(d.data_ptr());
+  const int align_a = alignment_of(ob.ptr), align_b = alignment_of(oa.ptr),
+            align_d = alignment_of(d.data_ptr());
   const int align_bias = bias.defined() ? alignment_of(bias.data_ptr()) : 256;
   // cuBLASLt's A is our b, its B our a.
   const PlanKey key{{device, static_cast<int>(dtype), batch, m, n, k, ob.ld, oa.ld, ob.batch_stride,
-                     oa.batch_stride, ob.rows, ob.transposed, oa.transposed, bias.defined(), tf32, align_a,
-                     align_b, align_d, align_bias}};
+                     oa.batch_stride, ob.rows, ob.transposed, oa.transposed, bias.defined(), tf32,
+                     align_a, align_b, align_d, align_bias}};
   DeviceState& state = state_for(device);
   DeviceGuard guard(device);
   const cudaStream_t stream = static_cast<cudaStream_t>(current_stream_handle(device));
-  Tensor workspace = ops::make_tensor({static_cast<int64_t>(kWorkspaceBytes)}, kUInt8, d.device(), false);
+  Tensor workspace =
+      ops::make_tensor({static_cast<int64_t>(kWorkspaceBytes)}, kUInt8, d.device(), false);
   std::lock_guard<std::mutex> lock(state.mutex);
   auto it = state.plans.find(key);
   if (it == state.plans.end()) {
@@ -179,15 +179,18 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
     check_lt(cublasLtMatmulDescCreate(&p.desc, compute, scale_type), "cublasLtMatmulDescCreate");
     const cublasOperation_t ta = ob.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = oa.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "set TRANSA");
-    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "set TRANSB");
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+             "set TRANSA");
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+             "set TRANSB");
     if (bias.defined()) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                              sizeof(epilogue)),
                "set EPILOGUE");
       const cudaDataType_t bias_type = type;
-      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                              sizeof(bias_type)),
+      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                              &bias_type, sizeof(bias_type)),
                "set BIAS_DATA_TYPE");
     }
     p.a = make_layout(type, ob.rows, ob.cols, ob.ld, batch, ob.batch_stride);
@@ -196,7 +199,8 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
     cublasLtMatmulPreference_t pref;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     const size_t ws = kWorkspaceBytes;
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof(ws)),
              "set MAX_WORKSPACE_BYTES");
     const uint32_t alignments[4] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
                                     static_cast<uint32_t>(align_d), static_cast<uint32_t>(align_d)};
@@ -204,21 +208,23 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; ++i) {
-      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &alignments[i], sizeof(uint32_t)),
-               "set MIN_ALIGNMENT");
+      check_lt(
+          cublasLtMatmulPreferenceSetAttribute(pref, which[i], &alignments[i], sizeof(uint32_t)),
+          "set MIN_ALIGNMENT");
     }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(state.handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        state.handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       cublasLtMatrixLayoutDestroy(p.a);
       cublasLtMatrixLayoutDestroy(p.b);
       cublasLtMatrixLayoutDestroy(p.d);
       cublasLtMatmulDescDestroy(p.desc);
-      throw Error(detail::str_cat("cuda matmul: cuBLASLt has no algorithm for ", dtype, " [", batch, " x ", m, " x ",
-                                  k, "] @ [", k, " x ", n, "]", bias.defined() ? " with bias" : ""));
+      throw Error(detail::str_cat("cuda matmul: cuBLASLt has no algorithm for ", dtype, " [", batch,
+                                  " x ", m, " x ", k, "] @ [", k, " x ", n, "]",
+                                  bias.defined() ? " with bias" : ""));
     }
     p.algo = result.algo;
     it = state.plans.emplace(key, p).first;
@@ -226,14 +232,16 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
   const Plan& p = it->second;
   if (bias.defined()) {
     const void* bias_ptr = bias.data_ptr();
-    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)),
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                            sizeof(bias_ptr)),
              "set BIAS_POINTER");
   }
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   const void* alpha_p = dtype == kFloat64 ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* beta_p = dtype == kFloat64 ? static_cast<const void*>(&beta) : &beta_f;
-  check_lt(cublasLtMatmul(state.handle, p.desc, alpha_p, ob.ptr, p.a, oa.ptr, p.b, beta_p, d.data_ptr(), p.d,
-                          d.data_ptr(), p.d, &p.algo, workspace.data_ptr(), kWorkspaceBytes, stream),
+  check_lt(cublasLtMatmul(state.handle, p.desc, alpha_p, ob.ptr, p.a, oa.ptr, p.b, beta_p,
+                          d.data_ptr(), p.d, d.data_ptr(), p.d, &p.algo, workspace.data_ptr(),
+                          kWorkspaceBytes, stream),
            "cublasLtMatmul");
 }
 
@@ -310,14 +318,17 @@ void addmm_op(const KernelCall& c) {
   const double beta = c.attrs.scalar(0).to_double(), alpha = c.attrs.scalar(1).to_double();
   const Tensor& out = c.out();
   const int64_t m = c.in(1).size(0), k = c.in(1).size(1), n = c.in(2).size(1);
-  if (beta == 1 && self.dim() == 1 && self.size(0) == n && alpha != 0 && k > 0 && out.dtype() != kFloat64) {
+  if (beta == 1 && self.dim() == 1 && self.size(0) == n && alpha != 0 && k > 0 &&
+      out.dtype() != kFloat64) {
     gemm(out, c.in(1), c.in(2), 1, m, n, k, alpha, 0, self.contiguous());
     return;
   }
   if (beta != 0) copy_same_dtype(out, self.expand(out.sizes()));
   if (k == 0 || alpha == 0) {
-    if (beta == 0) fill_bits(out, 0);
-    else if (beta != 1) copy_same_dtype(out, (out * beta));
+    if (beta == 0)
+      fill_bits(out, 0);
+    else if (beta != 1)
+      copy_same_dtype(out, (out * beta));
     return;
   }
   gemm(out, c.in(1), c.in(2), 1, m, n, k, alpha, beta, Tensor());
@@ -327,7 +338,8 @@ void addmm_op(const KernelCall& c) {
 
 void register_cuda_matmul_kernels(KernelTable& t) {
   t.set(OpId::matmul, matmul_op);
-  t.set(OpId::bmm, [](const KernelCall& c) { batched_product(c.out(), c.in(0), c.in(1), 1, 0, Tensor()); });
+  t.set(OpId::bmm,
+        [](const KernelCall& c) { batched_product(c.out(), c.in(0), c.in(1), 1, 0, Tensor()); });
   t.set(OpId::addmm, addmm_op);
   t.set(OpId::linear, linear_op);
 }

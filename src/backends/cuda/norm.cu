@@ -36,9 +36,9 @@ struct RowParams {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) norm_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, int group,
-                                                             double eps, const dcompute_t<T>* w,
-                                                             const dcompute_t<T>* b, RowParams p) {
+__global__ void __launch_bounds__(kThreads)
+    norm_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, int group, double eps,
+                     const dcompute_t<T>* w, const dcompute_t<T>* b, RowParams p) {
   using C = dcompute_t<T>;
   const int64_t row = int64_t{blockIdx.x} * (blockDim.x / group) + threadIdx.x / group;
   const int lane = threadIdx.x % group;
@@ -59,12 +59,14 @@ __global__ void __launch_bounds__(kThreads) norm_rows_kernel(const T* x, T* y, i
   const double var = group_reduce(dev, group, GroupSum{}) / static_cast<double>(n);
   if (!valid) return;
   const C rstd = static_cast<C>(1 / sqrt(var + eps));
-  const C m = static_cast<C>(mean);
+  // The mean as a float pair (hi + lo) keeps x - mean exact where x is large
+  // against its spread, as the CPU kernels do.
+  const C m_hi = static_cast<C>(mean), m_lo = static_cast<C>(mean - static_cast<double>(m_hi));
   T* yr = y + row * n;
   for (int64_t r = lane; r < n; r += group) {
     const int64_t k = p.param_index(row, r);
     const C scale = w ? w[k] : C(1), shift = b ? b[k] : C(0);
-    yr[r] = cvt<T>((to_compute(xr[r]) - m) * rstd * scale + shift);
+    yr[r] = cvt<T>(((to_compute(xr[r]) - m_hi) - m_lo) * rstd * scale + shift);
   }
 }
 
@@ -90,10 +92,10 @@ void norm_rows(const KernelCall& c, int64_t row_length, double eps, RowParams p)
   visit_device_dtype(x.dtype(), [&]<typename T>() {
     if constexpr (kIsFloatT<T>) {
       using C = dcompute_t<T>;
-      norm_rows_kernel<T><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
-                            stream_for(out)>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
-                                               rows, row_length, group, eps, static_cast<const C*>(w),
-                                               static_cast<const C*>(b), p);
+      norm_rows_kernel<T><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
+                            kThreads, 0, stream_for(out)>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), rows, row_length,
+          group, eps, static_cast<const C*>(w), static_cast<const C*>(b), p);
     } else {
       unsupported_dtype(c, x.dtype());
     }
@@ -109,16 +111,17 @@ void group_norm_op(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const int64_t n = x.size(0), channels = x.size(1), groups = c.attrs.i(0);
   const int64_t inner = n * channels == 0 ? 0 : x.numel() / (n * channels);
-  norm_rows(c, channels / groups * inner, c.attrs.f(1), RowParams{groups, channels / groups, inner});
+  norm_rows(c, channels / groups * inner, c.attrs.f(1),
+            RowParams{groups, channels / groups, inner});
 }
 
 // batch_norm, training: the mean and biased variance of channel blockIdx.x.
 // Writes them to the outputs and the scale and shift of the normalization.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) batch_stats_kernel(const T* x, int64_t n, int64_t channels, int64_t inner,
-                                                               double eps, const dcompute_t<T>* w,
-                                                               const dcompute_t<T>* b, dcompute_t<T>* mean_out,
-                                                               dcompute_t<T>* var_out, dcompute_t<T>* scale_shift) {
+__global__ void __launch_bounds__(kThreads)
+    batch_stats_kernel(const T* x, int64_t n, int64_t channels, int64_t inner, double eps,
+                       const dcompute_t<T>* w, const dcompute_t<T>* b, dcompute_t<T>* mean_out,
+                       dcompute_t<T>* var_out, dcompute_t<T>* scale_shift) {
   using C = dcompute_t<T>;
   const int64_t ch = blockIdx.x;
   const int64_t count = n * inner;
@@ -140,35 +143,45 @@ __global__ void __launch_bounds__(kThreads) batch_stats_kernel(const T* x, int64
     var_out[ch] = static_cast<C>(var);
     const C scale = static_cast<C>(1 / sqrt(var + eps)) * (w ? w[ch] : C(1));
     scale_shift[ch] = scale;
-    scale_shift[channels + ch] = static_cast<C>(mean);
+    const C hi = static_cast<C>(mean);
+    scale_shift[channels + ch] = hi;
     scale_shift[2 * channels + ch] = b ? b[ch] : C(0);
+    scale_shift[3 * channels + ch] = static_cast<C>(mean - static_cast<double>(hi));
   }
 }
 
 // batch_norm, eval: the running statistics.
 template <typename C>
-__global__ void batch_running_kernel(int64_t channels, double eps, const C* w, const C* b, const C* rm, const C* rv,
-                                     C* mean_out, C* var_out, C* scale_shift) {
-  for (int64_t ch = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; ch < channels; ch += int64_t{gridDim.x} * blockDim.x) {
+__global__ void batch_running_kernel(int64_t channels, double eps, const C* w, const C* b,
+                                     const C* rm, const C* rv, C* mean_out, C* var_out,
+                                     C* scale_shift) {
+  for (int64_t ch = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; ch < channels;
+       ch += int64_t{gridDim.x} * blockDim.x) {
     mean_out[ch] = rm[ch];
     var_out[ch] = rv[ch];
-    scale_shift[ch] = static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
+    scale_shift[ch] =
+        static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
     scale_shift[channels + ch] = rm[ch];
     scale_shift[2 * channels + ch] = b ? b[ch] : C(0);
+    scale_shift[3 * channels + ch] = C(0);
   }
 }
 
 template <typename T>
 __global__ void batch_apply_kernel(const T* x, T* y, int64_t numel, int64_t channels, int64_t inner,
                                    const dcompute_t<T>* scale_shift) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < numel; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < numel;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    using C = dcompute_t<T>;
     const int64_t ch = (e / inner) % channels;
-    y[e] = cvt<T>((to_compute(x[e]) - scale_shift[channels + ch]) * scale_shift[ch] + scale_shift[2 * channels + ch]);
+    const C centered = (to_compute(x[e]) - scale_shift[channels + ch]) - scale_shift[3 * channels + ch];
+    y[e] = cvt<T>(centered * scale_shift[ch] + scale_shift[2 * channels + ch]);
   }
 }
 
 unsigned grid_for(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
 }
 
 void batch_norm_op(const KernelCall& c) {
@@ -185,7 +198,7 @@ void batch_norm_op(const KernelCall& c) {
     if constexpr (kIsFloatT<T>) {
       using C = dcompute_t<T>;
       if (channels == 0) return;
-      Tensor scale_shift = ops::make_tensor({3 * channels}, c.out(1).dtype(), x.device(), false);
+      Tensor scale_shift = ops::make_tensor({4 * channels}, c.out(1).dtype(), x.device(), false);
       auto* ss = static_cast<C*>(scale_shift.data_ptr());
       auto* mean_out = static_cast<C*>(c.out(1).data_ptr());
       auto* var_out = static_cast<C*>(c.out(2).data_ptr());
@@ -196,13 +209,15 @@ void batch_norm_op(const KernelCall& c) {
       } else {
         const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
         batch_running_kernel<C><<<grid_for(channels), kThreads, 0, stream>>>(
-            channels, eps, static_cast<const C*>(w), static_cast<const C*>(b), static_cast<const C*>(rm.data_ptr()),
-            static_cast<const C*>(rv.data_ptr()), mean_out, var_out, ss);
+            channels, eps, static_cast<const C*>(w), static_cast<const C*>(b),
+            static_cast<const C*>(rm.data_ptr()), static_cast<const C*>(rv.data_ptr()), mean_out,
+            var_out, ss);
       }
       check_launch("batch_norm statistics kernel");
       if (x.numel() == 0) return;
       batch_apply_kernel<T><<<grid_for(x.numel()), kThreads, 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), x.numel(), channels, inner, ss);
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), x.numel(),
+          channels, inner, ss);
       check_launch("batch_norm kernel");
     } else {
       unsupported_dtype(c, x.dtype());
@@ -213,9 +228,10 @@ void batch_norm_op(const KernelCall& c) {
 // dropout: element i is kept iff philox::uniform_f32(seed, offset + i) >= p,
 // the CPU's rule, so both backends drop the same elements.
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, int64_t n, double p, dcompute_t<T> scale, uint64_t seed,
-                               uint64_t offset) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, double p, dcompute_t<T> scale,
+                               uint64_t seed, uint64_t offset) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const bool keep = philox::uniform_f32(seed, offset + static_cast<uint64_t>(i)) >= p;
     y[i] = keep ? cvt<T>(to_compute(x[i]) * scale) : cvt<T>(0.0f);
   }

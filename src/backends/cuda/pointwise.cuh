@@ -41,5 +41,4 @@ struct Identity {
   }
 };
 
-
 }  // namespace kiln::backend::cuda

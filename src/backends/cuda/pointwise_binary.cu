@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/int_math.h"
 #include "ops/dispatch.h"
 
 namespace kiln::backend::cuda {
@@ -11,29 +12,53 @@ namespace {
 
 using ops::OpId;
 
-#define KILN_BINARY_FUNCTOR(Name, R, expr)   \
-  struct Name {                              \
-    template <typename C>                    \
-    __device__ R operator()(C a, C b) const { \
-      return expr;                           \
-    }                                        \
-  };
-KILN_BINARY_FUNCTOR(Plus, C, static_cast<C>(a + b))
-KILN_BINARY_FUNCTOR(Minus, C, static_cast<C>(a - b))
-KILN_BINARY_FUNCTOR(Times, C, static_cast<C>(a * b))
-KILN_BINARY_FUNCTOR(Divide, C, a / b)
-KILN_BINARY_FUNCTOR(Maximum, C, a != a ? a : (b != b ? b : (a > b ? a : b)))
-KILN_BINARY_FUNCTOR(Minimum, C, a != a ? a : (b != b ? b : (a < b ? a : b)))
-KILN_BINARY_FUNCTOR(Eq, bool, a == b)
-KILN_BINARY_FUNCTOR(Ne, bool, a != b)
-KILN_BINARY_FUNCTOR(Lt, bool, a < b)
-KILN_BINARY_FUNCTOR(Le, bool, a <= b)
-KILN_BINARY_FUNCTOR(Gt, bool, a > b)
-KILN_BINARY_FUNCTOR(Ge, bool, a >= b)
-KILN_BINARY_FUNCTOR(LogicalAnd, bool, a && b)
-KILN_BINARY_FUNCTOR(LogicalOr, bool, a || b)
-KILN_BINARY_FUNCTOR(LogicalXor, bool, a != b)
-#undef KILN_BINARY_FUNCTOR
+enum class Arith { Plus, Minus, Times, Divide, Maximum, Minimum };
+
+template <Arith K>
+struct ArithFn {
+  template <typename C>
+  __device__ C operator()(C a, C b) const {
+    if constexpr (K == Arith::Plus)
+      return static_cast<C>(a + b);
+    else if constexpr (K == Arith::Minus)
+      return static_cast<C>(a - b);
+    else if constexpr (K == Arith::Times)
+      return static_cast<C>(a * b);
+    else if constexpr (K == Arith::Divide)
+      return a / b;
+    else if constexpr (K == Arith::Maximum)
+      return a != a ? a : (b != b ? b : (a > b ? a : b));
+    else
+      return a != a ? a : (b != b ? b : (a < b ? a : b));
+  }
+};
+
+enum class Cmp { Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
+
+template <Cmp K>
+struct CmpFn {
+  template <typename C>
+  __device__ bool operator()(C a, C b) const {
+    if constexpr (K == Cmp::Eq)
+      return a == b;
+    else if constexpr (K == Cmp::Ne)
+      return a != b;
+    else if constexpr (K == Cmp::Lt)
+      return a < b;
+    else if constexpr (K == Cmp::Le)
+      return a <= b;
+    else if constexpr (K == Cmp::Gt)
+      return a > b;
+    else if constexpr (K == Cmp::Ge)
+      return a >= b;
+    else if constexpr (K == Cmp::And)
+      return a && b;
+    else if constexpr (K == Cmp::Or)
+      return a || b;
+    else
+      return a != b;
+  }
+};
 
 // a + scale * b, scale in the compute type (alpha, negated for sub).
 template <typename S>
@@ -50,34 +75,15 @@ struct BoolAddScaled {
   __device__ bool operator()(bool a, bool b) const { return a || (alpha && b); }
 };
 
-template <typename C>
-__device__ C integer_pow(C base, C exp) {
-  if constexpr (std::is_same_v<C, bool>) {
-    return base || !exp;
-  } else {
-    if constexpr (std::is_signed_v<C>) {
-      if (exp < C(0)) {
-        if (base == C(1)) return C(1);
-        if (base == C(-1)) return (exp % 2) ? C(-1) : C(1);
-        return C(0);
-      }
-    }
-    C result = 1;
-    while (exp) {
-      if (exp & 1) result = static_cast<C>(result * base);
-      base = static_cast<C>(base * base);
-      exp = static_cast<C>(exp >> 1);
-    }
-    return result;
-  }
-}
-
 struct Pow {
   template <typename C>
   __device__ C operator()(C a, C b) const {
-    if constexpr (std::is_same_v<C, float>) return powf(a, b);
-    else if constexpr (std::is_same_v<C, double>) return pow(a, b);
-    else return integer_pow(a, b);
+    if constexpr (std::is_same_v<C, float>)
+      return powf(a, b);
+    else if constexpr (std::is_same_v<C, double>)
+      return pow(a, b);
+    else
+      return integer_pow(a, b);
   }
 };
 
@@ -129,7 +135,7 @@ void check_no_integer_zero(const KernelCall& c, const Tensor& divisor) {
       const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
       if (n > 0) {
         find_zero_kernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(d.data_ptr()), n,
-                                                    static_cast<int*>(flag.data_ptr()));
+                                                      static_cast<int*>(flag.data_ptr()));
       }
     }
   });
@@ -143,16 +149,20 @@ void check_no_integer_zero(const KernelCall& c, const Tensor& divisor) {
 template <bool with_bool, typename F>
 void binary_same(const KernelCall& c, F f) {
   visit_device_dtype(c.out().dtype(), [&]<typename T>() {
-    if constexpr (with_bool || !kIsBoolT<T>) launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), f);
-    else unsupported_dtype(c, c.out().dtype());
+    if constexpr (with_bool || !kIsBoolT<T>)
+      launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), f);
+    else
+      unsupported_dtype(c, c.out().dtype());
   });
 }
 
 template <typename F>
 void binary_float(const KernelCall& c, F f) {
   visit_device_dtype(c.out().dtype(), [&]<typename T>() {
-    if constexpr (kIsFloatT<T>) launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), f);
-    else unsupported_dtype(c, c.out().dtype());
+    if constexpr (kIsFloatT<T>)
+      launch_elementwise<T, T, T>(c.out(), c.inputs.first(2), f);
+    else
+      unsupported_dtype(c, c.out().dtype());
   });
 }
 
@@ -174,8 +184,10 @@ void logical(const KernelCall& c, F f) {
 void add_kernel(const KernelCall& c, double sign) {
   const Scalar& alpha = c.attrs.scalar(0);
   if (alpha.to_double() == 1.0) {
-    if (sign > 0) binary_same<true>(c, Plus{});
-    else binary_same<false>(c, Minus{});
+    if (sign > 0)
+      binary_same<true>(c, ArithFn<Arith::Plus>{});
+    else
+      binary_same<false>(c, ArithFn<Arith::Minus>{});
     return;
   }
   visit_device_dtype(c.out().dtype(), [&]<typename T>() {
@@ -186,8 +198,9 @@ void add_kernel(const KernelCall& c, double sign) {
       launch_elementwise<T, T, T>(c.out(), c.inputs.first(2),
                                   AddScaled<C>{static_cast<C>(sign * alpha.to_double())});
     } else {
-      launch_elementwise<T, T, T>(c.out(), c.inputs.first(2),
-                                  AddScaled<C>{static_cast<C>(static_cast<C>(sign) * alpha.to<C>())});
+      launch_elementwise<T, T, T>(
+          c.out(), c.inputs.first(2),
+          AddScaled<C>{static_cast<C>(static_cast<C>(sign) * alpha.to<C>())});
     }
   });
 }
@@ -198,26 +211,30 @@ void register_cuda_binary_kernels(KernelTable& t) {
   t.set(OpId::add, [](const KernelCall& c) { add_kernel(c, 1.0); });
   t.set(OpId::sub, [](const KernelCall& c) { add_kernel(c, -1.0); });
   t.set(OpId::mul, [](const KernelCall& c) {
-    if (c.out().dtype() == kBool) launch_elementwise<bool, bool, bool>(c.out(), c.inputs.first(2), LogicalAnd{});
-    else binary_same<false>(c, Times{});
+    if (c.out().dtype() == kBool)
+      launch_elementwise<bool, bool, bool>(c.out(), c.inputs.first(2), CmpFn<Cmp::And>{});
+    else
+      binary_same<false>(c, ArithFn<Arith::Times>{});
   });
-  t.set(OpId::div, [](const KernelCall& c) { binary_float(c, Divide{}); });
+  t.set(OpId::div, [](const KernelCall& c) { binary_float(c, ArithFn<Arith::Divide>{}); });
   t.set(OpId::pow, [](const KernelCall& c) { binary_same<false>(c, Pow{}); });
-  t.set(OpId::maximum, [](const KernelCall& c) { binary_same<true>(c, Maximum{}); });
-  t.set(OpId::minimum, [](const KernelCall& c) { binary_same<true>(c, Minimum{}); });
+  t.set(OpId::maximum,
+        [](const KernelCall& c) { binary_same<true>(c, ArithFn<Arith::Maximum>{}); });
+  t.set(OpId::minimum,
+        [](const KernelCall& c) { binary_same<true>(c, ArithFn<Arith::Minimum>{}); });
   t.set(OpId::remainder, [](const KernelCall& c) {
     check_no_integer_zero(c, c.in(1));
     binary_same<false>(c, Remainder{});
   });
-  t.set(OpId::eq, [](const KernelCall& c) { compare(c, Eq{}); });
-  t.set(OpId::ne, [](const KernelCall& c) { compare(c, Ne{}); });
-  t.set(OpId::lt, [](const KernelCall& c) { compare(c, Lt{}); });
-  t.set(OpId::le, [](const KernelCall& c) { compare(c, Le{}); });
-  t.set(OpId::gt, [](const KernelCall& c) { compare(c, Gt{}); });
-  t.set(OpId::ge, [](const KernelCall& c) { compare(c, Ge{}); });
-  t.set(OpId::logical_and, [](const KernelCall& c) { logical(c, LogicalAnd{}); });
-  t.set(OpId::logical_or, [](const KernelCall& c) { logical(c, LogicalOr{}); });
-  t.set(OpId::logical_xor, [](const KernelCall& c) { logical(c, LogicalXor{}); });
+  t.set(OpId::eq, [](const KernelCall& c) { compare(c, CmpFn<Cmp::Eq>{}); });
+  t.set(OpId::ne, [](const KernelCall& c) { compare(c, CmpFn<Cmp::Ne>{}); });
+  t.set(OpId::lt, [](const KernelCall& c) { compare(c, CmpFn<Cmp::Lt>{}); });
+  t.set(OpId::le, [](const KernelCall& c) { compare(c, CmpFn<Cmp::Le>{}); });
+  t.set(OpId::gt, [](const KernelCall& c) { compare(c, CmpFn<Cmp::Gt>{}); });
+  t.set(OpId::ge, [](const KernelCall& c) { compare(c, CmpFn<Cmp::Ge>{}); });
+  t.set(OpId::logical_and, [](const KernelCall& c) { logical(c, CmpFn<Cmp::And>{}); });
+  t.set(OpId::logical_or, [](const KernelCall& c) { logical(c, CmpFn<Cmp::Or>{}); });
+  t.set(OpId::logical_xor, [](const KernelCall& c) { logical(c, CmpFn<Cmp::Xor>{}); });
 }
 
 }  // namespace kiln::backend::cuda

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/int_math.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -53,19 +54,35 @@ struct Cast {
 void copy_same_dtype(const Tensor& out, const Tensor& in) {
   const Tensor inputs[1] = {in};
   switch (out.element_size()) {
-    case 1: launch_elementwise<uint8_t, uint8_t>(out, inputs, Identity{}); break;
-    case 2: launch_elementwise<uint16_t, uint16_t>(out, inputs, Identity{}); break;
-    case 4: launch_elementwise<uint32_t, uint32_t>(out, inputs, Identity{}); break;
-    default: launch_elementwise<uint64_t, uint64_t>(out, inputs, Identity{}); break;
+    case 1:
+      launch_elementwise<uint8_t, uint8_t>(out, inputs, Identity{});
+      break;
+    case 2:
+      launch_elementwise<uint16_t, uint16_t>(out, inputs, Identity{});
+      break;
+    case 4:
+      launch_elementwise<uint32_t, uint32_t>(out, inputs, Identity{});
+      break;
+    default:
+      launch_elementwise<uint64_t, uint64_t>(out, inputs, Identity{});
+      break;
   }
 }
 
 void fill_bits(const Tensor& out, uint64_t value) {
   switch (out.element_size()) {
-    case 1: launch_elementwise<uint8_t>(out, {}, Constant<uint8_t>{static_cast<uint8_t>(value)}); break;
-    case 2: launch_elementwise<uint16_t>(out, {}, Constant<uint16_t>{static_cast<uint16_t>(value)}); break;
-    case 4: launch_elementwise<uint32_t>(out, {}, Constant<uint32_t>{static_cast<uint32_t>(value)}); break;
-    default: launch_elementwise<uint64_t>(out, {}, Constant<uint64_t>{value}); break;
+    case 1:
+      launch_elementwise<uint8_t>(out, {}, Constant<uint8_t>{static_cast<uint8_t>(value)});
+      break;
+    case 2:
+      launch_elementwise<uint16_t>(out, {}, Constant<uint16_t>{static_cast<uint16_t>(value)});
+      break;
+    case 4:
+      launch_elementwise<uint32_t>(out, {}, Constant<uint32_t>{static_cast<uint32_t>(value)});
+      break;
+    default:
+      launch_elementwise<uint64_t>(out, {}, Constant<uint64_t>{value});
+      break;
   }
 }
 
@@ -81,25 +98,19 @@ void register_cuda_misc_pointwise_kernels(KernelTable& t) {
       if constexpr (kIsBoolT<T>) {
         unsupported_dtype(c, c.out().dtype());
       } else {
-        // Bounds outside the dtype's range clamp to its ends instead of wrapping.
-        auto bound = [&](size_t k, C none) -> C {
-          if (!c.attrs.has(k)) return none;
-          const Scalar& s = c.attrs.scalar(k);
-          if constexpr (std::is_integral_v<C>) {
-            const double v = s.to_double();
-            if (v <= static_cast<double>(std::numeric_limits<C>::lowest())) return std::numeric_limits<C>::lowest();
-            if (v >= static_cast<double>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
-          }
-          return s.to<C>();
+        auto bound = [&](size_t k, C none) {
+          return c.attrs.has(k) ? saturating_bound<C>(c.attrs.scalar(k)) : none;
         };
-        const Clamp<C> f{bound(0, std::numeric_limits<C>::lowest()), bound(1, std::numeric_limits<C>::max())};
+        const Clamp<C> f{bound(0, std::numeric_limits<C>::lowest()),
+                         bound(1, std::numeric_limits<C>::max())};
         launch_elementwise<T, T>(c.out(), c.inputs.first(1), f);
       }
     });
   });
   t.set(OpId::masked_fill, [](const KernelCall& c) {
     visit_device_dtype(c.out().dtype(), [&]<typename T>() {
-      launch_elementwise<T, T, bool>(c.out(), c.inputs.first(2), MaskedFill<T>{scalar_as<T>(c.attrs.scalar(0))});
+      launch_elementwise<T, T, bool>(c.out(), c.inputs.first(2),
+                                     MaskedFill<T>{scalar_as<T>(c.attrs.scalar(0))});
     });
   });
   t.set(OpId::copy, [](const KernelCall& c) {
@@ -110,7 +121,8 @@ void register_cuda_misc_pointwise_kernels(KernelTable& t) {
     }
     visit_device_dtype(to, [&]<typename To>() {
       visit_device_dtype(from, [&]<typename From>() {
-        if constexpr (!std::is_same_v<To, From>) launch_elementwise<To, From>(c.out(), c.inputs.first(1), Cast{});
+        if constexpr (!std::is_same_v<To, From>)
+          launch_elementwise<To, From>(c.out(), c.inputs.first(1), Cast{});
       });
     });
   });

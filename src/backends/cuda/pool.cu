@@ -33,8 +33,14 @@ Window window_of(const ops::Attrs& a, size_t first, bool dilated) {
   const auto& k = a.ints(first);
   const auto& s = a.ints(first + 1);
   const auto& p = a.ints(first + 2);
-  Window w{static_cast<int>(k[0]), static_cast<int>(k[1]), static_cast<int>(s[0]), static_cast<int>(s[1]),
-           static_cast<int>(p[0]), static_cast<int>(p[1]), 1, 1};
+  Window w{static_cast<int>(k[0]),
+           static_cast<int>(k[1]),
+           static_cast<int>(s[0]),
+           static_cast<int>(s[1]),
+           static_cast<int>(p[0]),
+           static_cast<int>(p[1]),
+           1,
+           1};
   if (dilated) {
     const auto& d = a.ints(first + 3);
     w.dh = static_cast<int>(d[0]);
@@ -44,7 +50,8 @@ Window window_of(const ops::Attrs& a, size_t first, bool dilated) {
 }
 
 unsigned grid_for(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
 }
 
 // The first maximum wins; the first NaN ends the window (its index is kept).
@@ -52,7 +59,8 @@ template <typename T>
 __global__ void max_pool_kernel(const T* x, T* y, int64_t* indices, PlaneShape s, Window k) {
   using C = dcompute_t<T>;
   const int64_t total = s.planes * s.oh * s.ow;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t ow = e % s.ow, oh = (e / s.ow) % s.oh, plane = e / (s.ow * s.oh);
     const T* src = x + plane * s.h * s.w;
     C best = -INFINITY;
@@ -81,15 +89,18 @@ __global__ void max_pool_kernel(const T* x, T* y, int64_t* indices, PlaneShape s
 }
 
 template <typename T>
-__global__ void avg_pool_kernel(const T* x, T* y, PlaneShape s, Window k, bool count_include_pad, int64_t divisor) {
+__global__ void avg_pool_kernel(const T* x, T* y, PlaneShape s, Window k, bool count_include_pad,
+                                int64_t divisor) {
   using C = dcompute_t<T>;
   const int64_t total = s.planes * s.oh * s.ow;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t ow = e % s.ow, oh = (e / s.ow) % s.oh, plane = e / (s.ow * s.oh);
     const T* src = x + plane * s.h * s.w;
     const int64_t h0 = oh * k.sh - k.ph, w0 = ow * k.sw - k.pw;
     const int64_t h1 = min(h0 + k.kh, s.h + k.ph), w1 = min(w0 + k.kw, s.w + k.pw);
-    const int64_t hb = max(h0, int64_t{0}), he = min(h1, s.h), wb = max(w0, int64_t{0}), we = min(w1, s.w);
+    const int64_t hb = max(h0, int64_t{0}), he = min(h1, s.h), wb = max(w0, int64_t{0}),
+                  we = min(w1, s.w);
     C sum = 0;
     for (int64_t ih = hb; ih < he; ++ih)
       for (int64_t iw = wb; iw < we; ++iw) sum += to_compute(src[ih * s.w + iw]);
@@ -99,14 +110,19 @@ __global__ void avg_pool_kernel(const T* x, T* y, PlaneShape s, Window k, bool c
   }
 }
 
-__device__ inline int64_t adaptive_begin(int64_t o, int64_t in, int64_t out) { return o * in / out; }
-__device__ inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+__device__ inline int64_t adaptive_begin(int64_t o, int64_t in, int64_t out) {
+  return o * in / out;
+}
+__device__ inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) {
+  return ((o + 1) * in + out - 1) / out;
+}
 
 template <typename T>
 __global__ void adaptive_avg_pool_kernel(const T* x, T* y, PlaneShape s) {
   using C = dcompute_t<T>;
   const int64_t total = s.planes * s.oh * s.ow;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t ow = e % s.ow, oh = (e / s.ow) % s.oh, plane = e / (s.ow * s.oh);
     const T* src = x + plane * s.h * s.w;
     const int64_t h0 = adaptive_begin(oh, s.h, s.oh), h1 = adaptive_end(oh, s.h, s.oh);
@@ -121,11 +137,12 @@ __global__ void adaptive_avg_pool_kernel(const T* x, T* y, PlaneShape s) {
 // Adjoint of avg_pool2d: input element (ih, iw) gathers grad / divisor from
 // each output whose window holds it.
 template <typename T>
-__global__ void avg_pool_backward_kernel(const T* gy, T* gx, PlaneShape s, Window k, bool count_include_pad,
-                                         int64_t divisor) {
+__global__ void avg_pool_backward_kernel(const T* gy, T* gx, PlaneShape s, Window k,
+                                         bool count_include_pad, int64_t divisor) {
   using C = dcompute_t<T>;
   const int64_t total = s.planes * s.h * s.w;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t iw = e % s.w, ih = (e / s.w) % s.h, plane = e / (s.w * s.h);
     const T* g = gy + plane * s.oh * s.ow;
     // Outputs with oh * sh - ph <= ih < oh * sh - ph + kh.
@@ -143,7 +160,9 @@ __global__ void avg_pool_backward_kernel(const T* gy, T* gx, PlaneShape s, Windo
         if (iw < w0 || iw >= w1) continue;
         const int64_t wb = max(w0, int64_t{0}), we = min(w1, s.w);
         const int64_t count = (he - hb) * (we - wb);
-        const int64_t div = divisor > 0 ? divisor : count_include_pad ? (h1 - h0) * (w1 - w0) : count;
+        const int64_t div = divisor > 0         ? divisor
+                            : count_include_pad ? (h1 - h0) * (w1 - w0)
+                                                : count;
         sum += to_compute(g[oh * s.ow + ow]) / static_cast<C>(div);
       }
     }
@@ -157,11 +176,14 @@ template <typename T>
 __global__ void adaptive_avg_pool_backward_kernel(const T* gy, T* gx, PlaneShape s) {
   using C = dcompute_t<T>;
   const int64_t total = s.planes * s.h * s.w;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t iw = e % s.w, ih = (e / s.w) % s.h, plane = e / (s.w * s.h);
     const T* g = gy + plane * s.oh * s.ow;
-    const int64_t oh_lo = ih * s.oh / s.h, oh_hi = min(s.oh - 1, ((ih + 1) * s.oh + s.h - 1) / s.h - 1);
-    const int64_t ow_lo = iw * s.ow / s.w, ow_hi = min(s.ow - 1, ((iw + 1) * s.ow + s.w - 1) / s.w - 1);
+    const int64_t oh_lo = ih * s.oh / s.h,
+                  oh_hi = min(s.oh - 1, ((ih + 1) * s.oh + s.h - 1) / s.h - 1);
+    const int64_t ow_lo = iw * s.ow / s.w,
+                  ow_hi = min(s.ow - 1, ((iw + 1) * s.ow + s.w - 1) / s.w - 1);
     C sum = 0;
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh) {
       const int64_t h0 = adaptive_begin(oh, s.h, s.oh), h1 = adaptive_end(oh, s.h, s.oh);
@@ -181,8 +203,10 @@ template <typename F>
 void on_float(const KernelCall& c, const Tensor& t, const char* what, F&& launch) {
   DeviceGuard guard(t.device().index());
   visit_device_dtype(t.dtype(), [&]<typename T>() {
-    if constexpr (kIsFloatT<T>) launch.template operator()<T>(stream_for(t));
-    else unsupported_dtype(c, t.dtype());
+    if constexpr (kIsFloatT<T>)
+      launch.template operator()<T>(stream_for(t));
+    else
+      unsupported_dtype(c, t.dtype());
   });
   check_launch(what);
 }
@@ -210,7 +234,8 @@ void avg_pool_op(const KernelCall& c) {
   const int64_t divisor = c.attrs.has(5) ? c.attrs.i(5) : 0;
   on_float(c, x, "avg_pool2d kernel", [&]<typename T>(cudaStream_t stream) {
     avg_pool_kernel<T><<<grid_for(y.numel()), kThreads, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), s, k, c.attrs.b(4), divisor);
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), s, k, c.attrs.b(4),
+        divisor);
   });
 }
 
@@ -234,7 +259,8 @@ void avg_pool_backward_op(const KernelCall& c) {
   const int64_t divisor = c.attrs.has(6) ? c.attrs.i(6) : 0;
   on_float(c, gy, "avg_pool2d_backward kernel", [&]<typename T>(cudaStream_t stream) {
     avg_pool_backward_kernel<T><<<grid_for(gx.numel()), kThreads, 0, stream>>>(
-        static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), s, k, c.attrs.b(5), divisor);
+        static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), s, k, c.attrs.b(5),
+        divisor);
   });
 }
 

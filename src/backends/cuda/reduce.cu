@@ -27,10 +27,10 @@ constexpr int kReduceThreads = 256;
 
 struct ReduceShape {
   int64_t outer, reduced, inner;
-  int64_t chunk;   // reduced elements per split
-  int lanes_x;     // threadIdx.x extent
-  int lanes_y;     // threadIdx.y extent
-  bool rows;       // inner == 1: lanes along x
+  int64_t chunk;  // reduced elements per split
+  int lanes_x;    // threadIdx.x extent
+  int lanes_y;    // threadIdx.y extent
+  bool rows;      // inner == 1: lanes along x
 };
 
 template <typename Op>
@@ -50,7 +50,8 @@ __device__ void reduce_body(const Op& op, const typename Op::In* x, const Reduce
   if (m < M) {
     const int64_t o = m / s.inner, i = m - o * s.inner;
     const typename Op::In* base = x + o * s.reduced * s.inner + i;
-    for (int64_t r = begin + lane; r < end; r += nlanes) acc = op.step(acc, to_compute(base[r * s.inner]), r);
+    for (int64_t r = begin + lane; r < end; r += nlanes)
+      acc = op.step(acc, to_compute(base[r * s.inner]), r);
   }
   const int slot = threadIdx.y * s.lanes_x + threadIdx.x;
   smem[slot] = acc;
@@ -63,20 +64,22 @@ __device__ void reduce_body(const Op& op, const typename Op::In* x, const Reduce
     __syncthreads();
   }
   if (lane == 0 && m < M) {
-    if (gridDim.y == 1) op.finish(m, smem[slot], s.reduced);
-    else partials[int64_t{blockIdx.y} * M + m] = smem[slot];
+    if (gridDim.y == 1)
+      op.finish(m, smem[slot], s.reduced);
+    else
+      partials[int64_t{blockIdx.y} * M + m] = smem[slot];
   }
 }
 
 template <typename Op>
-__global__ void __launch_bounds__(kReduceThreads) reduce_kernel(Op op, const typename Op::In* x,
-                                                               ReduceShape s, typename Op::Acc* partials) {
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_kernel(Op op, const typename Op::In* x, ReduceShape s, typename Op::Acc* partials) {
   reduce_body(op, x, s, partials);
 }
 
 template <typename Op>
-__global__ void merge_partials_kernel(Op op, const typename Op::Acc* partials, int64_t M, int splits,
-                                      int64_t reduced) {
+__global__ void merge_partials_kernel(Op op, const typename Op::Acc* partials, int64_t M,
+                                      int splits, int64_t reduced) {
   for (int64_t m = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; m < M;
        m += int64_t{gridDim.x} * blockDim.x) {
     typename Op::Acc acc = partials[m];
@@ -95,7 +98,8 @@ int multiprocessors(int device) {
   static int count[64] = {};
   if (device < 64 && count[device]) return count[device];
   int n = 0;
-  check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute");
   if (device < 64) count[device] = n;
   return n;
 }
@@ -125,15 +129,17 @@ void run_reduce(const Tensor& like, const ReduceView& v, Op op) {
   const int64_t target = 4 * int64_t{multiprocessors(device)};
   int64_t splits = 1;
   if (blocks < target && v.reduced > int64_t{lanes} * 32) {
-    splits = std::min<int64_t>({(target + blocks - 1) / blocks, v.reduced / (int64_t{lanes} * 16), 1024});
+    splits = std::min<int64_t>(
+        {(target + blocks - 1) / blocks, v.reduced / (int64_t{lanes} * 16), 1024});
     splits = std::max<int64_t>(splits, 1);
   }
-  s.chunk = (v.reduced + splits - 1) / splits;
-  splits = (v.reduced + s.chunk - 1) / s.chunk;
+  s.chunk = std::max<int64_t>(1, (v.reduced + splits - 1) / splits);
+  splits = std::max<int64_t>(1, (v.reduced + s.chunk - 1) / s.chunk);
   Tensor workspace;
   Acc* partials = nullptr;
   if (splits > 1) {
-    workspace = ops::make_tensor({static_cast<int64_t>(splits * M * sizeof(Acc))}, kUInt8, like.device(), false);
+    workspace = ops::make_tensor({static_cast<int64_t>(splits * M * sizeof(Acc))}, kUInt8,
+                                 like.device(), false);
     partials = static_cast<Acc*>(workspace.data_ptr());
   }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));
@@ -143,7 +149,8 @@ void run_reduce(const Tensor& like, const ReduceView& v, Op op) {
   check_launch("reduce kernel");
   if (splits > 1) {
     const unsigned g = static_cast<unsigned>(std::min<int64_t>((M + 255) / 256, 65536));
-    merge_partials_kernel<Op><<<g, 256, 0, stream>>>(op, partials, M, static_cast<int>(splits), v.reduced);
+    merge_partials_kernel<Op>
+        <<<g, 256, 0, stream>>>(op, partials, M, static_cast<int>(splits), v.reduced);
     check_launch("reduce merge kernel");
   }
 }
@@ -196,10 +203,12 @@ struct ProdOp {
 
 template <typename C, bool kMax>
 __host__ __device__ constexpr C extreme_identity() {
-  if constexpr (std::is_same_v<C, bool>) return !kMax;
+  if constexpr (std::is_same_v<C, bool>)
+    return !kMax;
   else if constexpr (std::is_floating_point_v<C>)
     return kMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
-  else return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+  else
+    return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
 }
 
 template <typename T, bool kMax>
@@ -236,8 +245,12 @@ struct ArgOp {
     return kMax ? x > best : x < best;
   }
   __device__ Acc identity() const { return {C(0), -1}; }
-  __device__ Acc step(Acc a, C x, int64_t r) const { return before(x, r, a.value, a.index) ? Acc{x, r} : a; }
-  __device__ Acc merge(Acc a, Acc b) const { return before(b.value, b.index, a.value, a.index) ? b : a; }
+  __device__ Acc step(Acc a, C x, int64_t r) const {
+    return before(x, r, a.value, a.index) ? Acc{x, r} : a;
+  }
+  __device__ Acc merge(Acc a, Acc b) const {
+    return before(b.value, b.index, a.value, a.index) ? b : a;
+  }
   __device__ void finish(int64_t m, Acc t, int64_t) const {
     if (values) values[m] = cvt<T>(t.value);
     indices[m] = t.index;
@@ -286,7 +299,8 @@ struct VarOp {
     const int64_t n = a.n + b.n;
     const double delta = b.mean - a.mean;
     const double nb_over_n = static_cast<double>(b.n) / static_cast<double>(n);
-    return {a.mean + delta * nb_over_n, a.m2 + b.m2 + delta * delta * static_cast<double>(a.n) * nb_over_n, n};
+    return {a.mean + delta * nb_over_n,
+            a.m2 + b.m2 + delta * delta * static_cast<double>(a.n) * nb_over_n, n};
   }
   __device__ void finish(int64_t m, Acc t, int64_t n) const {
     // PyTorch divides by max(0, N - correction): N <= correction gives inf or NaN.
@@ -311,17 +325,26 @@ struct NormOp {
   }
   __device__ Acc step(Acc a, C x, int64_t) const {
     const C ax = x < C(0) ? -x : x;
-    if constexpr (K == NormKind::kL0) return a + (x != C(0) ? 1.0 : 0.0);
-    else if constexpr (K == NormKind::kL1) return a + static_cast<double>(ax);
-    else if constexpr (K == NormKind::kL2) return a + static_cast<double>(x) * static_cast<double>(x);
-    else if constexpr (K == NormKind::kP) return a + pow(static_cast<double>(ax), p);
-    else if constexpr (K == NormKind::kInf) return nan_max(a, (x != x) ? x : ax);
-    else return nan_min(a, (x != x) ? x : ax);
+    if constexpr (K == NormKind::kL0)
+      return a + (x != C(0) ? 1.0 : 0.0);
+    else if constexpr (K == NormKind::kL1)
+      return a + static_cast<double>(ax);
+    else if constexpr (K == NormKind::kL2)
+      return a + static_cast<double>(x) * static_cast<double>(x);
+    else if constexpr (K == NormKind::kP)
+      return a + pow(static_cast<double>(ax), p);
+    else if constexpr (K == NormKind::kInf)
+      return nan_max(a, (x != x) ? x : ax);
+    else
+      return nan_min(a, (x != x) ? x : ax);
   }
   __device__ Acc merge(Acc a, Acc b) const {
-    if constexpr (K == NormKind::kInf) return nan_max(a, b);
-    else if constexpr (K == NormKind::kNegInf) return nan_min(a, b);
-    else return a + b;
+    if constexpr (K == NormKind::kInf)
+      return nan_max(a, b);
+    else if constexpr (K == NormKind::kNegInf)
+      return nan_min(a, b);
+    else
+      return a + b;
   }
   __device__ void finish(int64_t m, Acc t, int64_t) const {
     double r = static_cast<double>(t);
@@ -363,8 +386,10 @@ struct LogSumExpOp {
 template <typename F>
 void visit_float(const KernelCall& c, DType t, F&& f) {
   visit_device_dtype(t, [&]<typename T>() {
-    if constexpr (kIsFloatT<T>) f.template operator()<T>();
-    else unsupported_dtype(c, t);
+    if constexpr (kIsFloatT<T>)
+      f.template operator()<T>();
+    else
+      unsupported_dtype(c, t);
   });
 }
 
@@ -383,12 +408,7 @@ void extreme_kernel(const KernelCall& c) {
 template <bool kMax>
 void arg_kernel(const KernelCall& c) {
   const Tensor& x = c.in(0);
-  std::vector<int64_t> dims;
-  if (x.dim() > 0 && c.attrs.has(0)) dims.push_back(c.attrs.i(0));
-  if (!c.attrs.has(0)) {
-    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
-  }
-  const ReduceView v = make_reduce_view(x, dims, /*ordered=*/true);
+  const ReduceView v = make_arg_reduce_view(c);
   visit_device_dtype(x.dtype(), [&]<typename T>() {
     T* values = c.outputs.size() == 2 ? static_cast<T*>(c.out(0).data_ptr()) : nullptr;
     auto* indices = static_cast<int64_t*>(c.out(c.outputs.size() - 1).data_ptr());
@@ -448,12 +468,18 @@ void register_cuda_reduce_kernels(KernelTable& t) {
     visit_float(c, c.in(0).dtype(), [&]<typename T>() {
       const ReduceView v = view_of(c, 1);
       const double p = c.attrs.f(0);
-      if (p == 0) norm_of_kind<T, NormKind::kL0>(c, v);
-      else if (p == 1) norm_of_kind<T, NormKind::kL1>(c, v);
-      else if (p == 2) norm_of_kind<T, NormKind::kL2>(c, v);
-      else if (p == std::numeric_limits<double>::infinity()) norm_of_kind<T, NormKind::kInf>(c, v);
-      else if (p == -std::numeric_limits<double>::infinity()) norm_of_kind<T, NormKind::kNegInf>(c, v);
-      else norm_of_kind<T, NormKind::kP>(c, v);
+      if (p == 0)
+        norm_of_kind<T, NormKind::kL0>(c, v);
+      else if (p == 1)
+        norm_of_kind<T, NormKind::kL1>(c, v);
+      else if (p == 2)
+        norm_of_kind<T, NormKind::kL2>(c, v);
+      else if (p == std::numeric_limits<double>::infinity())
+        norm_of_kind<T, NormKind::kInf>(c, v);
+      else if (p == -std::numeric_limits<double>::infinity())
+        norm_of_kind<T, NormKind::kNegInf>(c, v);
+      else
+        norm_of_kind<T, NormKind::kP>(c, v);
     });
   });
   t.set(OpId::logsumexp, [](const KernelCall& c) {

@@ -21,7 +21,8 @@ constexpr int kThreads = 256;
 constexpr int kMaxPadDims = 16;
 
 unsigned grid_for(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
 }
 
 template <typename T>
@@ -54,8 +55,10 @@ struct PadGeometry {
   }
 };
 
-PadGeometry pad_geometry(const Shape& in, const Shape& out, const std::vector<int64_t>& pads, const std::string& mode) {
-  if (in.size() > kMaxPadDims) throw Error(detail::str_cat("cuda pad: ", in.size(), " dims, at most ", kMaxPadDims));
+PadGeometry pad_geometry(const Shape& in, const Shape& out, const std::vector<int64_t>& pads,
+                         const std::string& mode) {
+  if (in.size() > kMaxPadDims)
+    throw Error(detail::str_cat("cuda pad: ", in.size(), " dims, at most ", kMaxPadDims));
   PadGeometry g;
   g.ndim = static_cast<int>(in.size());
   g.mode = resample::pad_mode(mode);
@@ -74,17 +77,19 @@ PadGeometry pad_geometry(const Shape& in, const Shape& out, const std::vector<in
 
 template <typename E>
 __global__ void pad_kernel(const E* x, E* y, int64_t n, PadGeometry g, E value) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t s = g.source(e);
     y[e] = s < 0 ? value : x[s];
   }
 }
 
-template <typename T>
-__global__ void pad_backward_kernel(const T* gy, T* gx, int64_t n, PadGeometry g) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+template <typename T, typename Acc>
+__global__ void pad_backward_kernel(const T* gy, Acc* gx, int64_t n, PadGeometry g) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t s = g.source(e);
-    if (s >= 0) atomic_accumulate(gx + s, gy[e]);
+    if (s >= 0) atomic_accumulate(gx + s, static_cast<Acc>(to_compute(gy[e])));
   }
 }
 
@@ -106,8 +111,25 @@ template <typename F>
 void on_float(const KernelCall& c, const Tensor& t, F&& f) {
   DeviceGuard guard(t.device().index());
   visit_device_dtype(t.dtype(), [&]<typename T>() {
-    if constexpr (kIsFloatT<T>) f.template operator()<T>(stream_for(t));
-    else unsupported_dtype(c, t.dtype());
+    if constexpr (kIsFloatT<T>)
+      f.template operator()<T>(stream_for(t));
+    else
+      unsupported_dtype(c, t.dtype());
+  });
+}
+
+// The adjoints add into an accumulator of the compute type (float for the
+// 16-bit floats, whose atomic adds would round at every step), then cast.
+template <typename F>
+void accumulate_adjoint(const KernelCall& c, const Tensor& gy, const Tensor& gx, F&& launch) {
+  on_float(c, gy, [&]<typename T>(cudaStream_t stream) {
+    using Acc = dcompute_t<T>;
+    const bool narrow = !std::is_same_v<Acc, T>;
+    const Tensor acc = narrow ? ops::make_tensor(gx.sizes(), kFloat32, gx.device(), false) : gx;
+    fill_bits(acc, 0);
+    launch.template operator()<T, Acc>(stream, static_cast<const T*>(gy.data_ptr()),
+                                       static_cast<Acc*>(acc.data_ptr()));
+    if (narrow) copy_same_dtype(gx, acc.to(gx.dtype()));
   });
 }
 
@@ -115,14 +137,15 @@ void pad_backward_op(const KernelCall& c) {
   const Tensor gy = c.in(0).contiguous();
   const Tensor& gx = c.out();
   if (gx.numel() == 0) return;
-  fill_bits(gx, 0);
-  if (gy.numel() == 0) return;
+  if (gy.numel() == 0) {
+    fill_bits(gx, 0);
+    return;
+  }
   const PadGeometry g = pad_geometry(gx.sizes(), gy.sizes(), c.attrs.ints(1), c.attrs.str(2));
-  on_float(c, gy, [&]<typename T>(cudaStream_t stream) {
-    pad_backward_kernel<T><<<grid_for(gy.numel()), kThreads, 0, stream>>>(
-        static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), gy.numel(), g);
+  accumulate_adjoint(c, gy, gx, [&]<typename T, typename Acc>(cudaStream_t stream, const T* in, Acc* out) {
+    pad_backward_kernel<T, Acc><<<grid_for(gy.numel()), kThreads, 0, stream>>>(in, out, gy.numel(), g);
+    check_launch("pad_backward kernel");
   });
-  check_launch("pad_backward kernel");
 }
 
 // --- interpolate -------------------------------------------------------------------
@@ -176,16 +199,19 @@ __device__ inline Taps bilinear_taps(const Resample& r, const Coords& c) {
   const double sh = resample::bilinear_source(c.o[1], r.in[1], r.out[1], r.align_corners);
   const double sw = resample::bilinear_source(c.o[2], r.in[2], r.out[2], r.align_corners);
   const int64_t h0 = static_cast<int64_t>(sh), w0 = static_cast<int64_t>(sw);
-  const int64_t h1 = h0 + 1 < r.in[1] ? h0 + 1 : r.in[1] - 1, w1 = w0 + 1 < r.in[2] ? w0 + 1 : r.in[2] - 1;
+  const int64_t h1 = h0 + 1 < r.in[1] ? h0 + 1 : r.in[1] - 1,
+                w1 = w0 + 1 < r.in[2] ? w0 + 1 : r.in[2] - 1;
   const double fh = sh - static_cast<double>(h0), fw = sw - static_cast<double>(w0);
   const int64_t base = c.plane * r.in[1] * r.in[2];
-  return {{base + h0 * r.in[2] + w0, base + h0 * r.in[2] + w1, base + h1 * r.in[2] + w0, base + h1 * r.in[2] + w1},
+  return {{base + h0 * r.in[2] + w0, base + h0 * r.in[2] + w1, base + h1 * r.in[2] + w0,
+           base + h1 * r.in[2] + w1},
           {(1 - fh) * (1 - fw), (1 - fh) * fw, fh * (1 - fw), fh * fw}};
 }
 
 template <typename E>
 __global__ void nearest_kernel(const E* x, E* y, int64_t n, Resample r) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     y[e] = x[nearest_input(r, output_coords(r, e))];
   }
 }
@@ -193,7 +219,8 @@ __global__ void nearest_kernel(const E* x, E* y, int64_t n, Resample r) {
 template <typename T>
 __global__ void bilinear_kernel(const T* x, T* y, int64_t n, Resample r) {
   using C = dcompute_t<T>;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const Taps t = bilinear_taps(r, output_coords(r, e));
     C sum = 0;
     for (int k = 0; k < 4; ++k) sum += static_cast<C>(t.weight[k]) * to_compute(x[t.at[k]]);
@@ -201,20 +228,23 @@ __global__ void bilinear_kernel(const T* x, T* y, int64_t n, Resample r) {
   }
 }
 
-template <typename T>
-__global__ void nearest_backward_kernel(const T* gy, T* gx, int64_t n, Resample r) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    atomic_accumulate(gx + nearest_input(r, output_coords(r, e)), gy[e]);
+template <typename T, typename Acc>
+__global__ void nearest_backward_kernel(const T* gy, Acc* gx, int64_t n, Resample r) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    atomic_accumulate(gx + nearest_input(r, output_coords(r, e)), static_cast<Acc>(to_compute(gy[e])));
   }
 }
 
-template <typename T>
-__global__ void bilinear_backward_kernel(const T* gy, T* gx, int64_t n, Resample r) {
+template <typename T, typename Acc>
+__global__ void bilinear_backward_kernel(const T* gy, Acc* gx, int64_t n, Resample r) {
   using C = dcompute_t<T>;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const Taps t = bilinear_taps(r, output_coords(r, e));
     const C g = to_compute(gy[e]);
-    for (int k = 0; k < 4; ++k) atomic_accumulate(gx + t.at[k], cvt<T>(static_cast<C>(t.weight[k]) * g));
+    for (int k = 0; k < 4; ++k)
+      atomic_accumulate(gx + t.at[k], static_cast<Acc>(static_cast<C>(t.weight[k]) * g));
   }
 }
 
@@ -242,20 +272,20 @@ void interpolate_backward_op(const KernelCall& c) {
   const Tensor gy = c.in(0).contiguous();
   const Tensor& gx = c.out();
   if (gx.numel() == 0) return;
-  fill_bits(gx, 0);
-  if (gy.numel() == 0) return;
+  if (gy.numel() == 0) {
+    fill_bits(gx, 0);
+    return;
+  }
   const Resample r = resample_of(gx.sizes(), gy.sizes(), c.attrs.b(2));
   const bool bilinear = c.attrs.str(1) == "bilinear";
-  on_float(c, gy, [&]<typename T>(cudaStream_t stream) {
+  accumulate_adjoint(c, gy, gx, [&]<typename T, typename Acc>(cudaStream_t stream, const T* in, Acc* out) {
     if (bilinear) {
-      bilinear_backward_kernel<T><<<grid_for(gy.numel()), kThreads, 0, stream>>>(
-          static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), gy.numel(), r);
+      bilinear_backward_kernel<T, Acc><<<grid_for(gy.numel()), kThreads, 0, stream>>>(in, out, gy.numel(), r);
     } else {
-      nearest_backward_kernel<T><<<grid_for(gy.numel()), kThreads, 0, stream>>>(
-          static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), gy.numel(), r);
+      nearest_backward_kernel<T, Acc><<<grid_for(gy.numel()), kThreads, 0, stream>>>(in, out, gy.numel(), r);
     }
+    check_launch("interpolate_backward kernel");
   });
-  check_launch("interpolate_backward kernel");
 }
 
 // --- nll_loss --------------------------------------------------------------------------
@@ -267,16 +297,18 @@ struct NllFlag {
 // Per target element: the loss -w[t] * x[n, t, s] and the weight w[t] (0 for
 // ignored targets); a target out of range is reported through bad.
 template <typename T>
-__global__ void nll_terms_kernel(const T* x, const int64_t* target, const dcompute_t<T>* w, int64_t n,
-                                 int64_t classes, int64_t inner, int64_t ignore, T* loss, dcompute_t<T>* weights,
-                                 NllFlag* bad) {
+__global__ void nll_terms_kernel(const T* x, const int64_t* target, const dcompute_t<T>* w,
+                                 int64_t n, int64_t classes, int64_t inner, int64_t ignore, T* loss,
+                                 dcompute_t<T>* weights, NllFlag* bad) {
   using C = dcompute_t<T>;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = target[i];
     C l = 0, wt = 0;
     if (t != ignore) {
       if (t < 0 || t >= classes) {
-        if (atomicExch(reinterpret_cast<unsigned long long*>(&bad->found), 1ull) == 0ull) bad->value = t;
+        if (atomicExch(reinterpret_cast<unsigned long long*>(&bad->found), 1ull) == 0ull)
+          bad->value = t;
       } else {
         const int64_t s = i % inner, b = i / inner;
         wt = w ? w[t] : C(1);
@@ -307,14 +339,15 @@ void nll_loss_op(const KernelCall& c) {
       using C = dcompute_t<T>;
       nll_terms_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
           static_cast<const T*>(x.data_ptr()), static_cast<const int64_t*>(target.data_ptr()),
-          w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr, n, classes, inner, c.attrs.i(0),
-          static_cast<T*>(loss.data_ptr()), static_cast<C*>(weights.data_ptr()),
+          w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr, n, classes, inner,
+          c.attrs.i(0), static_cast<T*>(loss.data_ptr()), static_cast<C*>(weights.data_ptr()),
           static_cast<NllFlag*>(flag.data_ptr()));
     });
     check_launch("nll_loss kernel");
     const auto bad = flag.to(Device::cpu()).to_vector<int64_t>();
     if (bad[0] != 0) {
-      throw IndexError(detail::str_cat("nll_loss: target ", bad[1], " is out of range for ", classes, " classes"));
+      throw IndexError(detail::str_cat("nll_loss: target ", bad[1], " is out of range for ",
+                                       classes, " classes"));
     }
   }
   if (reduction == "none") {
@@ -323,7 +356,8 @@ void nll_loss_op(const KernelCall& c) {
   }
   NoGradGuard no_grad;
   const Tensor total = sum(loss.to(acc));
-  const Tensor result = reduction == "sum" ? total : total / sum(weights);  // 0 / 0 = NaN: all ignored
+  const Tensor result =
+      reduction == "sum" ? total : total / sum(weights);  // 0 / 0 = NaN: all ignored
   copy_same_dtype(c.out(), result.to(x.dtype()));
 }
 

@@ -31,7 +31,8 @@ template <typename T>
 __global__ void lstm_cell_kernel(const T* gates, T* c, T* h, int64_t batch, int64_t hidden) {
   using C = dcompute_t<T>;
   const int64_t n = batch * hidden;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t b = e / hidden, j = e - b * hidden;
     const T* g = gates + b * 4 * hidden;
     const C i = sigmoid(to_compute(g[j]));
@@ -50,10 +51,11 @@ void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h) {
   DeviceGuard guard(c.device().index());
   visit_device_dtype(c.dtype(), [&]<typename T>() {
     if constexpr (kIsFloatT<T>) {
-      const unsigned grid = static_cast<unsigned>(std::min<int64_t>((batch * hidden + kThreads - 1) / kThreads, 65536));
-      lstm_cell_kernel<T><<<grid, kThreads, 0, stream_for(c)>>>(static_cast<const T*>(gates.data_ptr()),
-                                                                static_cast<T*>(c.data_ptr()),
-                                                                static_cast<T*>(h.data_ptr()), batch, hidden);
+      const unsigned grid = static_cast<unsigned>(
+          std::min<int64_t>((batch * hidden + kThreads - 1) / kThreads, 65536));
+      lstm_cell_kernel<T><<<grid, kThreads, 0, stream_for(c)>>>(
+          static_cast<const T*>(gates.data_ptr()), static_cast<T*>(c.data_ptr()),
+          static_cast<T*>(h.data_ptr()), batch, hidden);
     }
   });
   check_launch("lstm cell kernel");
@@ -65,7 +67,8 @@ void lstm_sequence_op(const KernelCall& call) {
   const bool has_biases = call.attrs.b(1);
   const size_t per_layer = has_biases ? 4 : 2;
   const Tensor& x = call.in(0);
-  if (!is_floating(x.dtype())) throw DTypeError(detail::str_cat("lstm_sequence: no CUDA kernel for ", x.dtype()));
+  if (!is_floating(x.dtype()))
+    throw DTypeError(detail::str_cat("lstm_sequence: no CUDA kernel for ", x.dtype()));
   const int64_t steps = x.size(0), batch = x.size(1), hidden = call.in(4).size(1);
   Tensor seq = x.contiguous();
   for (int64_t l = 0; l < layers; ++l) {
@@ -79,7 +82,9 @@ void lstm_sequence_op(const KernelCall& call) {
     Tensor h = call.out(1).select(0, l), c = call.out(2).select(0, l);
     copy_same_dtype(h, call.in(1).select(0, l));
     copy_same_dtype(c, call.in(2).select(0, l));
-    Tensor out = l + 1 == layers ? call.out(0) : ops::make_tensor({steps, batch, hidden}, x.dtype(), x.device(), false);
+    Tensor out = l + 1 == layers
+                     ? call.out(0)
+                     : ops::make_tensor({steps, batch, hidden}, x.dtype(), x.device(), false);
     for (int64_t t = 0; t < steps; ++t) {
       const Tensor gates = addmm(projected.select(0, t), t == 0 ? h : out.select(0, t - 1), w_hh_t);
       lstm_cell(gates, c, out.select(0, t));
@@ -95,9 +100,14 @@ void sdpa_op(const KernelCall& c) {
   const Tensor mask = c.inputs.size() > 3 && c.in(3).defined() ? c.in(3) : Tensor();
   const double scale = c.attrs.f(1);
   const int64_t l = q.size(-2), s = k.size(-2);
+  if (s == 0) {  // no keys: every row attends to nothing
+    fill_bits(c.out(), 0);
+    return;
+  }
   Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (mask.defined()) {
+    // A float mask is added in the wider of the two dtypes, as the CPU adds it in double.
     scores = mask.dtype() == kBool ? masked_fill(scores, logical_not(mask), neg_inf) : scores + mask;
   }
   if (c.attrs.b(0)) {
@@ -106,7 +116,7 @@ void sdpa_op(const KernelCall& c) {
   }
   const Tensor dead = amax(scores, {-1}, true) == neg_inf;
   const Tensor p = masked_fill(softmax(scores, -1), dead, 0.0);
-  copy_same_dtype(c.out(), matmul(p, v).to(c.out().dtype()));
+  copy_same_dtype(c.out(), matmul(p.to(v.dtype()), v).to(c.out().dtype()));
 }
 
 }  // namespace

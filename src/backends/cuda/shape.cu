@@ -17,7 +17,8 @@ using ops::OpId;
 constexpr int kThreads = 256;
 
 unsigned grid_for(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)));
 }
 
 // A view of base's storage with the given layout (offset in elements of base's dtype).
@@ -32,7 +33,8 @@ Tensor strided_view(const Tensor& base, Shape sizes, Shape strides, int64_t offs
 }
 
 bool same_view(const Tensor& a, const Tensor& b) {
-  return a.shares_storage(b) && a.storage_offset() == b.storage_offset() && a.strides() == b.strides();
+  return a.shares_storage(b) && a.storage_offset() == b.storage_offset() &&
+         a.strides() == b.strides();
 }
 
 // --- index checks ---------------------------------------------------------------
@@ -42,11 +44,14 @@ struct BadIndex {
   int64_t value;
 };
 
-__global__ void find_bad_index_kernel(const int64_t* index, int64_t n, int64_t size, BadIndex* bad) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+__global__ void find_bad_index_kernel(const int64_t* index, int64_t n, int64_t size,
+                                      BadIndex* bad) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t v = index[i];
     if (v < 0 || v >= size) {
-      if (atomicExch(reinterpret_cast<unsigned long long*>(&bad->found), 1ull) == 0ull) bad->value = v;
+      if (atomicExch(reinterpret_cast<unsigned long long*>(&bad->found), 1ull) == 0ull)
+        bad->value = v;
     }
   }
 }
@@ -59,7 +64,8 @@ std::optional<int64_t> find_bad_index(const Tensor& index, int64_t size) {
   const cudaStream_t stream = stream_for(index);
   check(cudaMemsetAsync(flag.data_ptr(), 0, 2 * sizeof(int64_t), stream), "cudaMemsetAsync");
   find_bad_index_kernel<<<grid_for(index.numel()), kThreads, 0, stream>>>(
-      static_cast<const int64_t*>(index.data_ptr()), index.numel(), size, static_cast<BadIndex*>(flag.data_ptr()));
+      static_cast<const int64_t*>(index.data_ptr()), index.numel(), size,
+      static_cast<BadIndex*>(flag.data_ptr()));
   check_launch("index check");
   const auto host = flag.to(Device::cpu()).to_vector<int64_t>();
   if (host[0] == 0) return std::nullopt;
@@ -68,7 +74,8 @@ std::optional<int64_t> find_bad_index(const Tensor& index, int64_t size) {
 
 void check_indices(std::string_view op, const Tensor& index, int64_t dim, int64_t size) {
   if (auto bad = find_bad_index(index, size)) {
-    throw IndexError(detail::str_cat(op, ": index ", *bad, " is out of range for dim ", dim, " of size ", size));
+    throw IndexError(
+        detail::str_cat(op, ": index ", *bad, " is out of range for dim ", dim, " of size ", size));
   }
 }
 
@@ -86,7 +93,8 @@ struct IndexGeometry {
   int64_t dim_size = 0;                    // size of the indexed dim of the indexed tensor
 };
 
-IndexGeometry index_geometry(const Shape& sizes, int64_t dim, const Shape& s0, const Shape& s1, const Shape& s2) {
+IndexGeometry index_geometry(const Shape& sizes, int64_t dim, const Shape& s0, const Shape& s1,
+                             const Shape& s2) {
   if (sizes.size() > kMaxIndexDims) {
     throw Error(detail::str_cat("cuda indexing: ", sizes.size(), " dims, at most ", kMaxIndexDims));
   }
@@ -132,8 +140,10 @@ __device__ inline Offsets offsets_of(const IndexGeometry& g, int64_t e, const in
 
 // gather: over the index's elements, destination contiguous like the index.
 template <typename E>
-__global__ void gather_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src, E* dst) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+__global__ void gather_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src,
+                              E* dst) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<1>(g, e, index);
     dst[o.off[2]] = src[o.off[1]];
   }
@@ -141,8 +151,10 @@ __global__ void gather_kernel(IndexGeometry g, int64_t n, const int64_t* index, 
 
 // scatter: over the index's elements, the index value picks the destination.
 template <typename E>
-__global__ void scatter_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src, E* dst) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+__global__ void scatter_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src,
+                               E* dst) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<2>(g, e, index);
     dst[o.off[2]] = src[o.off[1]];
   }
@@ -152,14 +164,17 @@ __global__ void scatter_kernel(IndexGeometry g, int64_t n, const int64_t* index,
 // compare-and-swap on the aligned 32-bit word that holds the element.
 template <typename T>
 __device__ inline void atomic_add(T* address, T value) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, __half> ||
-                std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, int32_t>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> ||
+                std::is_same_v<T, int32_t>) {
     atomicAdd(address, value);
   } else if constexpr (std::is_same_v<T, int64_t>) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(address), static_cast<unsigned long long>(value));
+    atomicAdd(reinterpret_cast<unsigned long long*>(address),
+              static_cast<unsigned long long>(value));
   } else {
     static_assert(sizeof(T) <= 2);
-    auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(address) & ~uintptr_t{3});
+    auto* word =
+        reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(address) & ~uintptr_t{3});
     const unsigned shift = (reinterpret_cast<uintptr_t>(address) & 3) * 8;
     const unsigned mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
     unsigned old = *word, assumed;
@@ -167,15 +182,18 @@ __device__ inline void atomic_add(T* address, T value) {
       assumed = old;
       const T current = static_cast<T>((assumed & mask) >> shift);
       const T sum = static_cast<T>(current + value);
-      const unsigned bits = (static_cast<unsigned>(static_cast<std::make_unsigned_t<T>>(sum)) << shift) & mask;
+      const unsigned bits =
+          (static_cast<unsigned>(static_cast<std::make_unsigned_t<T>>(sum)) << shift) & mask;
       old = atomicCAS(word, assumed, (assumed & ~mask) | bits);
     } while (old != assumed);
   }
 }
 
 template <typename T>
-__global__ void scatter_add_kernel(IndexGeometry g, int64_t n, const int64_t* index, const T* src, T* dst) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+__global__ void scatter_add_kernel(IndexGeometry g, int64_t n, const int64_t* index, const T* src,
+                                   T* dst) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<2>(g, e, index);
     atomic_add(dst + o.off[2], src[o.off[1]]);
   }
@@ -183,8 +201,10 @@ __global__ void scatter_add_kernel(IndexGeometry g, int64_t n, const int64_t* in
 
 // index_select: over the output's elements; the index is 1-D along dim.
 template <typename E>
-__global__ void index_select_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src, E* dst) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+__global__ void index_select_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src,
+                                    E* dst) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     int64_t rest = e, off = 0;
     for (int d = g.ndim - 1; d >= 0; --d) {
       const int64_t c = rest % g.sizes[d];
@@ -201,10 +221,18 @@ Shape strides_1d(const Tensor& t) { return t.dim() == 0 ? Shape{1} : t.strides()
 template <typename F>
 void visit_bits(size_t bytes, F&& f) {
   switch (bytes) {
-    case 1: f.template operator()<uint8_t>(); return;
-    case 2: f.template operator()<uint16_t>(); return;
-    case 4: f.template operator()<uint32_t>(); return;
-    default: f.template operator()<uint64_t>(); return;
+    case 1:
+      f.template operator()<uint8_t>();
+      return;
+    case 2:
+      f.template operator()<uint16_t>();
+      return;
+    case 4:
+      f.template operator()<uint32_t>();
+      return;
+    default:
+      f.template operator()<uint64_t>();
+      return;
   }
 }
 
@@ -214,12 +242,13 @@ void gather_op(const KernelCall& c) {
   const int64_t dim = c.attrs.i(0);
   check_indices("gather", index, dim, sizes_1d(x)[dim]);
   if (index.numel() == 0) return;
-  const IndexGeometry g = index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(x), strides_1d(c.out()));
+  const IndexGeometry g =
+      index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(x), strides_1d(c.out()));
   DeviceGuard guard(x.device().index());
   visit_bits(x.element_size(), [&]<typename E>() {
     gather_kernel<E><<<grid_for(index.numel()), kThreads, 0, stream_for(x)>>>(
-        g, index.numel(), static_cast<const int64_t*>(index.data_ptr()), static_cast<const E*>(x.data_ptr()),
-        static_cast<E*>(c.out().data_ptr()));
+        g, index.numel(), static_cast<const int64_t*>(index.data_ptr()),
+        static_cast<const E*>(x.data_ptr()), static_cast<E*>(c.out().data_ptr()));
   });
   check_launch("gather kernel");
 }
@@ -234,7 +263,8 @@ void scatter_op(const KernelCall& c) {
   check_indices(kAdd ? "scatter_add" : "scatter", index, dim, sizes_1d(out)[dim]);
   if (!same_view(out, c.in(0))) copy_same_dtype(out, c.in(0));
   if (index.numel() == 0) return;
-  const IndexGeometry g = index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(src), strides_1d(out));
+  const IndexGeometry g =
+      index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(src), strides_1d(out));
   DeviceGuard guard(out.device().index());
   const cudaStream_t stream = stream_for(out);
   const auto* iv = static_cast<const int64_t*>(index.data_ptr());
@@ -244,13 +274,15 @@ void scatter_op(const KernelCall& c) {
         unsupported_dtype(c, out.dtype());
       } else {
         scatter_add_kernel<T><<<grid_for(index.numel()), kThreads, 0, stream>>>(
-            g, index.numel(), iv, static_cast<const T*>(src.data_ptr()), static_cast<T*>(out.data_ptr()));
+            g, index.numel(), iv, static_cast<const T*>(src.data_ptr()),
+            static_cast<T*>(out.data_ptr()));
       }
     });
   } else {
     visit_bits(out.element_size(), [&]<typename E>() {
       scatter_kernel<E><<<grid_for(index.numel()), kThreads, 0, stream>>>(
-          g, index.numel(), iv, static_cast<const E*>(src.data_ptr()), static_cast<E*>(out.data_ptr()));
+          g, index.numel(), iv, static_cast<const E*>(src.data_ptr()),
+          static_cast<E*>(out.data_ptr()));
     });
   }
   check_launch(kAdd ? "scatter_add kernel" : "scatter kernel");
@@ -267,8 +299,8 @@ void index_select_op(const KernelCall& c) {
   DeviceGuard guard(x.device().index());
   visit_bits(x.element_size(), [&]<typename E>() {
     index_select_kernel<E><<<grid_for(out.numel()), kThreads, 0, stream_for(x)>>>(
-        g, out.numel(), static_cast<const int64_t*>(index.data_ptr()), static_cast<const E*>(x.data_ptr()),
-        static_cast<E*>(out.data_ptr()));
+        g, out.numel(), static_cast<const int64_t*>(index.data_ptr()),
+        static_cast<const E*>(x.data_ptr()), static_cast<E*>(out.data_ptr()));
   });
   check_launch("index_select kernel");
 }
@@ -279,7 +311,8 @@ void embedding_op(const KernelCall& c) {
   const Tensor index = c.in(1).to(kInt64).contiguous();
   const int64_t v = weight.size(0), d = weight.size(1);
   if (auto bad = find_bad_index(index, v)) {
-    throw IndexError(detail::str_cat("embedding: index ", *bad, " is out of range for ", v, " embeddings"));
+    throw IndexError(
+        detail::str_cat("embedding: index ", *bad, " is out of range for ", v, " embeddings"));
   }
   const Tensor& out = c.out();
   if (out.numel() == 0) return;
@@ -288,8 +321,8 @@ void embedding_op(const KernelCall& c) {
   DeviceGuard guard(weight.device().index());
   visit_bits(weight.element_size(), [&]<typename E>() {
     index_select_kernel<E><<<grid_for(out.numel()), kThreads, 0, stream_for(weight)>>>(
-        g, out.numel(), static_cast<const int64_t*>(index.data_ptr()), static_cast<const E*>(weight.data_ptr()),
-        static_cast<E*>(out.data_ptr()));
+        g, out.numel(), static_cast<const int64_t*>(index.data_ptr()),
+        static_cast<const E*>(weight.data_ptr()), static_cast<E*>(out.data_ptr()));
   });
   check_launch("embedding kernel");
 }
@@ -305,7 +338,9 @@ void cat_op(const KernelCall& c) {
     if (t.numel() == 0) continue;
     Shape sizes = out.sizes();
     sizes[dim] = t.sizes()[dim];
-    copy_same_dtype(strided_view(out, sizes, out.strides(), out.storage_offset() + start * out.strides()[dim]), t);
+    copy_same_dtype(
+        strided_view(out, sizes, out.strides(), out.storage_offset() + start * out.strides()[dim]),
+        t);
     start += t.sizes()[dim];
   }
 }
@@ -319,8 +354,9 @@ void stack_op(const KernelCall& c) {
   sizes.erase(sizes.begin() + dim);
   strides.erase(strides.begin() + dim);
   for (size_t k = 0; k < c.inputs.size(); ++k) {
-    copy_same_dtype(strided_view(out, sizes, strides, out.storage_offset() + static_cast<int64_t>(k) * step),
-                    c.inputs[k]);
+    copy_same_dtype(
+        strided_view(out, sizes, strides, out.storage_offset() + static_cast<int64_t>(k) * step),
+        c.inputs[k]);
   }
 }
 
@@ -360,8 +396,10 @@ void flip_op(const KernelCall& c) {
 // --- tril, triu, one_hot ------------------------------------------------------------
 
 template <typename E, bool kLower>
-__global__ void triangle_kernel(const E* x, E* y, int64_t n, int64_t rows, int64_t cols, int64_t diagonal) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+__global__ void triangle_kernel(const E* x, E* y, int64_t n, int64_t rows, int64_t cols,
+                                int64_t diagonal) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t j = e % cols, i = (e / cols) % rows;
     const bool keep = kLower ? j - i <= diagonal : j - i >= diagonal;
     y[e] = keep ? x[e] : E(0);
@@ -377,14 +415,15 @@ void triangle_op(const KernelCall& c) {
   DeviceGuard guard(out.device().index());
   visit_bits(out.element_size(), [&]<typename E>() {
     triangle_kernel<E, kLower><<<grid_for(out.numel()), kThreads, 0, stream_for(out)>>>(
-        static_cast<const E*>(x.data_ptr()), static_cast<E*>(out.data_ptr()), out.numel(), rows, cols,
-        c.attrs.i(0));
+        static_cast<const E*>(x.data_ptr()), static_cast<E*>(out.data_ptr()), out.numel(), rows,
+        cols, c.attrs.i(0));
   });
   check_launch("tril/triu kernel");
 }
 
 __global__ void one_hot_kernel(const int64_t* index, int64_t n, int64_t classes, int64_t* out) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     out[e * classes + index[e]] = 1;
   }
 }
@@ -393,14 +432,17 @@ void one_hot_op(const KernelCall& c) {
   const Tensor index = c.in(0).contiguous();
   const int64_t classes = c.attrs.i(0);
   if (auto bad = find_bad_index(index, classes)) {
-    if (*bad < 0) throw IndexError(detail::str_cat("one_hot: class values must be non-negative, got ", *bad));
-    throw IndexError(detail::str_cat("one_hot: class value ", *bad, " is out of range for num_classes ", classes));
+    if (*bad < 0)
+      throw IndexError(detail::str_cat("one_hot: class values must be non-negative, got ", *bad));
+    throw IndexError(detail::str_cat("one_hot: class value ", *bad,
+                                     " is out of range for num_classes ", classes));
   }
   fill_bits(c.out(), 0);
   if (index.numel() == 0 || classes == 0) return;
   DeviceGuard guard(index.device().index());
   one_hot_kernel<<<grid_for(index.numel()), kThreads, 0, stream_for(index)>>>(
-      static_cast<const int64_t*>(index.data_ptr()), index.numel(), classes, static_cast<int64_t*>(c.out().data_ptr()));
+      static_cast<const int64_t*>(index.data_ptr()), index.numel(), classes,
+      static_cast<int64_t*>(c.out().data_ptr()));
   check_launch("one_hot kernel");
 }
 

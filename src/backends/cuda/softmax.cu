@@ -22,8 +22,8 @@ using ops::OpId;
 constexpr int kThreads = 256;
 
 template <typename T, bool kLog>
-__global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n,
-                                                                int group) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, int group) {
   using C = dcompute_t<T>;
   const int64_t row = int64_t{blockIdx.x} * (blockDim.x / group) + threadIdx.x / group;
   const int lane = threadIdx.x % group;
@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const T* x, T* y
 }
 
 template <typename T, bool kLog>
-__global__ void __launch_bounds__(kThreads) softmax_columns_kernel(const T* x, T* y, int64_t outer, int64_t n,
-                                                                   int64_t inner) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_columns_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
   using C = dcompute_t<T>;
   for (int64_t w = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; w < outer * inner;
        w += int64_t{gridDim.x} * blockDim.x) {
@@ -78,16 +78,19 @@ __global__ void __launch_bounds__(kThreads) softmax_columns_kernel(const T* x, T
     for (int64_t r = 0; r < n; ++r) total += exp(to_compute(xc[r * inner]) - m);
     if constexpr (kLog) {
       const C log_sum = log(total);
-      for (int64_t r = 0; r < n; ++r) yc[r * inner] = cvt<T>((to_compute(xc[r * inner]) - m) - log_sum);
+      for (int64_t r = 0; r < n; ++r)
+        yc[r * inner] = cvt<T>((to_compute(xc[r * inner]) - m) - log_sum);
     } else {
       const C inv = C(1) / total;
-      for (int64_t r = 0; r < n; ++r) yc[r * inner] = cvt<T>(exp(to_compute(xc[r * inner]) - m) * inv);
+      for (int64_t r = 0; r < n; ++r)
+        yc[r * inner] = cvt<T>(exp(to_compute(xc[r * inner]) - m) * inv);
     }
   }
 }
 
 unsigned grid_for(int64_t work, int per_block) {
-  return static_cast<unsigned>(std::min<int64_t>((work + per_block - 1) / per_block, int64_t{1} << 20));
+  return static_cast<unsigned>(
+      std::min<int64_t>((work + per_block - 1) / per_block, int64_t{1} << 20));
 }
 
 template <bool kLog>
@@ -106,11 +109,14 @@ void softmax_kernel(const KernelCall& c) {
         while (group < 32 && group < v.reduced) group *= 2;
         if (v.reduced > 1024) group = kThreads;
         const int64_t rows_per_block = kThreads / group;
-        const unsigned grid = static_cast<unsigned>((v.outer + rows_per_block - 1) / rows_per_block);
-        softmax_rows_kernel<T, kLog><<<grid, kThreads, 0, stream>>>(in, out, v.outer, v.reduced, group);
+        const unsigned grid =
+            static_cast<unsigned>((v.outer + rows_per_block - 1) / rows_per_block);
+        softmax_rows_kernel<T, kLog>
+            <<<grid, kThreads, 0, stream>>>(in, out, v.outer, v.reduced, group);
       } else {
         softmax_columns_kernel<T, kLog>
-            <<<grid_for(v.outer * v.inner, kThreads), kThreads, 0, stream>>>(in, out, v.outer, v.reduced, v.inner);
+            <<<grid_for(v.outer * v.inner, kThreads), kThreads, 0, stream>>>(in, out, v.outer,
+                                                                             v.reduced, v.inner);
       }
       check_launch(kLog ? "log_softmax kernel" : "softmax kernel");
     } else {
@@ -126,21 +132,25 @@ using scan_acc_t = std::conditional_t<std::is_floating_point_v<C>, double, uint6
 template <typename T>
 __device__ inline T scan_out(scan_acc_t<dcompute_t<T>> s) {
   using C = dcompute_t<T>;
-  if constexpr (std::is_floating_point_v<C>) return cvt<T>(static_cast<C>(s));
-  else return static_cast<T>(static_cast<C>(s));
+  if constexpr (std::is_floating_point_v<C>)
+    return cvt<T>(static_cast<C>(s));
+  else
+    return static_cast<T>(static_cast<C>(s));
 }
 
 template <typename T>
 __device__ inline scan_acc_t<dcompute_t<T>> scan_in(T x) {
   using Acc = scan_acc_t<dcompute_t<T>>;
-  if constexpr (std::is_floating_point_v<Acc>) return static_cast<Acc>(to_compute(x));
-  else return static_cast<Acc>(static_cast<int64_t>(x));
+  if constexpr (std::is_floating_point_v<Acc>)
+    return static_cast<Acc>(to_compute(x));
+  else
+    return static_cast<Acc>(static_cast<int64_t>(x));
 }
 
 // A thread per line: lines down columns (inner > 1) or short rows.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) scan_lines_kernel(const T* x, T* y, int64_t outer, int64_t n,
-                                                              int64_t inner) {
+__global__ void __launch_bounds__(kThreads)
+    scan_lines_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
   for (int64_t w = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; w < outer * inner;
        w += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = w / inner, i = w - o * inner;
@@ -196,7 +206,8 @@ void cumsum_kernel(const KernelCall& c) {
       const T* in = reinterpret_cast<const T*>(v.data);
       T* out = static_cast<T*>(c.out().data_ptr());
       if (v.inner == 1 && v.reduced > 64) {
-        scan_rows_kernel<T><<<static_cast<unsigned>(v.outer), kThreads, 0, stream>>>(in, out, v.reduced);
+        scan_rows_kernel<T>
+            <<<static_cast<unsigned>(v.outer), kThreads, 0, stream>>>(in, out, v.reduced);
       } else {
         scan_lines_kernel<T><<<grid_for(v.outer * v.inner, kThreads), kThreads, 0, stream>>>(
             in, out, v.outer, v.reduced, v.inner);

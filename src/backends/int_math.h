@@ -1,0 +1,50 @@
+// Integer arithmetic that the CPU and CUDA kernels share (host and device).
+#pragma once
+
+#include <limits>
+#include <type_traits>
+
+#include "core/philox.h"  // KILN_HOST_DEVICE
+#include "kiln/scalar.h"
+
+namespace kiln::backend {
+
+// base^exp by squaring, wrapping as the type does; a negative exponent gives
+// 1 for base 1, +-1 for base -1 and 0 otherwise (PyTorch's integer pow).
+template <typename C>
+KILN_HOST_DEVICE inline C integer_pow(C base, C exp) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return base || !exp;
+  } else {
+    if constexpr (std::is_signed_v<C>) {
+      if (exp < C(0)) {
+        if (base == C(1)) return C(1);
+        if (base == C(-1)) return (exp % 2) ? C(-1) : C(1);
+        return C(0);
+      }
+    }
+    C result = 1;
+    while (exp) {
+      if (exp & 1) result = static_cast<C>(result * base);
+      base = static_cast<C>(base * base);
+      exp = static_cast<C>(exp >> 1);
+    }
+    return result;
+  }
+}
+
+// A clamp bound as the compute type C: for integers, a bound outside the
+// type's range clamps to its end instead of wrapping.
+template <typename C>
+C saturating_bound(const Scalar& s) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    const double v = s.to_double();
+    if (v <= static_cast<double>(std::numeric_limits<C>::lowest()))
+      return std::numeric_limits<C>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<C>::max()))
+      return std::numeric_limits<C>::max();
+  }
+  return s.to<C>();
+}
+
+}  // namespace kiln::backend
