@@ -27,8 +27,11 @@ const CaseRegistration kFactories([](CaseList& c) {
                .dtypes = kAllTypes,
                .make = device_marker,
                .run = [](TensorList& in) {
-                 return TensorList{full({3, 7}, 2.5, on(in, kFloat16)), ones({0}, on(in)), zeros({}, on(in)),
-                                   full({5}, true, on(in)), full({2, 2}, -3, on(in, kInt8)),
+                 return TensorList{full({3, 7}, 2.5, on(in, kFloat16)),
+                                   ones({0}, on(in)),
+                                   zeros({}, on(in)),
+                                   full({5}, true, on(in)),
+                                   full({2, 2}, -3, on(in, kInt8)),
                                    full({300, 200}, 1.25, on(in))};
                }});
   c.push_back({.name = "arange/ranges",
@@ -36,25 +39,30 @@ const CaseRegistration kFactories([](CaseList& c) {
                .dtypes = {kFloat32},
                .make = device_marker,
                .run = [](TensorList& in) {
-                 return TensorList{arange(10, on(in)), arange(1, 10, 3, on(in)), arange(10, 1, -2, on(in)),
-                                   arange(0.0, 1.0, 0.1, on(in)), arange(-1.5, 2.5, 0.5, on(in, kFloat64)),
-                                   arange(0, 5, 1, on(in, kBFloat16)), arange(3, 3, 1, on(in))};
+                 return TensorList{arange(10, on(in)),
+                                   arange(1, 10, 3, on(in)),
+                                   arange(10, 1, -2, on(in)),
+                                   arange(0.0, 1.0, 0.1, on(in)),
+                                   arange(-1.5, 2.5, 0.5, on(in, kFloat64)),
+                                   arange(0, 5, 1, on(in, kBFloat16)),
+                                   arange(3, 3, 1, on(in))};
                }});
   c.push_back({.name = "linspace/ends",
                .ops = {OpId::linspace},
                .dtypes = {kFloat32},
                .make = device_marker,
                .run = [](TensorList& in) {
-                 return TensorList{linspace(0, 1, 11, on(in)), linspace(-3, 7, 1, on(in)), linspace(2, -2, 0, on(in)),
-                                   linspace(0, 10, 6, on(in, kInt32)), linspace(1e-3, 1e3, 97, on(in, kFloat64))};
+                 return TensorList{linspace(0, 1, 11, on(in)), linspace(-3, 7, 1, on(in)),
+                                   linspace(2, -2, 0, on(in)), linspace(0, 10, 6, on(in, kInt32)),
+                                   linspace(1e-3, 1e3, 97, on(in, kFloat64))};
                }});
   c.push_back({.name = "eye/shapes",
                .ops = {OpId::eye},
                .dtypes = {kFloat32},
                .make = device_marker,
                .run = [](TensorList& in) {
-                 return TensorList{eye(4, std::nullopt, on(in)), eye(3, 5, on(in)), eye(0, std::nullopt, on(in)),
-                                   eye(2, 1, on(in, kBool))};
+                 return TensorList{eye(4, std::nullopt, on(in)), eye(3, 5, on(in)),
+                                   eye(0, std::nullopt, on(in)), eye(2, 1, on(in, kBool))};
                }});
   c.push_back({.name = "rand/seeded",
                .ops = {OpId::rand, OpId::randn, OpId::randint},
@@ -62,9 +70,10 @@ const CaseRegistration kFactories([](CaseList& c) {
                .make = device_marker,
                .run = [](TensorList& in) {
                  Generator g(42);
-                 return TensorList{rand({7, 13}, on(in), &g), rand({5}, on(in, kFloat64), &g),
-                                   randn({301, 129}, on(in), &g), randn({3}, on(in, kBFloat16), &g),
-                                   randint(-5, 17, {9, 4}, on(in), &g), randint(0, 3, {6}, on(in, kUInt8), &g)};
+                 return TensorList{
+                     rand({7, 13}, on(in), &g),           rand({5}, on(in, kFloat64), &g),
+                     randn({301, 129}, on(in), &g),       randn({3}, on(in, kBFloat16), &g),
+                     randint(-5, 17, {9, 4}, on(in), &g), randint(0, 3, {6}, on(in, kUInt8), &g)};
                }});
 });
 

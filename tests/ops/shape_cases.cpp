@@ -6,6 +6,13 @@
 namespace kiln::testing {
 namespace {
 
+// Options that put a tensor made inside a case on its input's device.
+TensorOptions same_device(const Tensor& like) {
+  TensorOptions o;
+  o.device = like.device();
+  return o;
+}
+
 using MakeFn = std::function<TensorList(DType, Generator&)>;
 using RunFn = std::function<TensorList(TensorList&)>;
 
@@ -63,7 +70,8 @@ const CaseRegistration kViews([](CaseList& c) {
                       in[0].permute({0, 1, 2}).clone()};
   });
   add(c, "permute/0dim_and_empty", {OpId::permute}, one({}), [](TensorList& in) {
-    return TensorList{in[0].permute({}).clone(), zeros({0, 4}).permute({1, 0}).clone()};
+    return TensorList{in[0].permute({}).clone(),
+                      zeros({0, 4}, same_device(in[0])).permute({1, 0}).clone()};
   });
   add(c, "permute/transposed_input", {OpId::permute}, one({4, 6, 5}, 't'), [](TensorList& in) {
     return TensorList{in[0].permute({1, 2, 0}).clone(), in[0].transpose(0, 2).clone()};
@@ -157,7 +165,7 @@ const CaseRegistration kViewWrites([](CaseList& c) {
       kNumericTypes);
   add(c, "view_writes/copy_into_expanded_source", {OpId::expand, OpId::squeeze, OpId::copy},
       one({1, 7, 1}), [](TensorList& in) {
-        Tensor dst = zeros({5, 7}, {.dtype = in[0].dtype()});
+        Tensor dst = zeros({5, 7}, {.dtype = in[0].dtype(), .device = in[0].device()});
         dst.t().copy_(in[0].squeeze().unsqueeze(1).expand({7, 5}));
         return TensorList{dst};
       });
@@ -391,7 +399,8 @@ const CaseRegistration kIndexing([](CaseList& c) {
       },
       [](TensorList& in) {
         Tensor x = in[0].clone();
-        Tensor along_rows = arange(0, 3).unsqueeze(0) + arange(0, 2).unsqueeze(1);
+        const TensorOptions on{.dtype = kInt64, .device = in[0].device()};
+        Tensor along_rows = arange(0, 3, 1, on).unsqueeze(0) + arange(0, 2, 1, on).unsqueeze(1);
         scatter_(x, 1, along_rows, in[2].slice(1, 0, 4));
         return TensorList{scatter(in[0], 0, in[1], in[2].t()), x};
       },
@@ -430,7 +439,8 @@ const CaseRegistration kRearrange([](CaseList& c) {
                       repeat(in[0], {0, 2}), repeat(in[0], {3, 1, 1, 1})};
   });
   add(c, "repeat/0dim_and_empty", {OpId::repeat}, one({}), [](TensorList& in) {
-    return TensorList{repeat(in[0], {3, 2}), repeat(in[0], {}), repeat(zeros({0, 2}), {2, 3})};
+    return TensorList{repeat(in[0], {3, 2}), repeat(in[0], {}),
+                      repeat(zeros({0, 2}, same_device(in[0])), {2, 3})};
   });
   add(c, "repeat/transposed", {OpId::repeat}, one({5, 7}, 't'), [](TensorList& in) {
     return TensorList{repeat(in[0], {3, 2}), repeat(in[0], {2, 1, 1})};
@@ -444,7 +454,8 @@ const CaseRegistration kRearrange([](CaseList& c) {
   });
   add(c, "flip/0dim_empty_and_strided", {OpId::flip}, one({5, 7}, 's'), [](TensorList& in) {
     return TensorList{flip(in[0], {1}), flip(in[0].t(), {0, 1}),
-                      flip(in[0].select(0, 0).select(0, 0), {0}), flip(zeros({0, 3}), {0, 1})};
+                      flip(in[0].select(0, 0).select(0, 0), {0}),
+                      flip(zeros({0, 3}, same_device(in[0])), {0, 1})};
   });
   add(c, "flip/large", {OpId::flip}, one({300, 131}, 't'), [](TensorList& in) {
     return TensorList{flip(in[0], {0}), flip(in[0], {1}), flip(in[0].flatten(), {0})};
@@ -459,7 +470,8 @@ const CaseRegistration kRearrange([](CaseList& c) {
   });
   add(c, "tril/batched_transposed_empty", {OpId::tril, OpId::triu}, one({2, 3, 6, 4}, 't'),
       [](TensorList& in) {
-        return TensorList{tril(in[0]), triu(in[0], 1), tril(zeros({3, 0, 4}), 0),
+        return TensorList{tril(in[0]), triu(in[0], 1),
+                          tril(zeros({3, 0, 4}, same_device(in[0])), 0),
                           triu(in[0].select(0, 1).select(0, 2), -2)};
       });
   add(c, "tril_/in_place", {OpId::tril, OpId::triu}, one({3, 6, 6}), [](TensorList& in) {

@@ -201,6 +201,28 @@ TEST_F(Cuda, ConvolutionsAndTheirGradientsMatchTheCpu) {
   set_allow_tf32(saved);
 }
 
+// Reductions whose dims are not adjacent go through a permuted copy; the sum
+// that reduces a broadcast gradient to its input's shape is one of them.
+TEST_F(Cuda, ReductionsOverSeparatedDimsMatchTheCpu) {
+  Generator g(8);
+  const Tensor x = randn({3, 5, 6}, {.dtype = kFloat64}, &g);
+  const Tensor d = x.to(kDevice);
+  for (const Shape& dims : {Shape{0, 2}, Shape{0}, Shape{2}, Shape{0, 1, 2}}) {
+    const auto e = sum(x, dims, true).to_vector<double>();
+    const auto a = sum(d, dims, true).to(Device::cpu()).to_vector<double>();
+    ASSERT_EQ(e.size(), a.size());
+    for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(a[i], e[i], 1e-12) << dims.size() << " dims, element " << i;
+  }
+  // The same sum inside backward: an additive mask [5, 1] broadcast over keys.
+  const Tensor m = randn({5, 1}, {.dtype = kFloat64}, &g);
+  const Tensor cm = m.clone().requires_grad_(), dm = m.to(kDevice).requires_grad_();
+  const Tensor w = randn({3, 5, 6}, {.dtype = kFloat64}, &g);
+  sum((x + cm) * (x + cm) * w).backward();
+  sum((d + dm) * (d + dm) * w.to(kDevice)).backward();
+  const auto ge = cm.grad().to_vector<double>(), ga = dm.grad().to(Device::cpu()).to_vector<double>();
+  for (size_t i = 0; i < ge.size(); ++i) EXPECT_NEAR(ga[i], ge[i], 1e-10) << i;
+}
+
 // float32 products are exact float32 math unless TF32 is allowed for matmul.
 TEST_F(Cuda, Tf32PolicyChangesFloat32Products) {
   const Tf32Policy saved = allow_tf32();

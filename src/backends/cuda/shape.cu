@@ -150,13 +150,25 @@ __global__ void gather_kernel(IndexGeometry g, int64_t n, const int64_t* index, 
 }
 
 // scatter: over the index's elements, the index value picks the destination.
-template <typename E>
-__global__ void scatter_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src,
-                               E* dst) {
+// Where indices repeat, the last element (in row-major order of the index)
+// wins, as on the CPU: a first pass claims each destination for the largest
+// element number that writes it, a second writes only the claimed ones.
+__global__ void scatter_claim_kernel(IndexGeometry g, int64_t n, const int64_t* index,
+                                     unsigned long long* owner) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<2>(g, e, index);
-    dst[o.off[2]] = src[o.off[1]];
+    atomicMax(owner + o.off[2], static_cast<unsigned long long>(e) + 1);
+  }
+}
+
+template <typename E>
+__global__ void scatter_kernel(IndexGeometry g, int64_t n, const int64_t* index, const E* src,
+                               E* dst, const unsigned long long* owner) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const Offsets o = offsets_of<2>(g, e, index);
+    if (owner[o.off[2]] == static_cast<unsigned long long>(e) + 1) dst[o.off[2]] = src[o.off[1]];
   }
 }
 
@@ -279,10 +291,18 @@ void scatter_op(const KernelCall& c) {
       }
     });
   } else {
+    // One owner slot per element the destination's strides can reach.
+    int64_t span = 1;
+    for (int64_t d = 0; d < out.dim(); ++d) span += (out.size(d) - 1) * out.stride(d);
+    Tensor owners = ops::make_tensor({span}, kInt64, out.device(), false);
+    fill_bits(owners, 0);
+    auto* owner = static_cast<unsigned long long*>(owners.data_ptr());
+    scatter_claim_kernel<<<grid_for(index.numel()), kThreads, 0, stream>>>(g, index.numel(), iv,
+                                                                          owner);
     visit_bits(out.element_size(), [&]<typename E>() {
       scatter_kernel<E><<<grid_for(index.numel()), kThreads, 0, stream>>>(
           g, index.numel(), iv, static_cast<const E*>(src.data_ptr()),
-          static_cast<E*>(out.data_ptr()));
+          static_cast<E*>(out.data_ptr()), owner);
     });
   }
   check_launch(kAdd ? "scatter_add kernel" : "scatter kernel");

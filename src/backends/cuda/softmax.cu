@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads)
   m = group_reduce(m, group, GroupMax{});
   nan = group_reduce(nan, group, GroupOr{});
   if (nan) m = NAN;
-  C total = 0;
+  double total = 0;  // in double, as the CPU's: long rows of float terms drift
   if (valid) {
     for (int64_t r = lane; r < n; r += group) total += exp(to_compute(xr[r]) - m);
   }
@@ -49,10 +49,10 @@ __global__ void __launch_bounds__(kThreads)
   if (!valid) return;
   T* yr = y + row * n;
   if constexpr (kLog) {
-    const C log_sum = log(total);
+    const C log_sum = static_cast<C>(log(total));
     for (int64_t r = lane; r < n; r += group) yr[r] = cvt<T>((to_compute(xr[r]) - m) - log_sum);
   } else {
-    const C inv = C(1) / total;
+    const C inv = static_cast<C>(1 / total);
     for (int64_t r = lane; r < n; r += group) yr[r] = cvt<T>(exp(to_compute(xr[r]) - m) * inv);
   }
 }
@@ -74,14 +74,14 @@ __global__ void __launch_bounds__(kThreads)
       nan = nan || v != v;
     }
     if (nan) m = NAN;
-    C total = 0;
+    double total = 0;
     for (int64_t r = 0; r < n; ++r) total += exp(to_compute(xc[r * inner]) - m);
     if constexpr (kLog) {
-      const C log_sum = log(total);
+      const C log_sum = static_cast<C>(log(total));
       for (int64_t r = 0; r < n; ++r)
         yc[r * inner] = cvt<T>((to_compute(xc[r * inner]) - m) - log_sum);
     } else {
-      const C inv = C(1) / total;
+      const C inv = static_cast<C>(1 / total);
       for (int64_t r = 0; r < n; ++r)
         yc[r * inner] = cvt<T>(exp(to_compute(xc[r * inner]) - m) * inv);
     }
