@@ -10,31 +10,13 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/element_size.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 
 namespace kiln::backend {
 namespace cpu {
 namespace {
-
-// Calls f.template operator()<E>() with E an unsigned integer of the given byte size.
-template <typename F>
-void visit_element_size(size_t bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      f.template operator()<uint8_t>();
-      return;
-    case 2:
-      f.template operator()<uint16_t>();
-      return;
-    case 4:
-      f.template operator()<uint32_t>();
-      return;
-    default:
-      f.template operator()<uint64_t>();
-      return;
-  }
-}
 
 // Walks the multi-indices of sizes in row-major order, keeping the element
 // offset of each of N strided operands. Every size must be positive.

@@ -149,9 +149,12 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t n,
           int64_t k, double alpha, double beta, const Tensor& bias) {
   if (batch == 0 || m == 0 || n == 0) return;
-  const Tensor a_use = as_operand(a, batch) ? a : a.contiguous();
-  const Tensor b_use = as_operand(b, batch) ? b : b.contiguous();
-  const Operand oa = *as_operand(a_use, batch), ob = *as_operand(b_use, batch);
+  // Operands whose layout cuBLASLt cannot read are copied to contiguous ones.
+  Tensor a_copy, b_copy;
+  std::optional<Operand> found_a = as_operand(a, batch), found_b = as_operand(b, batch);
+  if (!found_a) found_a = as_operand(a_copy = a.contiguous(), batch);
+  if (!found_b) found_b = as_operand(b_copy = b.contiguous(), batch);
+  const Operand oa = *found_a, ob = *found_b;
   const DType dtype = d.dtype();
   const int device = d.device().index();
   const bool tf32 = dtype == kFloat32 && allow_tf32().matmul;

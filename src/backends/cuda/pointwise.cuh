@@ -28,12 +28,6 @@ T scalar_as(const Scalar& s) {
 
 [[noreturn]] void unsupported_dtype(const KernelCall& c, DType t);
 
-// An integer type of the given size: copies that keep the bits use it.
-template <size_t Size>
-using bits_t = std::conditional_t<
-    Size == 1, uint8_t,
-    std::conditional_t<Size == 2, uint16_t, std::conditional_t<Size == 4, uint32_t, uint64_t>>>;
-
 struct Identity {
   template <typename C>
   __device__ C operator()(C x) const {

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/element_size.h"
 #include "backends/int_math.h"
 
 namespace kiln::backend::cuda {
@@ -53,37 +54,14 @@ struct Cast {
 
 void copy_same_dtype(const Tensor& out, const Tensor& in) {
   const Tensor inputs[1] = {in};
-  switch (out.element_size()) {
-    case 1:
-      launch_elementwise<uint8_t, uint8_t>(out, inputs, Identity{});
-      break;
-    case 2:
-      launch_elementwise<uint16_t, uint16_t>(out, inputs, Identity{});
-      break;
-    case 4:
-      launch_elementwise<uint32_t, uint32_t>(out, inputs, Identity{});
-      break;
-    default:
-      launch_elementwise<uint64_t, uint64_t>(out, inputs, Identity{});
-      break;
-  }
+  visit_element_size(out.element_size(),
+                     [&]<typename E>() { launch_elementwise<E, E>(out, inputs, Identity{}); });
 }
 
 void fill_bits(const Tensor& out, uint64_t value) {
-  switch (out.element_size()) {
-    case 1:
-      launch_elementwise<uint8_t>(out, {}, Constant<uint8_t>{static_cast<uint8_t>(value)});
-      break;
-    case 2:
-      launch_elementwise<uint16_t>(out, {}, Constant<uint16_t>{static_cast<uint16_t>(value)});
-      break;
-    case 4:
-      launch_elementwise<uint32_t>(out, {}, Constant<uint32_t>{static_cast<uint32_t>(value)});
-      break;
-    default:
-      launch_elementwise<uint64_t>(out, {}, Constant<uint64_t>{value});
-      break;
-  }
+  visit_element_size(out.element_size(), [&]<typename E>() {
+    launch_elementwise<E>(out, {}, Constant<E>{static_cast<E>(value)});
+  });
 }
 
 void register_cuda_misc_pointwise_kernels(KernelTable& t) {

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/element_size.h"
 #include "ops/dispatch.h"
 
 namespace kiln::backend::cuda {
@@ -230,24 +231,6 @@ __global__ void index_select_kernel(IndexGeometry g, int64_t n, const int64_t* i
 Shape sizes_1d(const Tensor& t) { return t.dim() == 0 ? Shape{1} : t.sizes(); }
 Shape strides_1d(const Tensor& t) { return t.dim() == 0 ? Shape{1} : t.strides(); }
 
-template <typename F>
-void visit_bits(size_t bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      f.template operator()<uint8_t>();
-      return;
-    case 2:
-      f.template operator()<uint16_t>();
-      return;
-    case 4:
-      f.template operator()<uint32_t>();
-      return;
-    default:
-      f.template operator()<uint64_t>();
-      return;
-  }
-}
-
 void gather_op(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const Tensor index = c.in(1).contiguous();
@@ -257,7 +240,7 @@ void gather_op(const KernelCall& c) {
   const IndexGeometry g =
       index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(x), strides_1d(c.out()));
   DeviceGuard guard(x.device().index());
-  visit_bits(x.element_size(), [&]<typename E>() {
+  visit_element_size(x.element_size(), [&]<typename E>() {
     gather_kernel<E><<<grid_for(index.numel()), kThreads, 0, stream_for(x)>>>(
         g, index.numel(), static_cast<const int64_t*>(index.data_ptr()),
         static_cast<const E*>(x.data_ptr()), static_cast<E*>(c.out().data_ptr()));
@@ -298,8 +281,8 @@ void scatter_op(const KernelCall& c) {
     fill_bits(owners, 0);
     auto* owner = static_cast<unsigned long long*>(owners.data_ptr());
     scatter_claim_kernel<<<grid_for(index.numel()), kThreads, 0, stream>>>(g, index.numel(), iv,
-                                                                          owner);
-    visit_bits(out.element_size(), [&]<typename E>() {
+                                                                           owner);
+    visit_element_size(out.element_size(), [&]<typename E>() {
       scatter_kernel<E><<<grid_for(index.numel()), kThreads, 0, stream>>>(
           g, index.numel(), iv, static_cast<const E*>(src.data_ptr()),
           static_cast<E*>(out.data_ptr()), owner);
@@ -317,7 +300,7 @@ void index_select_op(const KernelCall& c) {
   if (out.numel() == 0) return;
   const IndexGeometry g = index_geometry(sizes_1d(out), dim, {}, strides_1d(x), {});
   DeviceGuard guard(x.device().index());
-  visit_bits(x.element_size(), [&]<typename E>() {
+  visit_element_size(x.element_size(), [&]<typename E>() {
     index_select_kernel<E><<<grid_for(out.numel()), kThreads, 0, stream_for(x)>>>(
         g, out.numel(), static_cast<const int64_t*>(index.data_ptr()),
         static_cast<const E*>(x.data_ptr()), static_cast<E*>(out.data_ptr()));
@@ -339,7 +322,7 @@ void embedding_op(const KernelCall& c) {
   const Shape rows{index.numel(), d};
   const IndexGeometry g = index_geometry(rows, 0, {}, weight.strides(), {});
   DeviceGuard guard(weight.device().index());
-  visit_bits(weight.element_size(), [&]<typename E>() {
+  visit_element_size(weight.element_size(), [&]<typename E>() {
     index_select_kernel<E><<<grid_for(out.numel()), kThreads, 0, stream_for(weight)>>>(
         g, out.numel(), static_cast<const int64_t*>(index.data_ptr()),
         static_cast<const E*>(weight.data_ptr()), static_cast<E*>(out.data_ptr()));
@@ -433,7 +416,7 @@ void triangle_op(const KernelCall& c) {
   const Tensor x = same_view(out, c.in(0)) ? out : c.in(0).contiguous();
   const int64_t rows = out.sizes()[out.dim() - 2], cols = out.sizes()[out.dim() - 1];
   DeviceGuard guard(out.device().index());
-  visit_bits(out.element_size(), [&]<typename E>() {
+  visit_element_size(out.element_size(), [&]<typename E>() {
     triangle_kernel<E, kLower><<<grid_for(out.numel()), kThreads, 0, stream_for(out)>>>(
         static_cast<const E*>(x.data_ptr()), static_cast<E*>(out.data_ptr()), out.numel(), rows,
         cols, c.attrs.i(0));
