@@ -21,14 +21,8 @@ namespace {
 // One LSTM step from the input projection x_proj = W_ih x + b_ih and the
 // hidden projection h_proj = W_hh h + b_hh of this step.
 LSTMState lstm_step(const Tensor& x_proj, const Tensor& h_proj, const Tensor& c_prev) {
-  const auto gates = chunk(x_proj + h_proj, 4, -1);
-  const Tensor input_gate = sigmoid(gates[0]);
-  const Tensor forget_gate = sigmoid(gates[1]);
-  const Tensor cell_candidate = tanh(gates[2]);
-  const Tensor output_gate = sigmoid(gates[3]);
-  Tensor c = forget_gate * c_prev + input_gate * cell_candidate;
-  Tensor h = output_gate * tanh(c);
-  return {std::move(h), std::move(c)};
+  TensorList out = ops::dispatch(ops::OpId::lstm_cell, TensorList{x_proj, h_proj, c_prev}, {});
+  return {std::move(out[0]), std::move(out[1])};
 }
 
 // One GRU step; b_hn stays inside the reset gate's product, so the hidden
@@ -287,14 +281,17 @@ LSTMState RNNBase::run(const Tensor& sequence, const LSTMState& initial, Tensor&
 namespace {
 
 // Whether an LSTM call can take the fused lstm_sequence op: nothing to record
-// for autograd, float32 on the CPU, one direction, no dropout between layers.
+// for autograd, one direction, no dropout between layers, float32 tensors all
+// on the CPU (oneDNN's kernel) or all on one CUDA device (cuDNN's).
 bool can_run_fused(const Tensor& sequence, const LSTMState& initial, const TensorList& weights,
                    const RNNOptions& options, bool training) {
   if (options.bidirectional || sequence.size(1) == 0) return false;
   if (options.dropout > 0 && options.num_layers > 1 && training) return false;
   const bool grad = is_grad_enabled();
+  const Device device = sequence.device();
+  if (!device.is_cpu() && !device.is_cuda()) return false;
   const auto usable = [&](const Tensor& t) {
-    return t.dtype() == kFloat32 && t.device() == Device::cpu() && !t.is_meta() &&
+    return t.dtype() == kFloat32 && t.device() == device && !t.is_meta() &&
            !(grad && t.requires_grad());
   };
   if (!usable(sequence) || !usable(initial.h) || !usable(initial.c)) return false;

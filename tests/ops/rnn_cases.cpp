@@ -1,5 +1,6 @@
-// Consistency cases of lstm_sequence (float32 only: the op's one dtype), called
-// through the dispatcher as nn::LSTM calls it.
+// Consistency cases of lstm_cell (every floating dtype) and lstm_sequence
+// (float32 only: the op's one dtype), called through the dispatcher as the
+// nn modules call them.
 #include "ops/consistency.h"
 #include "ops/dispatch.h"
 
@@ -43,7 +44,30 @@ void add_lstm(CaseList& cases, const LstmCase& s) {
                        }});
 }
 
+// lstm_cell: gate projections and cell state of every floating dtype; inputs
+// in [-2, 2) reach the gates' curved parts.
+void add_lstm_cell(CaseList& cases, const std::string& name, const Shape& state, bool strided) {
+  Shape gates = state;
+  gates.back() *= 4;
+  cases.push_back({.name = "lstm_cell/" + name,
+                   .ops = {OpId::lstm_cell},
+                   .dtypes = kFloatTypes,
+                   .make =
+                       [=](DType t, Generator& g) {
+                         return TensorList{
+                             strided ? uniform_strided(gates, t, g) : uniform(gates, t, g, -2, 2),
+                             uniform(gates, t, g, -2, 2), uniform(state, t, g, -2, 2)};
+                       },
+                   .run = [](TensorList& in) {
+                     return ops::dispatch(OpId::lstm_cell, in, {});
+                   }});
+}
+
 const CaseRegistration kCases([](CaseList& cases) {
+  add_lstm_cell(cases, "batch", {3, 5}, false);
+  add_lstm_cell(cases, "unbatched", {7}, false);
+  add_lstm_cell(cases, "strided_gates", {4, 6}, true);
+  add_lstm_cell(cases, "wide", {2, 300}, false);
   add_lstm(cases, {"one_layer", 5, 3, 7, 11, 1});
   add_lstm(cases, {"batch_1", 6, 1, 8, 8, 2});
   add_lstm(cases, {"one_step", 1, 4, 5, 6, 2});

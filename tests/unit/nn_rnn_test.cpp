@@ -594,6 +594,25 @@ TEST(LstmSequence, RejectsWrongListsShapesAndDTypes) {
                                     "weight_hh of layer 0 must be float32, got float64");
 }
 
+TEST(LstmCellOp, RejectsMismatchedShapesAndDTypes) {
+  using ops::OpId;
+  const auto call = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    ops::dispatch(OpId::lstm_cell, TensorList{a, b, c}, {});
+  };
+  testing::expect_error<ShapeError>([&] { call(zeros({2, 8}), zeros({2, 8}), zeros({2, 3})); },
+                                    "lstm_cell", "must be [2, 12] for cx [2, 3], got [2, 8] and [2, 8]");
+  testing::expect_error<ShapeError>([&] { call(zeros({2, 8}), zeros({1, 8}), zeros({2, 2})); },
+                                    "lstm_cell", "got [2, 8] and [1, 8]");
+  testing::expect_error<ShapeError>([&] { call(zeros({1, 2, 8}), zeros({1, 2, 8}), zeros({1, 2, 2})); },
+                                    "lstm_cell", "cx must be [B, H] or [H]");
+  testing::expect_error<DTypeError>(
+      [&] { call(zeros({2, 8}), zeros({2, 8}, {.dtype = kFloat64}), zeros({2, 2})); }, "lstm_cell",
+      "one dtype, got float32, float64 and float32");
+  testing::expect_error<DTypeError>(
+      [&] { call(zeros({8}, {.dtype = kInt32}), zeros({8}, {.dtype = kInt32}), zeros({2}, {.dtype = kInt32})); },
+      "lstm_cell", "must be a floating tensor");
+}
+
 TEST(RNNCells, RejectWrongInputAndStateShapes) {
   nn::LSTMCell lstm_cell(4, 3);
   testing::expect_error_with<ShapeError>(

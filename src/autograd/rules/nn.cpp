@@ -1,4 +1,5 @@
-// Backward rules of dropout, attention and the negative log-likelihood loss.
+// Backward rules of dropout, attention, the LSTM cell and the negative
+// log-likelihood loss.
 #include <limits>
 
 #include "autograd/rules.h"
@@ -44,6 +45,34 @@ TensorList grad_scaled_dot_product_attention(const BackwardCtx& ctx, const Tenso
   if (ctx.needs_grad(0)) out[0] = matmul(gs, k) * scale;
   if (ctx.needs_grad(1)) out[1] = matmul(gs.transpose(-1, -2), q) * scale;
   if (ctx.needs_grad(3)) out[3] = gs;
+  return out;
+}
+
+// lstm_cell: the gates recomputed from the two projections; with cy saved,
+// the gradient reaching cy (its own plus hy's through o * tanh(cy)) flows to
+// the gates i, f, g and to cx, hy's alone to o. Both projections take the
+// gates' gradient.
+TensorList grad_lstm_cell(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& cx = ctx.input(2);
+  const auto gates = chunk(ctx.input(0) + ctx.input(1), 4, -1);
+  const Tensor i = sigmoid(gates[0]), f = sigmoid(gates[1]), cell = tanh(gates[2]),
+               o = sigmoid(gates[3]);
+  const Tensor tanh_cy = tanh(ctx.result(1));
+  Tensor g_cy = g[1];
+  Tensor g_o = zeros_like(o);
+  if (g[0].defined()) {
+    const Tensor through_h = g[0] * o * (1 - tanh_cy * tanh_cy);
+    g_cy = g_cy.defined() ? g_cy + through_h : through_h;
+    g_o = g[0] * tanh_cy * o * (1 - o);
+  }
+  TensorList out(3);
+  if (!g_cy.defined()) g_cy = zeros_like(cx);
+  const Tensor g_gates = cat({g_cy * cell * i * (1 - i), g_cy * cx * f * (1 - f),
+                              g_cy * i * (1 - cell * cell), g_o},
+                             -1);
+  if (ctx.needs_grad(0)) out[0] = g_gates;
+  if (ctx.needs_grad(1)) out[1] = g_gates;
+  if (ctx.needs_grad(2)) out[2] = g_cy * f;
   return out;
 }
 

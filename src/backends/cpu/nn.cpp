@@ -129,6 +129,7 @@ void register_cpu_nn_kernels(KernelTable& t) {
   cpu::register_cpu_attention_kernels(t);
   cpu::register_cpu_resample_kernels(t);
   cpu::register_cpu_rnn_kernels(t);
+  cpu::register_cpu_lstm_cell_kernel(t);
   t.set(OpId::embedding, cpu::embedding);
   t.set(OpId::dropout, [](const KernelCall& c) {
     cpu::visit_floating(c.out().dtype(), [&]<typename T>() { cpu::dropout<T>(c); });

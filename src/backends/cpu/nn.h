@@ -12,6 +12,7 @@ void register_cpu_norm_kernels(KernelTable& table);       // batch, layer and gr
 void register_cpu_attention_kernels(KernelTable& table);  // scaled_dot_product_attention
 void register_cpu_resample_kernels(KernelTable& table);   // pad, interpolate
 void register_cpu_rnn_kernels(KernelTable& table);        // lstm_sequence (oneDNN)
+void register_cpu_lstm_cell_kernel(KernelTable& table);   // lstm_cell
 
 // visit_dtype restricted to the floating dtypes, so that float-only kernels are
 // not instantiated for integers (the shape rules reject those).

@@ -1,5 +1,5 @@
-// Reference kernel of lstm_sequence: the LSTM recurrence written out with
-// double accumulation, one layer after another, gates i, f, g, o.
+// Reference kernels of lstm_sequence and lstm_cell: the LSTM recurrence
+// written out with double accumulation, one layer after another, gates i, f, g, o.
 #include <cmath>
 #include <vector>
 
@@ -86,9 +86,31 @@ void lstm_sequence(const KernelCall& call) {
   write_all(call.out(0), seq, 0);
 }
 
+// lstm_cell: the gates summed and the cell update, per row of [..., H].
+void lstm_cell(const KernelCall& call) {
+  const std::vector<double> xg = call.in(0).to_vector<double>(), hg = call.in(1).to_vector<double>(),
+                            cx = call.in(2).to_vector<double>();
+  const int64_t hidden = call.in(2).size(-1);
+  const int64_t rows = static_cast<int64_t>(cx.size()) / hidden;
+  for (int64_t r = 0; r < rows; ++r) {
+    auto gate = [&](int64_t k, int64_t j) {
+      const size_t at = static_cast<size_t>(r * 4 * hidden + k * hidden + j);
+      return xg[at] + hg[at];
+    };
+    for (int64_t j = 0; j < hidden; ++j) {
+      const int64_t s = r * hidden + j;
+      const double c = sigmoid(gate(1, j)) * cx[static_cast<size_t>(s)] +
+                       sigmoid(gate(0, j)) * std::tanh(gate(2, j));
+      ref::write(call.out(1), s, c);
+      ref::write(call.out(0), s, sigmoid(gate(3, j)) * std::tanh(c));
+    }
+  }
+}
+
 }  // namespace
 
 void register_reference_rnn_kernels(KernelTable& t) {
+  t.set(ops::OpId::lstm_cell, lstm_cell);
   t.set(ops::OpId::lstm_sequence, lstm_sequence);
 }
 

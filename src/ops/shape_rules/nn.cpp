@@ -305,6 +305,30 @@ void check_lstm_tensor(const ShapeCtx& ctx, size_t k, const char* what, int64_t 
 
 }  // namespace
 
+void infer_lstm_cell(ShapeCtx& ctx) {
+  const Tensor &xg = ctx.input(0), &hg = ctx.input(1), &cx = ctx.input(2);
+  for (size_t i = 0; i < 3; ++i) require_floating(ctx, i);
+  if (hg.dtype() != xg.dtype() || cx.dtype() != xg.dtype()) {
+    throw DTypeError(detail::str_cat("lstm_cell: input_gates, hidden_gates and cx must have one "
+                                     "dtype, got ", xg.dtype(), ", ", hg.dtype(), " and ",
+                                     cx.dtype()));
+  }
+  Shape gates = cx.sizes();
+  if (cx.dim() < 1 || cx.dim() > 2 || cx.size(-1) < 1) {
+    throw ShapeError(detail::str_cat("lstm_cell: cx must be [B, H] or [H] with H >= 1, got ",
+                                     cx.sizes()));
+  }
+  gates.back() *= 4;
+  if (xg.sizes() != gates || hg.sizes() != gates) {
+    throw ShapeError(detail::str_cat("lstm_cell: input_gates and hidden_gates must be ", gates,
+                                     " for cx ", cx.sizes(), ", got ", xg.sizes(), " and ",
+                                     hg.sizes()));
+  }
+  const Device device = ctx.common_device();
+  ctx.add_output(cx.sizes(), cx.dtype(), device);
+  ctx.add_output(cx.sizes(), cx.dtype(), device);
+}
+
 void infer_lstm_sequence(ShapeCtx& ctx) {
   const int64_t layers = ctx.attrs.i(0);
   const bool has_biases = ctx.attrs.b(1);
