@@ -16,6 +16,7 @@
 #include "backends/conv_geometry.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
@@ -24,11 +25,6 @@ namespace kiln::backend::cuda {
 namespace {
 
 using ops::OpId;
-
-void check_dnn(cudnnStatus_t status, const char* what) {
-  if (status == CUDNN_STATUS_SUCCESS) return;
-  throw Error(detail::str_cat("cuda: ", what, ": ", cudnnGetErrorString(status)));
-}
 
 enum class Pass { Forward, BackwardData, BackwardFilter };
 
@@ -49,19 +45,6 @@ struct DeviceState {
 DeviceState& state_for(int device) {
   return per_device_state<DeviceState>(
       device, [](DeviceState& s) { check_dnn(cudnnCreate(&s.handle), "cudnnCreate"); });
-}
-
-cudnnDataType_t dnn_type(DType t) {
-  switch (t) {
-    case kFloat16:
-      return CUDNN_DATA_HALF;
-    case kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case kFloat64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
 }
 
 // The geometry with symmetric padding (the smaller side of each dim).

@@ -62,6 +62,7 @@ CudaBackend::CudaBackend() {
   register_cuda_composite_kernels(kernels_);
 #ifdef KILN_WITH_CUDNN
   register_cuda_conv_kernels(kernels_);
+  register_cuda_cudnn_rnn_kernels(kernels_);  // replaces the composite lstm_sequence
 #endif
 }
 

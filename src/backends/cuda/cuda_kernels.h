@@ -18,6 +18,11 @@ void register_cuda_pool_kernels(KernelTable& table);
 void register_cuda_resample_kernels(KernelTable& table);
 void register_cuda_conv_kernels(KernelTable& table);  // with cuDNN only
 void register_cuda_composite_kernels(KernelTable& table);
+void register_cuda_cudnn_rnn_kernels(KernelTable& table);  // with cuDNN only
+
+// lstm_sequence as one input product per layer, then per step a product and a
+// fused cell kernel: the path without cuDNN.
+void lstm_sequence_composite(const KernelCall& call);
 
 // out = in, both of out's dtype, any layouts (the elementwise engine).
 void copy_same_dtype(const Tensor& out, const Tensor& in);

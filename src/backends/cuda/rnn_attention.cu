@@ -1,5 +1,8 @@
-// CUDA kernels of lstm_sequence and scaled_dot_product_attention, composed of
-// kiln ops on the device (cuBLASLt products) plus one fused LSTM cell kernel.
+// CUDA kernels of lstm_cell, lstm_sequence and scaled_dot_product_attention:
+// one fused LSTM cell kernel, and compositions of kiln ops on the device
+// (cuBLASLt products) around it.
+// With cuDNN, lstm_sequence runs cuDNN's LSTM (rnn_cudnn.cpp), which falls
+// back to this one for configurations cuDNN refuses.
 //
 // lstm_sequence: per layer, the input projection of every step is one product;
 // each step then adds h @ W_hh^T (addmm) and runs the cell kernel, which
@@ -26,42 +29,67 @@ __device__ inline C sigmoid(C v) {
   return C(1) / (C(1) + ::exp(-v));
 }
 
-// gates [B, 4H] (i, f, g, o); c [B, H] updated in place; h [B, H] written.
+// rows of gates a (+ b when given) [rows, 4H] (i, f, g, o) and cx [rows, H]
+// give cy and hy [rows, H]; cy may be cx (updated in place).
 template <typename T>
-__global__ void lstm_cell_kernel(const T* gates, T* c, T* h, int64_t batch, int64_t hidden) {
+__global__ void lstm_cell_kernel(const T* a, const T* b, const T* cx, T* cy, T* hy, int64_t rows,
+                                 int64_t hidden) {
   using C = dcompute_t<T>;
-  const int64_t n = batch * hidden;
+  const int64_t n = rows * hidden;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t b = e / hidden, j = e - b * hidden;
-    const T* g = gates + b * 4 * hidden;
-    const C i = sigmoid(to_compute(g[j]));
-    const C f = sigmoid(to_compute(g[hidden + j]));
-    const C cell = ::tanh(to_compute(g[2 * hidden + j]));
-    const C o = sigmoid(to_compute(g[3 * hidden + j]));
-    const C c_next = f * to_compute(c[e]) + i * cell;
-    c[e] = cvt<T>(c_next);
-    h[e] = cvt<T>(o * ::tanh(c_next));
+    const int64_t r = e / hidden, j = e - r * hidden;
+    const int64_t base = r * 4 * hidden + j;
+    auto gate = [&](int64_t k) {
+      const int64_t at = base + k * hidden;
+      return b ? to_compute(a[at]) + to_compute(b[at]) : to_compute(a[at]);
+    };
+    const C i = sigmoid(gate(0));
+    const C f = sigmoid(gate(1));
+    const C cell = ::tanh(gate(2));
+    const C o = sigmoid(gate(3));
+    const C c_next = f * to_compute(cx[e]) + i * cell;
+    cy[e] = cvt<T>(c_next);
+    hy[e] = cvt<T>(o * ::tanh(c_next));
   }
 }
 
-void lstm_cell(const Tensor& gates, const Tensor& c, const Tensor& h) {
-  const int64_t batch = c.size(0), hidden = c.size(1);
-  if (batch * hidden == 0) return;
-  DeviceGuard guard(c.device().index());
-  visit_device_dtype(c.dtype(), [&]<typename T>() {
+// a, b (undefined: none), cx contiguous; cy, hy contiguous, of cx's shape.
+void lstm_cell(const Tensor& a, const Tensor& b, const Tensor& cx, const Tensor& cy,
+               const Tensor& hy) {
+  const int64_t hidden = cx.size(-1);
+  const int64_t rows = hidden == 0 ? 0 : cx.numel() / hidden;
+  if (rows * hidden == 0) return;
+  DeviceGuard guard(cx.device().index());
+  visit_device_dtype(cx.dtype(), [&]<typename T>() {
     if constexpr (kIsFloatT<T>) {
       const unsigned grid = static_cast<unsigned>(
-          std::min<int64_t>((batch * hidden + kThreads - 1) / kThreads, 65536));
-      lstm_cell_kernel<T><<<grid, kThreads, 0, stream_for(c)>>>(
-          static_cast<const T*>(gates.data_ptr()), static_cast<T*>(c.data_ptr()),
-          static_cast<T*>(h.data_ptr()), batch, hidden);
+          std::min<int64_t>((rows * hidden + kThreads - 1) / kThreads, 65536));
+      lstm_cell_kernel<T><<<grid, kThreads, 0, stream_for(cx)>>>(
+          static_cast<const T*>(a.data_ptr()),
+          b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr,
+          static_cast<const T*>(cx.data_ptr()), static_cast<T*>(cy.data_ptr()),
+          static_cast<T*>(hy.data_ptr()), rows, hidden);
     }
   });
   check_launch("lstm cell kernel");
 }
 
-void lstm_sequence_op(const KernelCall& call) {
+void lstm_cell_op(const KernelCall& call) {
+  const Tensor &hy = call.out(0), &cy = call.out(1);
+  const bool direct = hy.is_contiguous() && cy.is_contiguous();
+  const Tensor h = direct ? hy : ops::make_tensor(hy.sizes(), hy.dtype(), hy.device(), false);
+  const Tensor c = direct ? cy : ops::make_tensor(cy.sizes(), cy.dtype(), cy.device(), false);
+  lstm_cell(call.in(0).contiguous(), call.in(1).contiguous(), call.in(2).contiguous(), c, h);
+  if (!direct) {
+    copy_same_dtype(hy, h);
+    copy_same_dtype(cy, c);
+  }
+}
+
+}  // namespace
+
+void lstm_sequence_composite(const KernelCall& call) {
   NoGradGuard no_grad;
   const int64_t layers = call.attrs.i(0);
   const bool has_biases = call.attrs.b(1);
@@ -87,12 +115,14 @@ void lstm_sequence_op(const KernelCall& call) {
                      : ops::make_tensor({steps, batch, hidden}, x.dtype(), x.device(), false);
     for (int64_t t = 0; t < steps; ++t) {
       const Tensor gates = addmm(projected.select(0, t), t == 0 ? h : out.select(0, t - 1), w_hh_t);
-      lstm_cell(gates, c, out.select(0, t));
+      lstm_cell(gates, Tensor(), c, c, out.select(0, t));
     }
     if (steps > 0) copy_same_dtype(h, out.select(0, steps - 1));
     seq = out;
   }
 }
+
+namespace {
 
 void sdpa_op(const KernelCall& c) {
   NoGradGuard no_grad;
@@ -122,7 +152,8 @@ void sdpa_op(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_composite_kernels(KernelTable& t) {
-  t.set(OpId::lstm_sequence, lstm_sequence_op);
+  t.set(OpId::lstm_sequence, lstm_sequence_composite);
+  t.set(OpId::lstm_cell, lstm_cell_op);
   t.set(OpId::scaled_dot_product_attention, sdpa_op);
 }
 
