@@ -178,7 +178,19 @@ class Tensor {
   Tensor contiguous() const;  // this tensor when already contiguous
   Tensor clone() const;       // always a new contiguous copy
   Tensor to(DType dtype) const;  // this tensor when dtype already matches
-  Tensor to(Device device) const;
+  // A copy on `device` (this tensor when already there), differentiable: the
+  // gradient flows back to this tensor's device. With non_blocking, a copy
+  // between the host and a CUDA device is queued on the device's current
+  // stream and this returns at once: a copy to the CPU lands in pinned memory
+  // and must be waited for (kiln::cuda::synchronize, a stream or an event)
+  // before its values are read; a copy from the CPU has read its source on
+  // return (pageable sources are staged through pinned buffers).
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A copy in page-locked host memory (this tensor when already pinned), from
+  // which copies to CUDA devices run asynchronously. DeviceError without a
+  // CUDA device.
+  Tensor pin_memory() const;
+  bool is_pinned() const;  // CPU tensors in page-locked memory
 
   // --- views ------------------------------------------------------------------
   Tensor view(const Shape& shape) const;     // must be expressible as a view

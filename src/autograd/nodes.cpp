@@ -118,6 +118,18 @@ void OpNode::release_saved() {
   }
 }
 
+// --- DeviceCopyBackward ------------------------------------------------------------
+
+DeviceCopyBackward::DeviceCopyBackward(const Tensor& input, const Tensor& result)
+    : source_(input.device()) {
+  outputs_.push_back({result.sizes(), result.dtype(), result.device()});
+  next_edges_.push_back(gradient_edge(input));
+}
+
+TensorList DeviceCopyBackward::apply(TensorList grads) {
+  return {grads[0].defined() ? grads[0].to(source_) : Tensor()};
+}
+
 // --- AccumulateGrad ----------------------------------------------------------------
 
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {

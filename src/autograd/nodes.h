@@ -57,6 +57,18 @@ class OpNode final : public Node {
   bool released_ = false;
 };
 
+// The backward of a copy to another device: the gradient goes back to the
+// source's device.
+class DeviceCopyBackward final : public Node {
+ public:
+  DeviceCopyBackward(const Tensor& input, const Tensor& result);
+  std::string name() const override { return "DeviceCopyBackward"; }
+  TensorList apply(TensorList grads) override;
+
+ private:
+  Device source_;
+};
+
 // Adds the incoming gradient into a leaf's grad().
 class AccumulateGrad final : public Node {
  public:

@@ -23,6 +23,11 @@ void record_op(const ops::OpSchema& schema, std::span<const Tensor> inputs,
   }
 }
 
+void record_device_copy(const Tensor& input, const Tensor& result) {
+  if (!is_floating(result.dtype())) return;
+  set_history(result, std::make_shared<DeviceCopyBackward>(input, result), 0);
+}
+
 void mark_view(const Tensor& input, const Tensor& view) {
   TensorImpl& v = view.impl();
   const TensorImpl& in = input.impl();

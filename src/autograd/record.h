@@ -22,6 +22,10 @@ bool should_record(const ops::OpSchema& schema, std::span<const Tensor> inputs);
 void record_op(const ops::OpSchema& schema, std::span<const Tensor> inputs,
                const ops::Attrs& attrs, std::span<Tensor> outputs);
 
+// Records result = input copied to another device (or into pinned memory):
+// its gradient is copied back to input's device.
+void record_device_copy(const Tensor& input, const Tensor& result);
+
 // An in-place call op(inputs) -> self, recorded around the kernel: begin before
 // it runs (checks, edges, saved inputs), finish after (self's new history).
 class InplaceRecord {

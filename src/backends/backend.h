@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 
+#include "kiln/error.h"
 #include "kiln/tensor.h"
 #include "ops/attrs.h"
 #include "ops/op_table.h"
@@ -52,8 +53,22 @@ class Backend {
   virtual std::string_view name() const noexcept = 0;
   virtual std::shared_ptr<Storage> allocate(size_t nbytes, Device device) = 0;
   // Copies nbytes between two allocations of this backend's device or the host.
+  // Without non_blocking the copy is complete on return. With it, a copy that
+  // involves a device is queued on the device's current stream and may still
+  // run: a copy to the host must be waited for (synchronize) before the host
+  // reads it; a copy from the host has read its source on return.
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                          size_t nbytes) = 0;
+                          size_t nbytes, bool non_blocking) = 0;
+  // Page-locked host memory (a CPU storage) for fast, asynchronous copies.
+  virtual std::shared_ptr<Storage> allocate_pinned(size_t nbytes) {
+    (void)nbytes;
+    throw DeviceError(detail::str_cat("pin_memory: the ", name(), " backend has no pinned memory"));
+  }
+  // Whether ptr is in page-locked memory this backend allocated.
+  virtual bool is_pinned(const void* ptr) const {
+    (void)ptr;
+    return false;
+  }
   virtual void synchronize(Device device) = 0;
   virtual MemoryStats memory_stats(Device device) const = 0;
   virtual void reset_peak_memory_stats(Device device) = 0;

@@ -7,7 +7,10 @@
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/shape.h"
 #include "backends/backend.h"
+#include "autograd/meta.h"
+#include "autograd/record.h"
 #include "kiln/autograd.h"
+#include "kiln/cuda.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -104,21 +107,45 @@ Tensor Tensor::to(DType t) const {
   return ops::dispatch1(ops::OpId::copy, {*this}, {t});
 }
 
-Tensor Tensor::to(Device d) const {
+Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
-  if (requires_grad() && is_grad_enabled()) {
-    throw Error(detail::str_cat("to: copying a tensor that requires grad from ", device(), " to ", d,
-                                " is not differentiable yet; detach() it or copy under NoGradGuard"));
-  }
   // Gathered on its own device first, then one copy of contiguous bytes.
   const Tensor src = contiguous();
   const Device on = d.is_cpu() ? device() : d;
   auto& backend = backend::backend_for(on.kind());
-  Tensor out = ops::make_tensor(sizes(), dtype(), d, is_meta());
-  if (!is_meta()) {
-    backend.copy_bytes(out.data_ptr(), d, src.data_ptr(), device(), static_cast<size_t>(numel()) * element_size());
+  Tensor out;
+  if (non_blocking && d.is_cpu() && !is_meta()) {  // into pinned memory, as PyTorch
+    out = ops::make_tensor(backend.allocate_pinned(static_cast<size_t>(numel()) * element_size()),
+                           sizes(), dtype());
+  } else {
+    out = ops::make_tensor(sizes(), dtype(), d, is_meta());
   }
+  if (!is_meta()) {
+    backend.copy_bytes(out.data_ptr(), d, src.data_ptr(), device(),
+                       static_cast<size_t>(numel()) * element_size(), non_blocking);
+  }
+  if (is_grad_enabled() && autograd::requires_grad(*this)) autograd::record_device_copy(*this, out);
   return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  if (!device().is_cpu() || is_meta()) {
+    throw DeviceError(detail::str_cat("pin_memory: only CPU tensors can be pinned, got one on ",
+                                      is_meta() ? "meta" : detail::str_cat(device())));
+  }
+  if (is_pinned()) return *this;
+  const Tensor src = contiguous();
+  auto& backend = backend::backend_for(DeviceKind::CUDA);
+  const size_t nbytes = static_cast<size_t>(numel()) * element_size();
+  Tensor out = ops::make_tensor(backend.allocate_pinned(nbytes), sizes(), dtype());
+  if (nbytes > 0) std::memcpy(out.data_ptr(), src.data_ptr(), nbytes);
+  if (is_grad_enabled() && autograd::requires_grad(*this)) autograd::record_device_copy(*this, out);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  if (!defined() || !device().is_cpu() || is_meta() || !cuda::is_built()) return false;
+  return backend::backend_for(DeviceKind::CUDA).is_pinned(impl().storage->data());
 }
 
 Tensor Tensor::view(const Shape& shape) const { return kiln::view(*this, shape); }

@@ -115,9 +115,14 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta) {
     numel *= s;
   }
   const size_t nbytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  return make_tensor(meta ? std::make_shared<Storage>(nbytes, device)
+                          : backend::backend_for(device.kind()).allocate(nbytes, device),
+                     sizes, dtype);
+}
+
+Tensor make_tensor(std::shared_ptr<Storage> storage, const Shape& sizes, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = meta ? std::make_shared<Storage>(nbytes, device)
-                       : backend::backend_for(device.kind()).allocate(nbytes, device);
+  impl->storage = std::move(storage);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;

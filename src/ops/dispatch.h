@@ -36,6 +36,8 @@ class ReferenceModeGuard {
 
 // A new contiguous tensor (meta when meta is true) on device.
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta = false);
+// A contiguous tensor over storage (which holds at least its bytes).
+Tensor make_tensor(std::shared_ptr<Storage> storage, const Shape& sizes, DType dtype);
 Shape contiguous_strides(const Shape& sizes);
 // PyTorch's casting rule for in-place results: no float -> integer, no number -> bool.
 bool can_cast(DType from, DType to) noexcept;

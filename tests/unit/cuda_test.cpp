@@ -33,6 +33,9 @@ TEST(CudaInfo, ReportsDevicesOrWhyThereAreNone) {
   expect_error<DeviceError>([] { memory_stats(Device::cuda()); }, missing);
   expect_error<DeviceError>([] { cuda::Stream::create(); }, "Stream::create");
   expect_error<DeviceError>([] { cuda::Event event; }, "Event");
+  expect_error<DeviceError>([] { ones({2}).pin_memory(); },
+                            cuda::is_built() ? "pin_memory" : "no CUDA backend");
+  EXPECT_FALSE(ones({2}).is_pinned());
 }
 
 // Same shape and values within float32 rounding.
@@ -393,6 +396,59 @@ TEST_F(Cuda, FreedBlocksAreReusedOnlyOnTheirStream) {
   { Tensor d = empty({1 << 20}).to(kDevice); }
   EXPECT_EQ(memory_stats(kDevice).num_allocations, start + 2);
   side.synchronize();
+}
+
+TEST_F(Cuda, PinnedTensorsHoldTheirValuesAndCopyAsynchronously) {
+  const Tensor x = arange(0, 1 << 16).to(kFloat32);
+  EXPECT_FALSE(x.is_pinned());
+  const Tensor p = x.pin_memory();
+  EXPECT_TRUE(p.is_pinned());
+  EXPECT_EQ(p.device(), Device::cpu());
+  EXPECT_EQ(p.pin_memory().impl_ptr(), p.impl_ptr());  // already pinned
+  EXPECT_EQ(p.to_vector<float>(), x.to_vector<float>());
+  EXPECT_TRUE(arange(0, 12).view({3, 4}).t().pin_memory().is_contiguous());
+  expect_error<DeviceError>([&] { x.to(kDevice).pin_memory(); }, "pin_memory");
+  // Both copies are queued on the current stream; the host reads the result
+  // after synchronize().
+  const Tensor d = p.to(kDevice, /*non_blocking=*/true);
+  const Tensor back = (d * 2).to(Device::cpu(), /*non_blocking=*/true);
+  EXPECT_TRUE(back.is_pinned());
+  cuda::synchronize();
+  EXPECT_EQ(back.to_vector<float>(), (x * 2).to_vector<float>());
+}
+
+TEST_F(Cuda, NonBlockingCopiesFromPageableMemoryMayReuseTheSource) {
+  Tensor x = arange(0, 1 << 20).to(kFloat32);  // 4 MiB, pageable
+  const Tensor expected = x.clone();
+  std::vector<Tensor> on_device;
+  for (int i = 0; i < 4; ++i) {
+    on_device.push_back(x.to(kDevice, /*non_blocking=*/true));
+    x.add_(1);  // the staged copy has read the source already
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(on_device[static_cast<size_t>(i)].to(Device::cpu()).to_vector<float>(),
+              (expected + i).to_vector<float>())
+        << i;
+  }
+}
+
+TEST_F(Cuda, CopiesBetweenDevicesAreDifferentiable) {
+  const Tensor x = arange(0, 6).to(kFloat64).view({2, 3}).requires_grad_();
+  const Tensor on_device = x.to(kDevice);
+  EXPECT_TRUE(on_device.requires_grad());
+  EXPECT_EQ(on_device.grad_fn()->name(), "DeviceCopyBackward");
+  const Tensor y = (on_device * on_device).sum().to(Device::cpu());
+  y.backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().device(), Device::cpu());
+  EXPECT_EQ(x.grad().to_vector<double>(), (x.detach() * 2).to_vector<double>());
+  // From a device leaf to the host and back.
+  const Tensor w = ones({3}, {.device = kDevice}).requires_grad_();
+  (w.to(Device::cpu(), /*non_blocking=*/true) * 3).sum().backward();
+  EXPECT_EQ(w.grad().device(), kDevice);
+  EXPECT_EQ(w.grad().to(Device::cpu()).to_vector<float>(), std::vector<float>(3, 3.0f));
+  NoGradGuard no_grad;
+  EXPECT_FALSE(x.to(kDevice).requires_grad());
 }
 
 }  // namespace

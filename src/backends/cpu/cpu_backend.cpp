@@ -28,7 +28,7 @@ std::shared_ptr<Storage> CpuBackend::allocate(size_t nbytes, Device device) {
   return CpuAllocator::instance().allocate(nbytes, device);
 }
 
-void CpuBackend::copy_bytes(void* dst, Device, const void* src, Device, size_t nbytes) {
+void CpuBackend::copy_bytes(void* dst, Device, const void* src, Device, size_t nbytes, bool) {
   if (nbytes) std::memcpy(dst, src, nbytes);
 }
 

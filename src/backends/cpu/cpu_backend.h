@@ -11,8 +11,8 @@ class CpuBackend final : public Backend {
   CpuBackend();
   std::string_view name() const noexcept override { return "cpu"; }
   std::shared_ptr<Storage> allocate(size_t nbytes, Device device) override;
-  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                  size_t nbytes) override;
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                  bool non_blocking) override;
   void synchronize(Device) override {}
   MemoryStats memory_stats(Device device) const override;
   void reset_peak_memory_stats(Device device) override;

@@ -2,7 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+
 #include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/host_allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 
@@ -82,16 +85,44 @@ std::shared_ptr<Storage> CudaBackend::allocate(size_t nbytes, Device device) {
 }
 
 void CudaBackend::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                             size_t nbytes) {
+                             size_t nbytes, bool non_blocking) {
   if (nbytes == 0) return;
   const Device on = dst_device.is_cuda() ? dst_device : src_device;
   check_device(on, "copy");
   DeviceGuard guard(on.index());
-  // Queued on the current stream, after the work that produced the source,
-  // and waited for: the copy is complete on return.
+  // Queued on the current stream, after the work that produced the source.
   const auto stream = static_cast<cudaStream_t>(current_stream_handle(on.index()));
-  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  HostAllocator& host = HostAllocator::instance();
+  const void* from = src;
+  if (src_device.is_cpu() && non_blocking && !host.contains(src)) {
+    // From pageable memory: staged through a pinned buffer, so that the copy
+    // runs asynchronously and the source may change as soon as this returns.
+    void* staging = host.allocate(nbytes);
+    std::memcpy(staging, src, nbytes);
+    from = staging;
+    const cudaError_t status = cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDefault, stream);
+    host.record_stream(staging, on.index(), stream);
+    host.free(staging);  // reused once the copy has finished
+    check(status, "cudaMemcpyAsync");
+    return;
+  }
+  check(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  if (src_device.is_cpu()) host.record_stream(src, on.index(), stream);
+  if (dst_device.is_cpu()) host.record_stream(dst, on.index(), stream);
+  if (!non_blocking) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+std::shared_ptr<Storage> CudaBackend::allocate_pinned(size_t nbytes) {
+  if (device_count() == 0) {
+    throw DeviceError(detail::str_cat("pin_memory: no CUDA device: ", unavailable_reason()));
+  }
+  void* p = HostAllocator::instance().allocate(nbytes);
+  return std::make_shared<Storage>(p, nbytes, Device::cpu(),
+                                   [](void* q) { HostAllocator::instance().free(q); });
+}
+
+bool CudaBackend::is_pinned(const void* ptr) const {
+  return ptr != nullptr && HostAllocator::instance().contains(ptr);
 }
 
 void CudaBackend::synchronize(Device device) {
@@ -113,6 +144,7 @@ void CudaBackend::reset_peak_memory_stats(Device device) {
 void CudaBackend::empty_cache(Device device) {
   check_device(device, "empty_cache");
   CudaAllocator::for_device(device.index()).empty_cache();
+  HostAllocator::instance().empty_cache();
 }
 
 }  // namespace kiln::backend::cuda

@@ -15,8 +15,10 @@ class CudaBackend final : public Backend {
   CudaBackend();
   std::string_view name() const noexcept override { return "cuda"; }
   std::shared_ptr<Storage> allocate(size_t nbytes, Device device) override;
-  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                  size_t nbytes) override;
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                  bool non_blocking) override;
+  std::shared_ptr<Storage> allocate_pinned(size_t nbytes) override;
+  bool is_pinned(const void* ptr) const override;
   void synchronize(Device device) override;
   MemoryStats memory_stats(Device device) const override;
   void reset_peak_memory_stats(Device device) override;
