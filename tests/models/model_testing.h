@@ -27,7 +27,8 @@ inline ::testing::AssertionResult within_scaled_bound(const Tensor& actual, cons
     message << "shape " << actual.shape() << " differs from the expected " << expected.shape();
     return ::testing::AssertionFailure() << message.str();
   }
-  const Tensor a = actual.detach().to(kFloat64), e = expected.detach().to(kFloat64);
+  const Tensor a = actual.detach().to(Device::cpu()).to(kFloat64);
+  const Tensor e = expected.detach().to(Device::cpu()).to(kFloat64);
   const double scale = e.abs().max().item<double>();
   const double error = (a - e).abs().max().item<double>();
   if (error <= bound * scale) {

@@ -8,6 +8,10 @@
 // ones (ResNet-50, BERT-base, the benchmark LSTM) are generated where PyTorch is
 // (make_reference.py --full --out DIR) and run when KILN_PARITY_DIR=DIR is set;
 // without it they skip, saying so.
+//
+// On a CUDA device (the ParityCuda tests) the same weights and inputs are
+// compared with PyTorch's GPU outputs, made by make_reference.py --device cuda
+// with TF32 off (in DIR/cuda/); kiln runs with TF32 off as well.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +22,8 @@
 #include <string>
 
 #include "kiln/autograd.h"
+#include "kiln/cuda.h"
+#include "kiln/runtime.h"
 #include "kiln/models/bert.h"
 #include "kiln/models/lstm.h"
 #include "kiln/models/resnet.h"
@@ -38,6 +44,40 @@ std::string full_dir() {
   const char* dir = std::getenv("KILN_PARITY_DIR");
   return dir ? dir : "";
 }
+
+// Where the references of a run are and where kiln runs: the weights in
+// `weights`, the inputs and PyTorch's outputs in `io` (the cuda/ subdirectory
+// for a CUDA device).
+struct Target {
+  std::string weights, io;
+  Device device = Device::cpu();
+};
+
+Target on_cpu(const std::string& dir) { return {dir, dir, Device::cpu()}; }
+Target on_cuda(const std::string& dir) { return {dir, dir + "/cuda", Device::cuda(0)}; }
+
+// The reference tensors of a case, on the target's device.
+StateDict load_io(const Target& t, const std::string& name) {
+  StateDict io;
+  for (const auto& [key, v] : load_safetensors(t.io + "/" + name + ".io.safetensors"))
+    io.set(key, v.to(t.device));
+  return io;
+}
+
+// Exact float32 on CUDA for its lifetime, as the GPU references were made.
+class NoTf32 {
+ public:
+  NoTf32() : saved_(allow_tf32()) { set_allow_tf32({.matmul = false, .conv = false}); }
+  ~NoTf32() { set_allow_tf32(saved_); }
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+
+ private:
+  Tf32Policy saved_;
+};
+
+#define KILN_SKIP_WITHOUT_CUDA() \
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
 
 #define KILN_SKIP_WITHOUT_FULL_REFERENCES()                                                   \
   if (full_dir().empty())                                                                     \
@@ -100,9 +140,11 @@ void expect_gradients(const StateDict& io, const nn::Module& model) {
 
 // Eval outputs; then one training-mode forward (batch statistics, running
 // statistics updated), its outputs, buffers and, where given, gradients.
-void check_resnet(ResNet& model, const std::string& dir, const std::string& name) {
-  model.load_state_dict(load_safetensors(dir + "/" + name + ".safetensors"));
-  const StateDict io = load_safetensors(dir + "/" + name + ".io.safetensors");
+void check_resnet(ResNet& model, const Target& t, const std::string& name) {
+  NoTf32 exact;
+  model.load_state_dict(load_safetensors(t.weights + "/" + name + ".safetensors"));
+  model.to(t.device);
+  const StateDict io = load_io(t, name);
   const Tensor images = io.at("input.images");
   model.eval();
   {
@@ -130,29 +172,31 @@ const ResNetOptions kNarrow{.num_classes = 10, .widths = {8, 16, 32, 64}};
 
 TEST(Parity, NarrowResNet50LayoutMatchesPyTorchInEvalAndTrainingWithGradients) {
   ResNet model(ResNetBlock::kBottleneck, {2, 1, 1, 1}, kNarrow);
-  check_resnet(model, small_dir(), "resnet_small");
+  check_resnet(model, on_cpu(small_dir()), "resnet_small");
 }
 
 TEST(Parity, NarrowResNet18LayoutMatchesPyTorchInEvalAndTrainingWithGradients) {
   ResNet model(ResNetBlock::kBasic, {1, 1, 1, 1}, kNarrow);
-  check_resnet(model, small_dir(), "resnet_basic_small");
+  check_resnet(model, on_cpu(small_dir()), "resnet_basic_small");
 }
 
 TEST(ParityFull, ResNet50MatchesTorchvisionInEvalAndTraining) {
   KILN_SKIP_WITHOUT_FULL_REFERENCES();
-  check_resnet(*resnet50(), full_dir(), "resnet50");
+  check_resnet(*resnet50(), on_cpu(full_dir()), "resnet50");
 }
 
 // --- BERT ----------------------------------------------------------------------
 
-void check_bert(const std::string& dir, const std::string& name, size_t heads_ignored) {
-  const std::string checkpoint = dir + "/" + name;
+void check_bert(const Target& t, const std::string& name, size_t heads_ignored) {
+  NoTf32 exact;
+  const std::string checkpoint = t.weights + "/" + name;
   BertModel model(BertConfig::from_json_file(checkpoint + "/config.json"));
   const nn::LoadResult loaded = model.load_hf_state_dict(load_safetensors(checkpoint + "/model.safetensors"));
   EXPECT_TRUE(loaded.missing_keys.empty());
   EXPECT_EQ(loaded.unexpected_keys.size(), heads_ignored);  // a classifier's head
   model.eval();
-  const StateDict io = load_safetensors(dir + "/" + name + ".io.safetensors");
+  model.to(t.device);
+  const StateDict io = load_io(t, name);
   const bool grads = io.contains("loss.weight.last_hidden_state");
   std::optional<NoGradGuard> no_grad;
   if (!grads) no_grad.emplace();
@@ -168,21 +212,23 @@ void check_bert(const std::string& dir, const std::string& name, size_t heads_ig
 }
 
 TEST(Parity, SmallBertClassifierCheckpointMatchesHuggingFaceWithGradients) {
-  check_bert(small_dir(), "bert_small", 2);
+  check_bert(on_cpu(small_dir()), "bert_small", 2);
 }
 
 TEST(ParityFull, BertBaseMatchesHuggingFace) {
   KILN_SKIP_WITHOUT_FULL_REFERENCES();
-  check_bert(full_dir(), "bert_base", 0);
+  check_bert(on_cpu(full_dir()), "bert_base", 0);
 }
 
 // --- LSTM ----------------------------------------------------------------------
 
 template <typename Model>
-void check_lstm(Model& model, const std::string& dir, const std::string& name) {
-  model.load_state_dict(load_safetensors(dir + "/" + name + ".safetensors"));
-  const StateDict io = load_safetensors(dir + "/" + name + ".io.safetensors");
-  const bool grads = io.contains("loss.weight.logits");
+void check_lstm(Model& model, const Target& t, const std::string& name, bool with_grads = true) {
+  NoTf32 exact;
+  model.load_state_dict(load_safetensors(t.weights + "/" + name + ".safetensors"));
+  model.to(t.device);
+  const StateDict io = load_io(t, name);
+  const bool grads = with_grads && io.contains("loss.weight.logits");
   std::optional<NoGradGuard> no_grad;
   if (!grads) no_grad.emplace();
   const Tensor logits = model(io.at("input.x"));
@@ -197,24 +243,88 @@ const LSTMNetOptions kSmallLSTM{.input_size = 16, .hidden_size = 32, .num_layers
 
 TEST(Parity, SmallLSTMNetMatchesPyTorchWithGradients) {
   LSTMNet model(kSmallLSTM);
-  check_lstm(model, small_dir(), "lstm_small");
+  check_lstm(model, on_cpu(small_dir()), "lstm_small");
 }
 
 TEST(Parity, SmallLSTMCellLoopMatchesPyTorchsLSTMWithGradients) {
   LSTMCellLoop model(kSmallLSTM);
-  check_lstm(model, small_dir(), "lstm_small");
+  check_lstm(model, on_cpu(small_dir()), "lstm_small");
 }
 
 TEST(ParityFull, LSTMNetMatchesPyTorch) {
   KILN_SKIP_WITHOUT_FULL_REFERENCES();
   LSTMNet model;
-  check_lstm(model, full_dir(), "lstm");
+  check_lstm(model, on_cpu(full_dir()), "lstm");
 }
 
 TEST(ParityFull, LSTMCellLoopMatchesPyTorch) {
   KILN_SKIP_WITHOUT_FULL_REFERENCES();
   LSTMCellLoop model;
-  check_lstm(model, full_dir(), "lstm");
+  check_lstm(model, on_cpu(full_dir()), "lstm");
+}
+
+// --- on a CUDA device, against PyTorch's GPU outputs ----------------------------
+
+TEST(ParityCuda, NarrowResNet50LayoutMatchesPyTorchInEvalAndTrainingWithGradients) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ResNet model(ResNetBlock::kBottleneck, {2, 1, 1, 1}, kNarrow);
+  check_resnet(model, on_cuda(small_dir()), "resnet_small");
+}
+
+TEST(ParityCuda, NarrowResNet18LayoutMatchesPyTorchInEvalAndTrainingWithGradients) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ResNet model(ResNetBlock::kBasic, {1, 1, 1, 1}, kNarrow);
+  check_resnet(model, on_cuda(small_dir()), "resnet_basic_small");
+}
+
+TEST(ParityCuda, SmallBertClassifierCheckpointMatchesHuggingFaceWithGradients) {
+  KILN_SKIP_WITHOUT_CUDA();
+  check_bert(on_cuda(small_dir()), "bert_small", 2);
+}
+
+TEST(ParityCuda, SmallLSTMNetMatchesPyTorchWithGradients) {
+  KILN_SKIP_WITHOUT_CUDA();
+  LSTMNet model(kSmallLSTM);
+  check_lstm(model, on_cuda(small_dir()), "lstm_small");
+}
+
+TEST(ParityCuda, SmallLSTMCellLoopMatchesPyTorchsLSTMWithGradients) {
+  KILN_SKIP_WITHOUT_CUDA();
+  LSTMCellLoop model(kSmallLSTM);
+  check_lstm(model, on_cuda(small_dir()), "lstm_small");
+}
+
+// Inference only (no gradients), so that the LSTM runs cuDNN's kernel.
+TEST(ParityCuda, SmallLSTMNetInferenceMatchesPyTorch) {
+  KILN_SKIP_WITHOUT_CUDA();
+  LSTMNet model(kSmallLSTM);
+  check_lstm(model, on_cuda(small_dir()), "lstm_small", false);
+}
+
+#define KILN_SKIP_WITHOUT_FULL_CUDA_REFERENCES() \
+  KILN_SKIP_WITHOUT_CUDA();                      \
+  KILN_SKIP_WITHOUT_FULL_REFERENCES()
+
+TEST(ParityFullCuda, ResNet50MatchesTorchvisionInEvalAndTraining) {
+  KILN_SKIP_WITHOUT_FULL_CUDA_REFERENCES();
+  check_resnet(*resnet50(), on_cuda(full_dir()), "resnet50");
+}
+
+TEST(ParityFullCuda, BertBaseMatchesHuggingFace) {
+  KILN_SKIP_WITHOUT_FULL_CUDA_REFERENCES();
+  check_bert(on_cuda(full_dir()), "bert_base", 0);
+}
+
+TEST(ParityFullCuda, LSTMNetMatchesPyTorch) {
+  KILN_SKIP_WITHOUT_FULL_CUDA_REFERENCES();
+  LSTMNet model;
+  check_lstm(model, on_cuda(full_dir()), "lstm");
+}
+
+TEST(ParityFullCuda, LSTMCellLoopMatchesPyTorch) {
+  KILN_SKIP_WITHOUT_FULL_CUDA_REFERENCES();
+  LSTMCellLoop model;
+  check_lstm(model, on_cuda(full_dir()), "lstm");
 }
 
 }  // namespace
