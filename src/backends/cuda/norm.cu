@@ -4,8 +4,9 @@
 // normalized shape; a group_norm row is one group of one sample, contiguous
 // in memory): a group of lanes per row makes two passes for the statistics
 // (mean, then squared deviations, accumulated in double) and one to write.
-// batch_norm folds each channel in one block, then normalizes elementwise
-// with per-channel scale and shift. Parameters are in the compute type
+// batch_norm in training folds each channel in one block, then normalizes
+// elementwise with per-channel scale and shift; in eval it is one elementwise
+// pass over the running statistics. Parameters are in the compute type
 // (float for the 16-bit floats), as the shape rules cast them.
 #include <cmath>
 
@@ -150,20 +151,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// batch_norm, eval: the running statistics.
-template <typename C>
-__global__ void batch_running_kernel(int64_t channels, double eps, const C* w, const C* b,
-                                     const C* rm, const C* rv, C* mean_out, C* var_out,
-                                     C* scale_shift) {
-  for (int64_t ch = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; ch < channels;
-       ch += int64_t{gridDim.x} * blockDim.x) {
-    mean_out[ch] = rm[ch];
-    var_out[ch] = rv[ch];
-    scale_shift[ch] =
-        static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
-    scale_shift[channels + ch] = rm[ch];
-    scale_shift[2 * channels + ch] = b ? b[ch] : C(0);
-    scale_shift[3 * channels + ch] = C(0);
+// batch_norm, eval: one pass that normalizes with the running statistics
+// (each thread reading its channel's four values) and copies them to the
+// mean and var outputs.
+template <typename T>
+__global__ void batch_eval_kernel(const T* x, T* y, int64_t numel, int64_t channels, int64_t inner,
+                                  double eps, const dcompute_t<T>* w, const dcompute_t<T>* b,
+                                  const dcompute_t<T>* rm, const dcompute_t<T>* rv,
+                                  dcompute_t<T>* mean_out, dcompute_t<T>* var_out) {
+  using C = dcompute_t<T>;
+  const int64_t n = numel > channels ? numel : channels;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    if (e < channels) {
+      mean_out[e] = rm[e];
+      var_out[e] = rv[e];
+    }
+    if (e >= numel) continue;
+    const int64_t ch = (e / inner) % channels;
+    const C scale = static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
+    y[e] = cvt<T>((to_compute(x[e]) - rm[ch]) * scale + (b ? b[ch] : C(0)));
   }
 }
 
@@ -198,21 +205,23 @@ void batch_norm_op(const KernelCall& c) {
     if constexpr (kIsFloatT<T>) {
       using C = dcompute_t<T>;
       if (channels == 0) return;
-      Tensor scale_shift = ops::make_tensor({4 * channels}, c.out(1).dtype(), x.device(), false);
-      auto* ss = static_cast<C*>(scale_shift.data_ptr());
       auto* mean_out = static_cast<C*>(c.out(1).data_ptr());
       auto* var_out = static_cast<C*>(c.out(2).data_ptr());
-      if (c.attrs.b(0)) {
-        batch_stats_kernel<T><<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
-            static_cast<const T*>(x.data_ptr()), n, channels, inner, eps, static_cast<const C*>(w),
-            static_cast<const C*>(b), mean_out, var_out, ss);
-      } else {
+      if (!c.attrs.b(0)) {
         const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
-        batch_running_kernel<C><<<grid_for(channels), kThreads, 0, stream>>>(
-            channels, eps, static_cast<const C*>(w), static_cast<const C*>(b),
-            static_cast<const C*>(rm.data_ptr()), static_cast<const C*>(rv.data_ptr()), mean_out,
-            var_out, ss);
+        batch_eval_kernel<T><<<grid_for(std::max(x.numel(), channels)), kThreads, 0, stream>>>(
+            static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), x.numel(),
+            channels, std::max<int64_t>(inner, 1), eps, static_cast<const C*>(w),
+            static_cast<const C*>(b), static_cast<const C*>(rm.data_ptr()),
+            static_cast<const C*>(rv.data_ptr()), mean_out, var_out);
+        check_launch("batch_norm kernel");
+        return;
       }
+      Tensor scale_shift = ops::make_tensor({4 * channels}, c.out(1).dtype(), x.device(), false);
+      auto* ss = static_cast<C*>(scale_shift.data_ptr());
+      batch_stats_kernel<T><<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), n, channels, inner, eps, static_cast<const C*>(w),
+          static_cast<const C*>(b), mean_out, var_out, ss);
       check_launch("batch_norm statistics kernel");
       if (x.numel() == 0) return;
       batch_apply_kernel<T><<<grid_for(x.numel()), kThreads, 0, stream>>>(
