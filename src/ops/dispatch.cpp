@@ -5,6 +5,7 @@
 #include "autograd/record.h"
 #include "backends/backend.h"
 #include "kiln/autograd.h"
+#include "ops/op_profile.h"
 
 namespace kiln::ops {
 namespace {
@@ -137,6 +138,7 @@ bool can_cast(DType from, DType to) noexcept {
 }
 
 TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
+  OpProfileScope profile(op);
   const OpSchema& schema = op_schema(op);
   ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
   TensorList outputs;
@@ -168,6 +170,7 @@ Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs) {
 }
 
 Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs) {
+  OpProfileScope profile(op);
   const OpSchema& schema = op_schema(op);
   assert(schema.has_flag(kInplace) && schema.num_outputs == 1);
   ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
