@@ -1,21 +1,28 @@
 // CUDA kernels of conv1d, conv2d and their gradients through cuDNN.
 //
 // Every call is a 2-D convolution on NCHW tensors (conv1d has H = kH = 1; an
-// unbatched input is N = 1), described by backends/conv_geometry.h. cuDNN
-// pads symmetrically: the part of an asymmetric padding beyond the smaller
-// side is applied to the input explicitly (and cut from the input gradient).
-// For each shape, dtype and math mode, the descriptors and the algorithm
-// cuDNN's heuristics rank first are kept; workspaces come from kiln's
-// allocator. float32 uses TF32 tensor cores when kiln::allow_tf32().conv is
-// set (the default, as PyTorch's), exact float32 math otherwise.
+// unbatched input is N = 1), described by backends/conv_geometry.h. Each pass
+// first takes cuDNN's graph API (conv_graph.h): an execution plan per shape,
+// dtype, math mode and alignment, made once, which handles asymmetric padding
+// itself. Where cuDNN offers no plan, the legacy calls run, with the
+// descriptors and the algorithm cuDNN's heuristics rank first kept per shape;
+// they pad symmetrically, so the part of an asymmetric padding beyond the
+// smaller side is applied to the input explicitly (and cut from the input
+// gradient); KILN_CUDNN_CONV=legacy takes them always. Workspaces come from
+// kiln's allocator. float32 uses TF32 tensor
+// cores when kiln::allow_tf32().conv is set (the default, as PyTorch's), exact
+// float32 math otherwise.
 #include <cudnn.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "backends/conv_geometry.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/conv_graph.h"
 #include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "kiln/kiln.h"
@@ -39,7 +46,8 @@ struct Plan {
 struct DeviceState {
   std::mutex mutex;
   cudnnHandle_t handle = nullptr;
-  std::map<std::vector<int64_t>, Plan> plans;
+  std::map<std::vector<int64_t>, Plan> plans;  // the legacy API's
+  ConvGraphCache graphs;
 };
 
 DeviceState& state_for(int device) {
@@ -153,6 +161,33 @@ const Plan& plan_for(DeviceState& state, Pass pass, const ConvGeometry& g, DType
   return state.plans.emplace(key, p).first->second;
 }
 
+// Runs a pass through its cached graph plan (g with its own, possibly
+// asymmetric padding; x, w, y packed as in ConvGraphCache::plan). False when
+// cuDNN has no plan for it or refused to run it: the legacy path runs instead.
+// Called with state.mutex held, the device current and the stream set.
+bool run_graph(DeviceState& state, ConvPass pass, const ConvGeometry& g, DType dtype, int device,
+               Device on, void* x, void* w, void* y) {
+  static const bool legacy_only = [] {  // KILN_CUDNN_CONV=legacy: the legacy calls only
+    const char* v = std::getenv("KILN_CUDNN_CONV");
+    return v && std::string_view(v) == "legacy";
+  }();
+  if (legacy_only) return false;
+  const bool tf32 = dtype == kFloat32 && allow_tf32().conv;
+  const ConvGraphCache::Plan& plan =
+      state.graphs.plan(state.handle, pass, g, dtype, tf32, common_alignment({x, w, y}),
+                        [device] { return workspace_limit(device); });
+  if (!plan.plan) return false;
+  Tensor workspace =
+      ops::make_tensor({std::max<int64_t>(plan.workspace, 1)}, kUInt8, on, false);
+  return execute_conv_plan(state.handle, plan, x, w, y, workspace.data_ptr()) ==
+         CUDNN_STATUS_SUCCESS;
+}
+
+void set_stream(DeviceState& state, int device) {
+  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
+            "cudnnSetStream");
+}
+
 struct Scale {
   float f1 = 1, f0 = 0;
   double d1 = 1, d0 = 0;
@@ -186,37 +221,35 @@ void conv_forward_op(const KernelCall& c) {
     }
     return;
   }
-  const Symmetric s = symmetric(g0);
-  const ConvGeometry& g = s.g;
-  const Tensor x = explicitly_padded(c.in(0).contiguous().reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
+  const Tensor x0 = c.in(0).contiguous();
   const Tensor w = c.in(1).contiguous();
   const int device = out.device().index();
   DeviceState& state = state_for(device);
   DeviceGuard guard(device);
   const DType dtype = out.dtype();
   std::lock_guard<std::mutex> lock(state.mutex);
-  const Plan& p = plan_for(state, Pass::Forward, g, dtype, device);
-  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
-            "cudnnSetStream");
-  Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
-                                      kUInt8, out.device(), false);
+  set_stream(state, device);
   const Scale k;
-  check_dnn(cudnnConvolutionForward(
-                state.handle, k.one(dtype), p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
-                static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), workspace.data_ptr(), p.workspace,
-                k.zero(dtype), p.y, out.data_ptr()),
-            "cudnnConvolutionForward");
-  if (has_bias) {
-    const Tensor bias = c.in(2).contiguous();
-    cudnnTensorDescriptor_t b;
-    check_dnn(cudnnCreateTensorDescriptor(&b), "cudnnCreateTensorDescriptor");
-    check_dnn(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, dnn_type(dtype), 1,
-                                         static_cast<int>(g.o), 1, 1),
-              "cudnnSetTensor4dDescriptor");
-    const cudnnStatus_t status = cudnnAddTensor(state.handle, k.one(dtype), b, bias.data_ptr(),
-                                                k.one(dtype), p.y, out.data_ptr());
-    cudnnDestroyTensorDescriptor(b);
-    check_dnn(status, "cudnnAddTensor");
+  if (!run_graph(state, ConvPass::Forward, g0, dtype, device, out.device(), x0.data_ptr(),
+                 w.data_ptr(), out.data_ptr())) {
+    const Symmetric s = symmetric(g0);
+    const ConvGeometry& g = s.g;
+    const Tensor x = explicitly_padded(x0.reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
+    const Plan& p = plan_for(state, Pass::Forward, g, dtype, device);
+    Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
+                                        kUInt8, out.device(), false);
+    check_dnn(cudnnConvolutionForward(
+                  state.handle, k.one(dtype), p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
+                  static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), workspace.data_ptr(),
+                  p.workspace, k.zero(dtype), p.y, out.data_ptr()),
+              "cudnnConvolutionForward");
+  }
+  if (has_bias) {  // added in place by the elementwise engine, broadcast over the positions
+    NoGradGuard no_grad;
+    Shape column(out.dim() - (out.dim() == c.in(1).dim() ? 1 : 0), 1);
+    column[0] = g0.o;
+    Tensor target = out;
+    target.add_(c.in(2).reshape(column));
   }
 }
 
@@ -224,27 +257,27 @@ void conv_backward_input_op(const KernelCall& c) {
   const Tensor& gx = c.out();
   if (gx.numel() == 0) return;
   const ConvGeometry g0 = conv_geometry(gx.sizes(), c.in(1).sizes(), c.in(0).sizes(), c.attrs, 1);
-  const Symmetric s = symmetric(g0);
-  const ConvGeometry& g = s.g;
-  const Tensor gy = c.in(0).contiguous();
-  const Tensor w = c.in(1).contiguous();
-  const int device = gx.device().index();
-  // The gradient of the explicitly padded input, when there is padding to cut.
-  Tensor target =
-      s.padded() ? ops::make_tensor(as_4d(g, g.c, g.h, g.w), gx.dtype(), gx.device(), false) : gx;
-  if (g.n * g.o * g.oh * g.ow == 0) {
+  if (g0.n * g0.o * g0.oh * g0.ow == 0) {
     fill_bits(gx, 0);
     return;
   }
+  const Tensor gy = c.in(0).contiguous();
+  const Tensor w = c.in(1).contiguous();
+  const int device = gx.device().index();
+  const DType dtype = gx.dtype();
+  const Symmetric s = symmetric(g0);
+  const ConvGeometry& g = s.g;
+  Tensor target;  // the gradient of the explicitly padded input, when there is padding to cut
   {
     DeviceState& state = state_for(device);
     DeviceGuard guard(device);
-    const DType dtype = gx.dtype();
     std::lock_guard<std::mutex> lock(state.mutex);
+    set_stream(state, device);
+    if (run_graph(state, ConvPass::BackwardData, g0, dtype, device, gx.device(), gx.data_ptr(),
+                  w.data_ptr(), gy.data_ptr()))
+      return;
+    target = s.padded() ? ops::make_tensor(as_4d(g, g.c, g.h, g.w), dtype, gx.device(), false) : gx;
     const Plan& p = plan_for(state, Pass::BackwardData, g, dtype, device);
-    check_dnn(
-        cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
-        "cudnnSetStream");
     Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
                                         kUInt8, gx.device(), false);
     const Scale k;
@@ -271,16 +304,19 @@ void conv_backward_weight_op(const KernelCall& c) {
     fill_bits(gw, 0);
     return;
   }
-  const Tensor x = explicitly_padded(c.in(1).contiguous().reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
+  const Tensor x0 = c.in(1).contiguous();
   const Tensor gy = c.in(0).contiguous();
   const int device = gw.device().index();
   DeviceState& state = state_for(device);
   DeviceGuard guard(device);
   const DType dtype = gw.dtype();
   std::lock_guard<std::mutex> lock(state.mutex);
+  set_stream(state, device);
+  if (run_graph(state, ConvPass::BackwardFilter, g0, dtype, device, gw.device(), x0.data_ptr(),
+                gw.data_ptr(), gy.data_ptr()))
+    return;
+  const Tensor x = explicitly_padded(x0.reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
   const Plan& p = plan_for(state, Pass::BackwardFilter, g, dtype, device);
-  check_dnn(cudnnSetStream(state.handle, static_cast<cudaStream_t>(current_stream_handle(device))),
-            "cudnnSetStream");
   Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
                                       kUInt8, gw.device(), false);
   const Scale k;

@@ -1,0 +1,259 @@
+#include "backends/cuda/conv_graph.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "backends/cuda/cudnn_common.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+// One backend descriptor, destroyed with its owner.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) { status_ = cudnnBackendCreateDescriptor(type, &d_); }
+  ~Desc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  Desc(Desc&& other) noexcept : d_(std::exchange(other.d_, nullptr)), status_(other.status_) {}
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc& operator=(Desc&&) = delete;
+
+  cudnnBackendDescriptor_t get() const noexcept { return d_; }
+  cudnnBackendDescriptor_t release() noexcept { return std::exchange(d_, nullptr); }
+  cudnnStatus_t status() const noexcept { return status_; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+  cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
+};
+
+// The unique ids of the three tensors of a convolution.
+constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
+
+#define KILN_DNN_TRY(call)                                       \
+  do {                                                           \
+    const cudnnStatus_t kiln_status_ = (call);                   \
+    if (kiln_status_ != CUDNN_STATUS_SUCCESS) return kiln_status_; \
+  } while (0)
+
+cudnnStatus_t set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                  cudnnBackendAttributeType_t type, int64_t count, const void* value) {
+  return cudnnBackendSetAttribute(d, name, type, count, value);
+}
+
+// A packed 4-D tensor of dims.
+cudnnStatus_t make_tensor(Desc& t, int64_t uid, cudnnDataType_t type, const int64_t (&dims)[4],
+                          int64_t alignment) {
+  KILN_DNN_TRY(t.status());
+  const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
+  KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
+  KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment));
+  return cudnnBackendFinalize(t.get());
+}
+
+// Whether an engine's numerical notes rule it out: inputs converted down
+// (never), or TF32 tensor cores for float32 when TF32 is off.
+cudnnStatus_t acceptable(cudnnBackendDescriptor_t config, bool exact_float32, bool& ok) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  KILN_DNN_TRY(engine.status());
+  cudnnBackendDescriptor_t e = engine.get();
+  int64_t n = 0;
+  KILN_DNN_TRY(cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e));
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t count = 0;
+  KILN_DNN_TRY(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                        CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
+                                        &count, notes));
+  ok = true;
+  for (int64_t i = 0; i < count; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) ok = false;
+    if (exact_float32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) ok = false;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The first plan, in the heuristics' order of `mode`, that is acceptable,
+// builds and fits max_workspace; plan.plan stays null when none does.
+cudnnStatus_t first_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
+                         cudnnBackendHeurMode_t mode, bool exact_float32, size_t max_workspace,
+                         ConvGraphCache::Plan& out) {
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  KILN_DNN_TRY(heur.status());
+  KILN_DNN_TRY(set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+  KILN_DNN_TRY(set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  KILN_DNN_TRY(cudnnBackendFinalize(heur.get()));
+  int64_t count = 0;
+  KILN_DNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+  std::vector<Desc> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    KILN_DNN_TRY(configs.back().status());
+    raw.push_back(configs.back().get());
+  }
+  int64_t got = 0;
+  KILN_DNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
+  for (int64_t i = 0; i < got; ++i) {
+    bool ok = false;
+    if (acceptable(raw[static_cast<size_t>(i)], exact_float32, ok) != CUDNN_STATUS_SUCCESS || !ok)
+      continue;
+    Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    if (plan.status() != CUDNN_STATUS_SUCCESS) continue;
+    cudnnBackendDescriptor_t config = raw[static_cast<size_t>(i)];
+    if (set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) !=
+            CUDNN_STATUS_SUCCESS ||
+        set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+            &config) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS)
+      continue;
+    int64_t workspace = 0, n = 0;
+    if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                 CUDNN_TYPE_INT64, 1, &n, &workspace) != CUDNN_STATUS_SUCCESS ||
+        workspace < 0 || static_cast<size_t>(workspace) > max_workspace)
+      continue;
+    out.workspace = workspace;
+    out.plan = plan.release();
+    return CUDNN_STATUS_SUCCESS;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t build(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, DType dtype,
+                    bool tf32, int64_t alignment, size_t max_workspace,
+                    ConvGraphCache::Plan& out) {
+  const cudnnDataType_t type = dnn_type(dtype);
+  const cudnnDataType_t compute = dtype == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  Desc x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR),
+      y(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  KILN_DNN_TRY(make_tensor(x, kX, type, {g.n, g.c, g.h, g.w}, alignment));
+  KILN_DNN_TRY(make_tensor(w, kW, type, {g.o, g.c / g.groups, g.kh, g.kw}, alignment));
+  KILN_DNN_TRY(make_tensor(y, kY, type, {g.n, g.o, g.oh, g.ow}, alignment));
+
+  Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  KILN_DNN_TRY(conv.status());
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t dims = 2, dilation[2] = {g.dh, g.dw}, stride[2] = {g.sh, g.sw};
+  const int64_t pre[2] = {g.ph0, g.pw0}, post[2] = {g.ph1, g.pw1};
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute));
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims));
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation));
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride));
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre));
+  KILN_DNN_TRY(set(conv.get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post));
+  KILN_DNN_TRY(cudnnBackendFinalize(conv.get()));
+
+  struct Names {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  const Names names =
+      pass == ConvPass::Forward
+          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
+      : pass == ConvPass::BackwardData
+          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA}
+          : Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  Desc op(names.type);
+  KILN_DNN_TRY(op.status());
+  cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(), cd = conv.get();
+  KILN_DNN_TRY(set(op.get(), names.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd));
+  KILN_DNN_TRY(set(op.get(), names.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd));
+  KILN_DNN_TRY(set(op.get(), names.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd));
+  KILN_DNN_TRY(set(op.get(), names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd));
+  const float f1 = 1, f0 = 0;
+  const double d1 = 1, d0 = 0;
+  if (dtype == kFloat64) {
+    KILN_DNN_TRY(set(op.get(), names.alpha, CUDNN_TYPE_DOUBLE, 1, &d1));
+    KILN_DNN_TRY(set(op.get(), names.beta, CUDNN_TYPE_DOUBLE, 1, &d0));
+  } else {
+    KILN_DNN_TRY(set(op.get(), names.alpha, CUDNN_TYPE_FLOAT, 1, &f1));
+    KILN_DNN_TRY(set(op.get(), names.beta, CUDNN_TYPE_FLOAT, 1, &f0));
+  }
+  KILN_DNN_TRY(cudnnBackendFinalize(op.get()));
+
+  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  KILN_DNN_TRY(graph.status());
+  cudnnBackendDescriptor_t od = op.get();
+  KILN_DNN_TRY(set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od));
+  KILN_DNN_TRY(set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
+  KILN_DNN_TRY(cudnnBackendFinalize(graph.get()));
+
+  const bool exact_float32 = dtype == kFloat32 && !tf32;
+  KILN_DNN_TRY(first_plan(handle, graph.get(), CUDNN_HEUR_MODE_A, exact_float32, max_workspace, out));
+  if (!out.plan) {
+    KILN_DNN_TRY(
+        first_plan(handle, graph.get(), CUDNN_HEUR_MODE_FALLBACK, exact_float32, max_workspace, out));
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+ConvGraphCache::~ConvGraphCache() {
+  for (auto& [key, p] : plans_)
+    if (p.plan) cudnnBackendDestroyDescriptor(p.plan);
+}
+
+const ConvGraphCache::Plan& ConvGraphCache::plan(cudnnHandle_t handle, ConvPass pass,
+                                                 const ConvGeometry& g, DType dtype, bool tf32,
+                                                 int64_t alignment,
+                                                 const std::function<size_t()>& max_workspace) {
+  std::vector<int64_t> key = g.key();
+  key.insert(key.end(), {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), tf32, alignment});
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p;
+  // A configuration cuDNN refuses leaves the plan null: the caller takes the legacy API.
+  (void)build(handle, pass, g, dtype, tf32, alignment, max_workspace(), p);
+  return plans_.emplace(std::move(key), p).first->second;
+}
+
+cudnnStatus_t execute_conv_plan(cudnnHandle_t handle, const ConvGraphCache::Plan& plan, void* x,
+                                void* w, void* y, void* workspace) {
+  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  KILN_DNN_TRY(pack.status());
+  const int64_t uids[3] = {kX, kW, kY};
+  void* pointers[3] = {x, w, y};
+  KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
+  KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers));
+  KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  KILN_DNN_TRY(cudnnBackendFinalize(pack.get()));
+  return cudnnBackendExecute(handle, plan.plan, pack.get());
+}
+
+int64_t common_alignment(std::initializer_list<const void*> pointers) {
+  int64_t alignment = 16;
+  for (const void* p : pointers) {
+    const auto address = reinterpret_cast<uintptr_t>(p);
+    while (alignment > 1 && address % static_cast<uintptr_t>(alignment) != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
+}  // namespace kiln::backend::cuda
