@@ -38,6 +38,19 @@ struct Tf32Policy {
 void set_allow_tf32(Tf32Policy policy);
 Tf32Policy allow_tf32();
 
+// Sets a TF32 policy for its lifetime, then restores the one before:
+//   { kiln::Tf32PolicyGuard exact({.matmul = false, .conv = false}); ... }
+class Tf32PolicyGuard {
+ public:
+  explicit Tf32PolicyGuard(Tf32Policy policy) : saved_(allow_tf32()) { set_allow_tf32(policy); }
+  ~Tf32PolicyGuard() { set_allow_tf32(saved_); }
+  Tf32PolicyGuard(const Tf32PolicyGuard&) = delete;
+  Tf32PolicyGuard& operator=(const Tf32PolicyGuard&) = delete;
+
+ private:
+  Tf32Policy saved_;
+};
+
 // "kiln 0.1.0 (commit abc1234)".
 std::string version_string();
 

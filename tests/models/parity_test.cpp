@@ -65,15 +65,9 @@ StateDict load_io(const Target& t, const std::string& name) {
 }
 
 // Exact float32 on CUDA for its lifetime, as the GPU references were made.
-class NoTf32 {
+class NoTf32 : public Tf32PolicyGuard {
  public:
-  NoTf32() : saved_(allow_tf32()) { set_allow_tf32({.matmul = false, .conv = false}); }
-  ~NoTf32() { set_allow_tf32(saved_); }
-  NoTf32(const NoTf32&) = delete;
-  NoTf32& operator=(const NoTf32&) = delete;
-
- private:
-  Tf32Policy saved_;
+  NoTf32() : Tf32PolicyGuard({.matmul = false, .conv = false}) {}
 };
 
 #define KILN_SKIP_WITHOUT_CUDA() \

@@ -90,15 +90,9 @@ Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse
 
 // Exact float32 math on CUDA devices for its lifetime (TF32 off for matmul
 // and convolutions), so that float32 results meet float32 bounds.
-class ExactFloat32Guard {
+class ExactFloat32Guard : public Tf32PolicyGuard {
  public:
-  ExactFloat32Guard() : saved_(allow_tf32()) { set_allow_tf32({.matmul = false, .conv = false}); }
-  ~ExactFloat32Guard() { set_allow_tf32(saved_); }
-  ExactFloat32Guard(const ExactFloat32Guard&) = delete;
-  ExactFloat32Guard& operator=(const ExactFloat32Guard&) = delete;
-
- private:
-  Tf32Policy saved_;
+  ExactFloat32Guard() : Tf32PolicyGuard({.matmul = false, .conv = false}) {}
 };
 
 // Whether an error says that an op has no kernel for a device or dtype: the

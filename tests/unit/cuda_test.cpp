@@ -17,6 +17,17 @@ namespace {
 
 using kiln::testing::expect_error;
 
+TEST(CudaInfo, Tf32PolicyGuardRestoresThePolicy) {
+  const Tf32Policy before = allow_tf32();
+  {
+    Tf32PolicyGuard guard({.matmul = !before.matmul, .conv = !before.conv});
+    EXPECT_EQ(allow_tf32().matmul, !before.matmul);
+    EXPECT_EQ(allow_tf32().conv, !before.conv);
+  }
+  EXPECT_EQ(allow_tf32().matmul, before.matmul);
+  EXPECT_EQ(allow_tf32().conv, before.conv);
+}
+
 TEST(CudaInfo, ReportsDevicesOrWhyThereAreNone) {
   if (cuda::is_available()) {
     EXPECT_TRUE(cuda::is_built());
@@ -237,9 +248,13 @@ TEST_F(Cuda, Tf32PolicyChangesFloat32Products) {
   const Tensor a = full({64, 64}, fine, {.dtype = kFloat32, .device = kDevice}),
                b = ones({64, 64}, {.dtype = kFloat32, .device = kDevice});
   EXPECT_EQ(matmul(a, b).to(Device::cpu()).to_vector<float>()[0], 64 * fine);
-  set_allow_tf32({.matmul = true});
-  const float tf32 = matmul(a, b).to(Device::cpu()).to_vector<float>()[0];
-  set_allow_tf32(saved);
+  float tf32 = 0;
+  {
+    Tf32PolicyGuard fast({.matmul = true});
+    tf32 = matmul(a, b).to(Device::cpu()).to_vector<float>()[0];
+  }
+  EXPECT_TRUE(allow_tf32().conv);  // restored by the guard
+  EXPECT_FALSE(allow_tf32().matmul);
   EXPECT_NE(tf32, 64 * fine);
   EXPECT_EQ(matmul(a, b).to(Device::cpu()).to_vector<float>()[0], 64 * fine);
 }
