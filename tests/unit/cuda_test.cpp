@@ -179,6 +179,39 @@ TEST_F(Cuda, MatrixProductsMatchTheCpu) {
   check(zeros({4, 3}), matmul(e1.to(kDevice), e2.to(kDevice)), 0);
 }
 
+// linear of 1 to 8 rows runs the warp-per-feature kernel, 9 rows cuBLASLt:
+// both against the CPU, with and without bias, every floating dtype, widths
+// around the warp size.
+TEST_F(Cuda, FewRowsLinearMatchesTheCpu) {
+  Generator g(12);
+  for (DType t : {kFloat32, kFloat64, kBFloat16}) {
+    for (int64_t rows : {1, 3, 8, 9}) {
+      for (int64_t k : {1, 31, 600}) {
+        const int64_t n = k == 31 ? 32 : 100;
+        const Tensor x = randn({rows, k}, {}, &g).to(t), w = randn({n, k}, {}, &g).to(t),
+                     b = randn({n}, {}, &g).to(t);
+        const double tol = t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : 3e-2;
+        for (bool with_bias : {true, false}) {
+          SCOPED_TRACE(detail::str_cat(t, " rows=", rows, " k=", k, " bias=", with_bias));
+          const Tensor bias = with_bias ? b : Tensor();
+          const auto e = linear(x.to(kFloat64), w.to(kFloat64), with_bias ? b.to(kFloat64) : Tensor())
+                             .to_vector<double>();
+          const Tensor d = linear(x.to(kDevice), w.to(kDevice), with_bias ? b.to(kDevice) : Tensor());
+          ASSERT_EQ(d.dtype(), t);
+          const auto a = d.to(Device::cpu()).to(kFloat64).to_vector<double>();
+          ASSERT_EQ(a.size(), e.size());
+          const double scale = std::sqrt(static_cast<double>(k));
+          for (size_t i = 0; i < e.size(); ++i) ASSERT_NEAR(a[i], e[i], tol * (scale + std::abs(e[i]))) << i;
+        }
+      }
+    }
+  }
+  const Tensor v = randn({40}, {}, &g), w = randn({64, 40}, {}, &g);  // an unbatched input
+  const auto e = linear(v, w).to_vector<double>();
+  const auto a = linear(v.to(kDevice), w.to(kDevice)).to(Device::cpu()).to_vector<double>();
+  for (size_t i = 0; i < e.size(); ++i) ASSERT_NEAR(a[i], e[i], 1e-4) << i;
+}
+
 // cuDNN convolutions against the CPU (exact float32 math): strides, dilation,
 // groups, "same" padding (asymmetric), conv1d, and both gradients.
 TEST_F(Cuda, ConvolutionsAndTheirGradientsMatchTheCpu) {
@@ -458,7 +491,7 @@ TEST_F(Cuda, CopiesBetweenDevicesAreDifferentiable) {
   EXPECT_EQ(x.grad().device(), Device::cpu());
   EXPECT_EQ(x.grad().to_vector<double>(), (x.detach() * 2).to_vector<double>());
   // From a device leaf to the host and back.
-  const Tensor w = ones({3}, {.device = kDevice}).requires_grad_();
+  const Tensor w = ones({3}, {.dtype = kFloat32, .device = kDevice}).requires_grad_();
   (w.to(Device::cpu(), /*non_blocking=*/true) * 3).sum().backward();
   EXPECT_EQ(w.grad().device(), kDevice);
   EXPECT_EQ(w.grad().to(Device::cpu()).to_vector<float>(), std::vector<float>(3, 3.0f));

@@ -24,6 +24,11 @@ void register_cuda_cudnn_rnn_kernels(KernelTable& table);  // with cuDNN only
 // fused cell kernel: the path without cuDNN.
 void lstm_sequence_composite(const KernelCall& call);
 
+// linear(x, weight, bias) into out for x of 1 to 8 rows of weight's width k
+// (contiguous operands, at least 32 output features, k up to 16384) by one
+// warp per output feature; false, doing nothing, for anything else.
+bool few_rows_linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 // out = in, both of out's dtype, any layouts (the elementwise engine).
 void copy_same_dtype(const Tensor& out, const Tensor& in);
 // Every element of out set to `value`, given as the bits of out's dtype.

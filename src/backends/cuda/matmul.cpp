@@ -6,7 +6,8 @@
 // strides is 1 (the other is its leading dimension, transposed or not) and
 // its batch dims collapse to one stride (0 for a broadcast operand); anything
 // else is copied to a contiguous tensor first. linear folds the input's rows
-// into one matrix and adds the bias in cuBLASLt's epilogue.
+// into one matrix and adds the bias in cuBLASLt's epilogue; inputs of up to
+// 8 rows take a warp-per-feature kernel instead (few_rows_linear.cu).
 //
 // Each distinct problem (sizes, layouts, dtype, epilogue, alignment) keeps its
 // descriptors and the algorithm cuBLASLt's heuristic chose. float32 uses pure
@@ -313,6 +314,7 @@ void linear_op(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const Tensor a = x.dim() == 1 ? x.unsqueeze(0) : x;
   const Tensor bias = c.inputs.size() > 2 && c.in(2).defined() ? c.in(2).contiguous() : Tensor();
+  if (few_rows_linear(c.out(), x, c.in(1), bias)) return;
   batched_product(c.out(), a, c.in(1).t(), 1, 0, bias);
 }
 
