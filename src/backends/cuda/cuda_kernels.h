@@ -29,6 +29,13 @@ void lstm_sequence_composite(const KernelCall& call);
 // warp per output feature; false, doing nothing, for anything else.
 bool few_rows_linear(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+// scaled_dot_product_attention's forward in one kernel (attention.cu) into
+// out (contiguous, of the broadcast batch); mask undefined, bool, or of q's
+// compute dtype. False, doing nothing, where it does not apply (head dims over
+// 128, more than 4 batch dims, no keys, a last dim that is not contiguous).
+bool fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                     bool causal, double scale, const Tensor& out);
+
 // out = in, both of out's dtype, any layouts (the elementwise engine).
 void copy_same_dtype(const Tensor& out, const Tensor& in);
 // Every element of out set to `value`, given as the bits of out's dtype.

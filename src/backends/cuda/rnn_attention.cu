@@ -7,10 +7,13 @@
 // lstm_sequence: per layer, the input projection of every step is one product;
 // each step then adds h @ W_hh^T (addmm) and runs the cell kernel, which
 // computes the gates, the new c in place and h into the output sequence.
-// scaled_dot_product_attention: scores = q @ k^T * scale (+ mask, causal),
-// softmax, @ v, as PyTorch's math path; a row whose keys are all masked gives
-// zeros, as the CPU kernel.
+// scaled_dot_product_attention: the fused kernel of attention.cu; where it
+// does not apply (or with KILN_CUDA_ATTENTION=math), scores = q @ k^T * scale
+// (+ mask, causal), softmax, @ v, as PyTorch's math path; a row whose keys are
+// all masked gives zeros, as the CPU kernel.
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
@@ -134,6 +137,11 @@ void sdpa_op(const KernelCall& c) {
     fill_bits(c.out(), 0);
     return;
   }
+  static const bool math_only = [] {  // KILN_CUDA_ATTENTION=math: the composite path only
+    const char* env = std::getenv("KILN_CUDA_ATTENTION");
+    return env && std::string_view(env) == "math";
+  }();
+  if (!math_only && fused_attention(q, k, v, mask, c.attrs.b(0), scale, c.out())) return;
   Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (mask.defined()) {
