@@ -151,39 +151,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// batch_norm, eval: one pass that normalizes with the running statistics
-// (each thread reading its channel's four values) and copies them to the
-// mean and var outputs.
+// batch_norm, eval: one pass that normalizes with the running statistics and
+// copies them to the mean and var outputs. Block b of grid.x walks planes
+// b, b + gridDim.x, ... (a plane is one channel of one sample, `inner`
+// contiguous elements), so the channel is found once per plane, not per element.
 template <typename T>
-__global__ void batch_eval_kernel(const T* x, T* y, int64_t numel, int64_t channels, int64_t inner,
+__global__ void batch_eval_kernel(const T* x, T* y, int64_t planes, int64_t channels, int64_t inner,
                                   double eps, const dcompute_t<T>* w, const dcompute_t<T>* b,
                                   const dcompute_t<T>* rm, const dcompute_t<T>* rv,
                                   dcompute_t<T>* mean_out, dcompute_t<T>* var_out) {
   using C = dcompute_t<T>;
-  const int64_t n = numel > channels ? numel : channels;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
-       e += int64_t{gridDim.x} * blockDim.x) {
-    if (e < channels) {
-      mean_out[e] = rm[e];
-      var_out[e] = rv[e];
-    }
-    if (e >= numel) continue;
-    const int64_t ch = (e / inner) % channels;
+  for (int64_t ch = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; ch < channels;
+       ch += int64_t{gridDim.x} * blockDim.x) {
+    mean_out[ch] = rm[ch];
+    var_out[ch] = rv[ch];
+  }
+  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+    const int64_t ch = plane % channels;
     const C scale = static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
-    y[e] = cvt<T>((to_compute(x[e]) - rm[ch]) * scale + (b ? b[ch] : C(0)));
+    const C mean = rm[ch], shift = b ? b[ch] : C(0);
+    const T* in = x + plane * inner;
+    T* out = y + plane * inner;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
+      out[i] = cvt<T>((to_compute(in[i]) - mean) * scale + shift);
   }
 }
 
+// batch_norm, training: y = (x - mean) * scale + shift per channel, plane by
+// plane as the eval kernel.
 template <typename T>
-__global__ void batch_apply_kernel(const T* x, T* y, int64_t numel, int64_t channels, int64_t inner,
+__global__ void batch_apply_kernel(const T* x, T* y, int64_t planes, int64_t channels, int64_t inner,
                                    const dcompute_t<T>* scale_shift) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < numel;
-       e += int64_t{gridDim.x} * blockDim.x) {
-    using C = dcompute_t<T>;
-    const int64_t ch = (e / inner) % channels;
-    const C centered = (to_compute(x[e]) - scale_shift[channels + ch]) - scale_shift[3 * channels + ch];
-    y[e] = cvt<T>(centered * scale_shift[ch] + scale_shift[2 * channels + ch]);
+  using C = dcompute_t<T>;
+  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+    const int64_t ch = plane % channels;
+    const C mean_hi = scale_shift[channels + ch], mean_lo = scale_shift[3 * channels + ch];
+    const C scale = scale_shift[ch], shift = scale_shift[2 * channels + ch];
+    const T* in = x + plane * inner;
+    T* out = y + plane * inner;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
+      out[i] = cvt<T>(((to_compute(in[i]) - mean_hi) - mean_lo) * scale + shift);
   }
+}
+
+// Threads per block of the plane kernels: enough for a plane, at most kThreads.
+unsigned plane_threads(int64_t inner) {
+  return static_cast<unsigned>(std::min<int64_t>(kThreads, std::max<int64_t>(32, (inner + 31) / 32 * 32)));
+}
+
+unsigned plane_blocks(int64_t planes) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(planes, int64_t{1} << 20)));
 }
 
 unsigned grid_for(int64_t n) {
@@ -209,11 +226,12 @@ void batch_norm_op(const KernelCall& c) {
       auto* var_out = static_cast<C*>(c.out(2).data_ptr());
       if (!c.attrs.b(0)) {
         const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
-        batch_eval_kernel<T><<<grid_for(std::max(x.numel(), channels)), kThreads, 0, stream>>>(
-            static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), x.numel(),
-            channels, std::max<int64_t>(inner, 1), eps, static_cast<const C*>(w),
-            static_cast<const C*>(b), static_cast<const C*>(rm.data_ptr()),
-            static_cast<const C*>(rv.data_ptr()), mean_out, var_out);
+        batch_eval_kernel<T><<<plane_blocks(std::max(n * channels, channels)), plane_threads(inner), 0,
+                               stream>>>(
+            static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), n * channels,
+            channels, inner, eps, static_cast<const C*>(w), static_cast<const C*>(b),
+            static_cast<const C*>(rm.data_ptr()), static_cast<const C*>(rv.data_ptr()), mean_out,
+            var_out);
         check_launch("batch_norm kernel");
         return;
       }
@@ -224,8 +242,8 @@ void batch_norm_op(const KernelCall& c) {
           static_cast<const C*>(b), mean_out, var_out, ss);
       check_launch("batch_norm statistics kernel");
       if (x.numel() == 0) return;
-      batch_apply_kernel<T><<<grid_for(x.numel()), kThreads, 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), x.numel(),
+      batch_apply_kernel<T><<<plane_blocks(n * channels), plane_threads(inner), 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), n * channels,
           channels, inner, ss);
       check_launch("batch_norm kernel");
     } else {
