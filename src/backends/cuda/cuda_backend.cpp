@@ -107,9 +107,12 @@ void CudaBackend::copy_bytes(void* dst, Device dst_device, const void* src, Devi
     return;
   }
   check(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  if (!non_blocking) {  // complete on return: no pinned block stays in use
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return;
+  }
   if (src_device.is_cpu()) host.record_stream(src, on.index(), stream);
   if (dst_device.is_cpu()) host.record_stream(dst, on.index(), stream);
-  if (!non_blocking) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 std::shared_ptr<Storage> CudaBackend::allocate_pinned(size_t nbytes) {
