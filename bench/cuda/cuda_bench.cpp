@@ -3,7 +3,11 @@
 //   - host time per eager op on tiny tensors (a + b on one element, queued
 //     without waiting; the device catches up at the end),
 //   - matmul of 4096 x 4096 x 4096 in float32 (no TF32) and bfloat16,
-//   - a + b on 64M floats (bandwidth-bound).
+//   - a + b on 64M floats (bandwidth-bound),
+//   - scaled_dot_product_attention at BERT-base's shapes (12 heads, 128
+//     tokens, head dim 64, an additive padding mask [N, 1, 1, 128]) for
+//     batches 1, 8 and 32,
+//   - batch_norm in eval mode at ResNet-50's largest and smallest maps.
 // Device times come from CUDA events around the timed calls (medians of runs).
 //
 //   kiln_bench_cuda [--iters 20]
@@ -79,6 +83,25 @@ int run(int iters) {
     const Tensor a = ones({n}, {.dtype = kFloat32, .device = dev}),
                  b = ones({n}, {.dtype = kFloat32, .device = dev});
     emit("add_64M_fp32", device_ms([&] { (void)(a + b); }, iters), "ms");
+  }
+  namespace F = nn::functional;
+  for (int64_t batch : {1, 8, 32}) {
+    Generator g(0);
+    const Tensor q = randn({batch, 12, 128, 64}, {}, &g).to(dev), k = randn({batch, 12, 128, 64}, {}, &g).to(dev),
+                 v = randn({batch, 12, 128, 64}, {}, &g).to(dev);
+    const Tensor mask = zeros({batch, 1, 1, 128}, {.device = dev});
+    emit("sdpa_bert_b" + std::to_string(batch),
+         device_ms([&] { (void)F::scaled_dot_product_attention(q, k, v, {.attn_mask = mask}); }, iters), "ms");
+  }
+  for (const Shape& shape : {Shape{32, 64, 112, 112}, Shape{32, 2048, 7, 7}, Shape{1, 2048, 7, 7}}) {
+    Generator g(0);
+    const Tensor x = randn(shape, {}, &g).to(dev);
+    const int64_t ch = shape[1];
+    const Tensor mean = randn({ch}, {}, &g).to(dev), var = rand({ch}, {}, &g).to(dev) + 0.5,
+                 w = randn({ch}, {}, &g).to(dev), b = randn({ch}, {}, &g).to(dev);
+    std::string name = "batch_norm_eval";
+    for (int64_t d : shape) name += "_" + std::to_string(d);
+    emit(name, device_ms([&] { (void)F::batch_norm(x, mean, var, w, b, false); }, iters), "ms");
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 """kiln against PyTorch on a CUDA device, op-level figures side by side in one
 run: host time per eager op on tiny tensors, 4096^3 matmul in float32 (no
-TF32) and bfloat16, and an add of 64M floats.
+TF32) and bfloat16, an add of 64M floats, scaled_dot_product_attention at
+BERT-base's shapes and batch_norm (eval) at ResNet-50's.
 
     python3 bench/cuda/cuda_vs_torch.py --kiln-bin build-release/bench/kiln_bench_cuda [--iters 20]
 
@@ -55,6 +56,18 @@ def torch_figures(iters):
     p = torch.ones(1 << 26, device=dev)
     q = torch.ones(1 << 26, device=dev)
     out["add_64M_fp32"] = device_ms(lambda: p + q)
+    F = torch.nn.functional
+    for batch in (1, 8, 32):
+        qs = [torch.randn(batch, 12, 128, 64, generator=g).to(dev) for _ in range(3)]
+        mask = torch.zeros(batch, 1, 1, 128, device=dev)
+        out[f"sdpa_bert_b{batch}"] = device_ms(lambda: F.scaled_dot_product_attention(*qs, attn_mask=mask))
+    for shape in ((32, 64, 112, 112), (32, 2048, 7, 7), (1, 2048, 7, 7)):
+        x = torch.randn(*shape, generator=g).to(dev)
+        ch = shape[1]
+        stats = [torch.randn(ch, generator=g).to(dev), torch.rand(ch, generator=g).to(dev) + 0.5]
+        wb = [torch.randn(ch, generator=g).to(dev) for _ in range(2)]
+        name = "batch_norm_eval_" + "_".join(str(d) for d in shape)
+        out[name] = device_ms(lambda: F.batch_norm(x, *stats, *wb, training=False))
     return out
 
 

@@ -115,6 +115,12 @@ const CaseRegistration kNorms([](CaseList& c) {
   add_batch_norm(c, {"train_shifted_values", {9, 4, 33}, true, true, false, 1000, 1001},
                  {kFloat32, kFloat64});
   add_batch_norm(c, {"train_parallel", {8, 16, 32, 33}, true, true});
+  // Enough small planes that the CUDA kernel groups several per block, with
+  // planes of 49 (element by element) and of 16 or 12 elements (16-byte packs).
+  add_batch_norm(c, {"eval_grouped_small_planes", {40, 16, 7, 7}, false, true});
+  add_batch_norm(c, {"eval_grouped_packed_planes", {66, 40, 4, 4}, false, true});
+  add_batch_norm(c, {"train_grouped_planes", {48, 12, 3, 4}, true, true});
+  add_batch_norm(c, {"eval_empty_batch", {0, 3, 4}, false, true});
   add_batch_norm_outputs(c, true);
   add_batch_norm_outputs(c, false);
 
@@ -241,6 +247,9 @@ const CaseRegistration kAttention([](CaseList& c) {
       {"single_key", {2, 3, 1}, {2, 1, 1}, {2, 1, 1}},
       {"transposed", {2, 6, 5}, {2, 7, 5}, {2, 7, 4}, {}, A::kNoMask, false, {}, true},
       {"parallel", {2, 4, 128, 32}, {2, 4, 96, 32}, {2, 4, 96, 64}},
+      // Head dims past 64 (CUDA's wider kernel); causal over several key tiles.
+      {"wide_heads", {2, 40, 96}, {2, 50, 96}, {2, 50, 80}, {1, 50}, A::kFloatMask},
+      {"causal_key_tiles", {2, 70, 16}, {2, 90, 16}, {2, 90, 12}, {}, A::kNoMask, true},
   };
   for (const auto& s : cases) {
     add(

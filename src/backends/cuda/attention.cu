@@ -5,7 +5,9 @@
 // A block holds 32 queries of one batch entry, four threads per query, each
 // thread a quarter of the keys: it keeps its query (scaled) and its running
 // maximum, sum and weighted sum of values in registers, reading tiles of keys
-// and values from shared memory. The four partial states merge at the end.
+// and values from shared memory 16 bytes at a time. Per tile a thread scores
+// its keys first, with independent partial sums, and rescales its state once.
+// The four partial states merge at the end.
 // Inputs of any floating dtype compute in float (double for float64); batch
 // dims broadcast through strides (up to 4 of them), the last dim of q, k and
 // v must be contiguous, head dims up to 128. A row whose keys are all masked
@@ -51,20 +53,69 @@ __device__ inline int64_t batch_offset(const AttentionArgs& a, const Strided& t,
   return offset;
 }
 
+// 16 bytes of C in one shared-memory load: float4 or double2.
+template <typename C>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using type = float4;
+  static constexpr int kLanes = 4;
+  __device__ static void dot(const float4& k, const float* q, float* sum) {
+    sum[0] += q[0] * k.x;
+    sum[1] += q[1] * k.y;
+    sum[2] += q[2] * k.z;
+    sum[3] += q[3] * k.w;
+  }
+  __device__ static void axpy(const float4& v, float w, float* acc) {
+    acc[0] += w * v.x;
+    acc[1] += w * v.y;
+    acc[2] += w * v.z;
+    acc[3] += w * v.w;
+  }
+};
+template <>
+struct Vec16<double> {
+  using type = double2;
+  static constexpr int kLanes = 2;
+  __device__ static void dot(const double2& k, const double* q, double* sum) {
+    sum[0] += q[0] * k.x;
+    sum[1] += q[1] * k.y;
+  }
+  __device__ static void axpy(const double2& v, double w, double* acc) {
+    acc[0] += w * v.x;
+    acc[1] += w * v.y;
+  }
+};
+
+// Three blocks per SM where the state fits 168 registers (float compute, head
+// dims up to 64; a few bytes spill), else as many as the registers allow.
 template <typename T, int kMaxE>
-__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+constexpr int kBlocksPerSm = sizeof(dcompute_t<T>) == 4 && kMaxE <= 64 ? 3 : 1;
+
+template <typename T, int kMaxE>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<T, kMaxE>) attention_kernel(AttentionArgs a) {
   using C = dcompute_t<T>;
+  using V = Vec16<C>;
+  constexpr int kLanes = V::kLanes;
   constexpr int kTile = sizeof(C) == 8 ? 16 : 32;  // keys per shared-memory tile
-  __shared__ C k_tile[kTile][kMaxE];
-  __shared__ C v_tile[kTile][kMaxE];
+  constexpr int kPer = kTile / kSplit;             // keys of a tile per thread
+  // Rows padded by 16 bytes: the four threads of a query read four rows at
+  // once, which then fall in different banks.
+  constexpr int kRow = kMaxE + kLanes;
+  __shared__ __align__(16) C k_tile[kTile][kRow];
+  __shared__ __align__(16) C v_tile[kTile][kRow];
   const int64_t b = blockIdx.y;
-  const int64_t query = blockIdx.x * int64_t{kQueries} + threadIdx.x / kSplit;
+  const int64_t first_query = blockIdx.x * int64_t{kQueries};
+  const int64_t query = first_query + threadIdx.x / kSplit;
   const int part = threadIdx.x % kSplit;
   const bool active = query < a.L;
   const T* q = static_cast<const T*>(a.q.ptr) + batch_offset(a, a.q, b) + query * a.q.row;
   const T* k = static_cast<const T*>(a.k.ptr) + batch_offset(a, a.k, b);
   const T* v = static_cast<const T*>(a.v.ptr) + batch_offset(a, a.v, b);
   const int64_t mask_base = a.mask_kind ? batch_offset(a, a.mask, b) + query * a.mask.row : 0;
+  // Under causal masking no query of this block sees keys past the last one.
+  const int64_t last_query = first_query + kQueries - 1 < a.L ? first_query + kQueries - 1 : a.L - 1;
+  const int64_t key_end = a.causal && last_query + 1 < a.S ? last_query + 1 : a.S;
 
   C qr[kMaxE], acc[kMaxE];
 #pragma unroll
@@ -74,36 +125,57 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
   const C neg_inf = -INFINITY;
   C running_max = neg_inf, total = 0;
-  for (int64_t s0 = 0; s0 < a.S; s0 += kTile) {
-    const int64_t count = a.S - s0 < kTile ? a.S - s0 : kTile;
+  for (int64_t s0 = 0; s0 < key_end; s0 += kTile) {
+    const int count = key_end - s0 < kTile ? static_cast<int>(key_end - s0) : kTile;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < count * kMaxE; i += kThreads) {
-      const int64_t j = i / kMaxE, e = i % kMaxE;
+    for (int i = threadIdx.x; i < count * kMaxE; i += kThreads) {
+      const int j = i / kMaxE, e = i % kMaxE;
       k_tile[j][e] = e < a.E ? to_compute(k[(s0 + j) * a.k.row + e]) : C(0);
       v_tile[j][e] = e < a.Ev ? to_compute(v[(s0 + j) * a.v.row + e]) : C(0);
     }
     __syncthreads();
     if (!active) continue;
-    for (int64_t j = part; j < count; j += kSplit) {
-      const int64_t key = s0 + j;
-      if (a.causal && key > query) break;
-      C score = 0;
+    // The scores of this thread's keys in the tile (keys part, part + 4, ...),
+    // then one rescale of the running state for all of them.
+    C score[kPer];
+    C tile_max = neg_inf;
 #pragma unroll
-      for (int e = 0; e < kMaxE; ++e) score += qr[e] * k_tile[j][e];
+    for (int p = 0; p < kPer; ++p) {
+      const int j = part + p * kSplit;
+      const int64_t key = s0 + j;
+      score[p] = neg_inf;
+      if (j >= count || (a.causal && key > query)) continue;
+      C sum[kLanes] = {};
+      const auto* row = reinterpret_cast<const typename V::type*>(&k_tile[j][0]);
+#pragma unroll
+      for (int e = 0; e < kMaxE / kLanes; ++e) V::dot(row[e], &qr[e * kLanes], sum);
+      C s = sum[0];
+#pragma unroll
+      for (int l = 1; l < kLanes; ++l) s += sum[l];
       if (a.mask_kind == 1) {
         if (!static_cast<const bool*>(a.mask.ptr)[mask_base + key * a.mask.col]) continue;
       } else if (a.mask_kind == 2) {
-        score += static_cast<const C*>(a.mask.ptr)[mask_base + key * a.mask.col];
+        s += static_cast<const C*>(a.mask.ptr)[mask_base + key * a.mask.col];
       }
-      if (score == neg_inf) continue;
-      const C next_max = score > running_max ? score : running_max;
-      const C shrink = ::exp(running_max - next_max);  // 0 while running_max is -inf
-      const C weight = ::exp(score - next_max);
-      total = total * shrink + weight;
-#pragma unroll
-      for (int e = 0; e < kMaxE; ++e) acc[e] = acc[e] * shrink + weight * v_tile[j][e];
-      running_max = next_max;
+      score[p] = s;
+      tile_max = s > tile_max || s != s ? s : tile_max;  // a NaN score sticks, to reach the output
     }
+    if (tile_max == neg_inf) continue;  // every key of the tile masked
+    const C next_max = tile_max > running_max ? tile_max : running_max;
+    const C shrink = ::exp(running_max - next_max);  // 0 while running_max is -inf
+    total *= shrink;
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) acc[e] *= shrink;
+#pragma unroll
+    for (int p = 0; p < kPer; ++p) {
+      if (score[p] == neg_inf) continue;
+      const C weight = ::exp(score[p] - next_max);
+      total += weight;
+      const auto* row = reinterpret_cast<const typename V::type*>(&v_tile[part + p * kSplit][0]);
+#pragma unroll
+      for (int e = 0; e < kMaxE / kLanes; ++e) V::axpy(row[e], weight, &acc[e * kLanes]);
+    }
+    running_max = next_max;
   }
   // Merge the four partial states of this query (lanes next to each other).
   C merged_max = running_max;
@@ -123,8 +195,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
   if (!active) return;
   T* out = static_cast<T*>(a.out) + (b * a.L + query) * a.Ev;
-  for (int e = part; e < kMaxE && e < a.Ev; e += kSplit)
-    out[e] = cvt<T>(total > C(0) ? acc[e] / total : C(0));
+#pragma unroll
+  for (int e = 0; e < kMaxE; ++e) {  // unrolled, so that acc stays in registers; NaN stays NaN
+    if (e % kSplit == part && e < a.Ev) out[e] = cvt<T>(total != C(0) ? acc[e] / total : C(0));
+  }
 }
 
 // t expanded to batch + [rows, cols], as strides (0 along broadcast dims,

@@ -8,7 +8,10 @@
 // elementwise with per-channel scale and shift; in eval it is one elementwise
 // pass over the running statistics. Parameters are in the compute type
 // (float for the 16-bit floats), as the shape rules cast them.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/group_reduce.cuh"
@@ -151,56 +154,117 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// batch_norm, eval: one pass that normalizes with the running statistics and
-// copies them to the mean and var outputs. Block b of grid.x walks planes
-// b, b + gridDim.x, ... (a plane is one channel of one sample, `inner`
-// contiguous elements), so the channel is found once per plane, not per element.
-template <typename T>
-__global__ void batch_eval_kernel(const T* x, T* y, int64_t planes, int64_t channels, int64_t inner,
-                                  double eps, const dcompute_t<T>* w, const dcompute_t<T>* b,
-                                  const dcompute_t<T>* rm, const dcompute_t<T>* rv,
-                                  dcompute_t<T>* mean_out, dcompute_t<T>* var_out) {
-  using C = dcompute_t<T>;
-  for (int64_t ch = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; ch < channels;
-       ch += int64_t{gridDim.x} * blockDim.x) {
-    mean_out[ch] = rm[ch];
-    var_out[ch] = rv[ch];
-  }
-  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+// batch_norm's normalization, y = ((x - m1) - m2) * scale + shift with four
+// coefficients per channel: eval mode takes m1 = running mean, m2 = 0 (the
+// same rounding as x - mean), training the batch mean split in a high and a
+// low part. A plane is one channel of one sample, `inner` contiguous elements.
+// Block b covers planes [b * per_block, (b + 1) * per_block): their
+// coefficients are computed once into shared memory, then the block streams
+// the planes' elements as one range, 16 bytes at a time where every plane is
+// 16-byte aligned. Small planes (7x7 maps) share a block so that it does
+// enough work; large ones get a block each.
+constexpr int kMaxBlockPlanes = 64;
+
+template <typename C>
+struct EvalCoefficients {
+  const C *w, *b, *rm, *rv;
+  C *mean_out, *var_out;  // the running statistics are copied to these
+  double eps;
+  int64_t channels;
+  __device__ void operator()(int64_t plane, C* m1, C* m2, C* scale, C* shift) const {
     const int64_t ch = plane % channels;
-    const C scale = static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
-    const C mean = rm[ch], shift = b ? b[ch] : C(0);
-    const T* in = x + plane * inner;
-    T* out = y + plane * inner;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
-      out[i] = cvt<T>((to_compute(in[i]) - mean) * scale + shift);
+    *m1 = rm[ch];
+    *m2 = C(0);
+    *scale = static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
+    *shift = b ? b[ch] : C(0);
+    if (plane < channels) {
+      mean_out[ch] = rm[ch];
+      var_out[ch] = rv[ch];
+    }
   }
-}
+};
 
-// batch_norm, training: y = (x - mean) * scale + shift per channel, plane by
-// plane as the eval kernel.
-template <typename T>
-__global__ void batch_apply_kernel(const T* x, T* y, int64_t planes, int64_t channels, int64_t inner,
-                                   const dcompute_t<T>* scale_shift) {
-  using C = dcompute_t<T>;
-  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+template <typename C>
+struct TrainCoefficients {
+  const C* scale_shift;  // [scale, mean_hi, shift, mean_lo] x channels (batch_stats_kernel)
+  int64_t channels;
+  __device__ void operator()(int64_t plane, C* m1, C* m2, C* scale, C* shift) const {
     const int64_t ch = plane % channels;
-    const C mean_hi = scale_shift[channels + ch], mean_lo = scale_shift[3 * channels + ch];
-    const C scale = scale_shift[ch], shift = scale_shift[2 * channels + ch];
-    const T* in = x + plane * inner;
-    T* out = y + plane * inner;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
-      out[i] = cvt<T>(((to_compute(in[i]) - mean_hi) - mean_lo) * scale + shift);
+    *scale = scale_shift[ch];
+    *m1 = scale_shift[channels + ch];
+    *shift = scale_shift[2 * channels + ch];
+    *m2 = scale_shift[3 * channels + ch];
+  }
+};
+
+template <typename T>
+struct alignas(16) Pack16 {
+  static constexpr int kCount = 16 / sizeof(T);
+  T v[kCount];
+};
+
+template <typename T, int kWidth, typename Coefficients>
+__device__ void batch_apply_range(const T* x, T* y, int64_t count, int64_t inner, int n_planes,
+                                  const dcompute_t<T> (&coef)[4][kMaxBlockPlanes]) {
+  using C = dcompute_t<T>;
+  using P = std::conditional_t<kWidth == 1, T, Pack16<T>>;
+  const int64_t packs = count / kWidth;
+  for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+    // More than one plane only where inner is small: the offset fits 32 bits.
+    const int p = n_planes == 1 ? 0
+                                : static_cast<int>(static_cast<uint32_t>(j * kWidth) /
+                                                   static_cast<uint32_t>(inner));
+    const C m1 = coef[0][p], m2 = coef[1][p], scale = coef[2][p], shift = coef[3][p];
+    const P in = reinterpret_cast<const P*>(x)[j];
+    P out;
+    if constexpr (kWidth == 1) {
+      out = cvt<T>(((to_compute(in) - m1) - m2) * scale + shift);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) out.v[k] = cvt<T>(((to_compute(in.v[k]) - m1) - m2) * scale + shift);
+    }
+    reinterpret_cast<P*>(y)[j] = out;
   }
 }
 
-// Threads per block of the plane kernels: enough for a plane, at most kThreads.
-unsigned plane_threads(int64_t inner) {
-  return static_cast<unsigned>(std::min<int64_t>(kThreads, std::max<int64_t>(32, (inner + 31) / 32 * 32)));
+template <typename T, typename Coefficients>
+__global__ void __launch_bounds__(kThreads)
+    batch_apply_kernel(const T* x, T* y, int64_t planes, int64_t inner, int per_block, bool vectorized,
+                       Coefficients coefficients) {
+  using C = dcompute_t<T>;
+  __shared__ C coef[4][kMaxBlockPlanes];
+  const int64_t first = blockIdx.x * int64_t{per_block};
+  const int n_planes = static_cast<int>(planes - first < per_block ? planes - first : per_block);
+  for (int p = threadIdx.x; p < n_planes; p += blockDim.x)
+    coefficients(first + p, &coef[0][p], &coef[1][p], &coef[2][p], &coef[3][p]);
+  __syncthreads();
+  const int64_t count = n_planes * inner;
+  x += first * inner;
+  y += first * inner;
+  if (vectorized) {
+    batch_apply_range<T, Pack16<T>::kCount, Coefficients>(x, y, count, inner, n_planes, coef);
+  } else {
+    batch_apply_range<T, 1, Coefficients>(x, y, count, inner, n_planes, coef);
+  }
 }
 
-unsigned plane_blocks(int64_t planes) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(planes, int64_t{1} << 20)));
+// The launch of batch_apply_kernel over `planes` planes of `inner` elements.
+template <typename T, typename Coefficients>
+void launch_batch_apply(const T* x, T* y, int64_t planes, int64_t inner, Coefficients coefficients,
+                        cudaStream_t stream) {
+  constexpr int64_t kBlockElements = 4096;  // small planes are grouped up to this many elements
+  constexpr int64_t kMinBlocks = 264;       // two blocks per SM of an H100/H200
+  const int64_t grouped = std::min<int64_t>(kBlockElements / std::max<int64_t>(inner, 1), planes / kMinBlocks);
+  const int per_block = static_cast<int>(std::clamp<int64_t>(grouped, 1, kMaxBlockPlanes));
+  const int64_t blocks = (planes + per_block - 1) / per_block;
+  constexpr int kWidth = Pack16<T>::kCount;
+  const bool vectorized = inner % kWidth == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const int64_t packs = per_block * inner / (vectorized ? kWidth : 1);
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>((packs + 31) / 32 * 32, 32, kThreads));
+  // blocks <= planes / per_block stays below 2^31 for any tensor a device holds.
+  batch_apply_kernel<T, Coefficients><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      x, y, planes, inner, per_block, vectorized, coefficients);
 }
 
 unsigned grid_for(int64_t n) {
@@ -224,27 +288,29 @@ void batch_norm_op(const KernelCall& c) {
       if (channels == 0) return;
       auto* mean_out = static_cast<C*>(c.out(1).data_ptr());
       auto* var_out = static_cast<C*>(c.out(2).data_ptr());
+      const auto* xp = static_cast<const T*>(x.data_ptr());
+      auto* yp = static_cast<T*>(c.out(0).data_ptr());
       if (!c.attrs.b(0)) {
         const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
-        batch_eval_kernel<T><<<plane_blocks(std::max(n * channels, channels)), plane_threads(inner), 0,
-                               stream>>>(
-            static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), n * channels,
-            channels, inner, eps, static_cast<const C*>(w), static_cast<const C*>(b),
-            static_cast<const C*>(rm.data_ptr()), static_cast<const C*>(rv.data_ptr()), mean_out,
-            var_out);
+        // With no samples the kernel still runs over one plane per channel, to
+        // copy the running statistics.
+        launch_batch_apply<T>(xp, yp, std::max(n * channels, channels), inner,
+                              EvalCoefficients<C>{static_cast<const C*>(w), static_cast<const C*>(b),
+                                                  static_cast<const C*>(rm.data_ptr()),
+                                                  static_cast<const C*>(rv.data_ptr()), mean_out,
+                                                  var_out, eps, channels},
+                              stream);
         check_launch("batch_norm kernel");
         return;
       }
       Tensor scale_shift = ops::make_tensor({4 * channels}, c.out(1).dtype(), x.device(), false);
       auto* ss = static_cast<C*>(scale_shift.data_ptr());
       batch_stats_kernel<T><<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), n, channels, inner, eps, static_cast<const C*>(w),
-          static_cast<const C*>(b), mean_out, var_out, ss);
+          xp, n, channels, inner, eps, static_cast<const C*>(w), static_cast<const C*>(b), mean_out,
+          var_out, ss);
       check_launch("batch_norm statistics kernel");
       if (x.numel() == 0) return;
-      batch_apply_kernel<T><<<plane_blocks(n * channels), plane_threads(inner), 0, stream>>>(
-          static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), n * channels,
-          channels, inner, ss);
+      launch_batch_apply<T>(xp, yp, n * channels, inner, TrainCoefficients<C>{ss, channels}, stream);
       check_launch("batch_norm kernel");
     } else {
       unsupported_dtype(c, x.dtype());
