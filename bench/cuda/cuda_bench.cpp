@@ -89,7 +89,7 @@ int run(int iters) {
     Generator g(0);
     const Tensor q = randn({batch, 12, 128, 64}, {}, &g).to(dev), k = randn({batch, 12, 128, 64}, {}, &g).to(dev),
                  v = randn({batch, 12, 128, 64}, {}, &g).to(dev);
-    const Tensor mask = zeros({batch, 1, 1, 128}, {.device = dev});
+    const Tensor mask = zeros({batch, 1, 1, 128}, {.dtype = kFloat32, .device = dev});
     emit("sdpa_bert_b" + std::to_string(batch),
          device_ms([&] { (void)F::scaled_dot_product_attention(q, k, v, {.attn_mask = mask}); }, iters), "ms");
   }

@@ -21,6 +21,13 @@ int device_count() noexcept;
 std::string unavailable_reason();
 // Waits for all work queued on the device (cuda:index). DeviceError when the
 // device does not exist.
+//
+// Errors only the device sees (an index value out of range in gather,
+// scatter, index_select, embedding, one_hot or nll_loss) do not stop the
+// host: the kernel skips the value and the next wait for the device (this
+// function, Stream/Event::synchronize(), item(), a blocking copy to the host)
+// throws the IndexError naming the op and the value, once. The failed op's
+// output is unspecified.
 void synchronize(int index = 0);
 
 class Event;

@@ -499,5 +499,44 @@ TEST_F(Cuda, CopiesBetweenDevicesAreDifferentiable) {
   EXPECT_FALSE(x.to(kDevice).requires_grad());
 }
 
+// Index values out of range are found by the kernels without waiting: the op
+// returns, and the next wait for the device throws once, naming the op and
+// the value. The device stays usable.
+TEST_F(Cuda, BadIndexValuesSurfaceAtTheNextSynchronization) {
+  namespace F = nn::functional;
+  using kiln::testing::expect_error_with;
+  const Tensor table = arange(0, 12).to(kFloat32).view({4, 3}).to(kDevice);
+  const auto ids = [&](std::vector<int64_t> v) {
+    const auto n = static_cast<int64_t>(v.size());
+    return from_vector<int64_t>(v, Shape{n}).to(kDevice);
+  };
+  const Tensor bad_ids = ids({1, 7, 2});
+  Tensor rows;
+  EXPECT_NO_THROW(rows = F::embedding(bad_ids, table));  // queued, not checked on the host
+  expect_error_with<IndexError>([&] { (void)rows.sum().item<float>(); },
+                                {"embedding", "index 7", "4 embeddings"});
+  EXPECT_NO_THROW(cuda::synchronize());  // reported once
+  // Each op names itself and the value, at each kind of wait.
+  Tensor out = index_select(table, 0, ids({0, -1}));
+  expect_error_with<IndexError>([&] { cuda::synchronize(); }, {"index_select", "index -1", "size 4"});
+  out = gather(table, 1, ids({0, 3}).view({2, 1}).expand({2, 1}));
+  expect_error_with<IndexError>([&] { (void)out.to(Device::cpu()); }, {"gather", "index 3", "dim 1"});
+  out = scatter_add(table, 0, ids({9}).view({1, 1}), ones({1, 1}, {.dtype = kFloat32, .device = kDevice}));
+  expect_error_with<IndexError>([&] { cuda::Stream::current().synchronize(); }, {"scatter_add", "index 9"});
+  out = one_hot(ids({2, 5}), 4);
+  cuda::Event done;
+  done.record();
+  expect_error_with<IndexError>([&] { done.synchronize(); }, {"one_hot", "class value 5", "num_classes 4"});
+  out = F::nll_loss(zeros({2, 3}, {.dtype = kFloat32, .device = kDevice}), ids({0, 3}));
+  expect_error_with<IndexError>([&] { (void)out.item<float>(); }, {"nll_loss", "target 3", "3 classes"});
+  // With rows of no width, the values are still checked.
+  out = F::embedding(bad_ids, zeros({4, 0}, {.dtype = kFloat32, .device = kDevice}));
+  expect_error_with<IndexError>([&] { cuda::synchronize(); }, {"embedding", "index 7"});
+  // Good values after an error give the right answer.
+  EXPECT_EQ(F::embedding(ids({3, 0}), table).to(Device::cpu()).to_vector<float>(),
+            (std::vector<float>{9, 10, 11, 0, 1, 2}));
+  EXPECT_EQ(one_hot(ids({1}), 3).to(Device::cpu()).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 0}));
+}
+
 }  // namespace
 }  // namespace kiln

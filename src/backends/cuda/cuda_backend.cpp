@@ -8,6 +8,7 @@
 #include "backends/cuda/host_allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_errors.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -109,6 +110,7 @@ void CudaBackend::copy_bytes(void* dst, Device dst_device, const void* src, Devi
   check(cudaMemcpyAsync(dst, from, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
   if (!non_blocking) {  // complete on return: no pinned block stays in use
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    raise_device_errors();
     return;
   }
   if (src_device.is_cpu()) host.record_stream(src, on.index(), stream);
@@ -132,6 +134,7 @@ void CudaBackend::synchronize(Device device) {
   check_device(device, "synchronize");
   DeviceGuard guard(device.index());
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  raise_device_errors();
 }
 
 MemoryStats CudaBackend::memory_stats(Device device) const {

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_errors.h"
 #include "kiln/cuda.h"
 
 namespace kiln::backend::cuda {
@@ -71,6 +72,7 @@ bool Stream::query() const {
 void Stream::synchronize() const {
   DeviceGuard guard(device_);
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)), "cudaStreamSynchronize");
+  backend::cuda::raise_device_errors();
 }
 
 void Stream::wait(const Event& event) const {
@@ -121,6 +123,7 @@ bool Event::query() const {
 void Event::synchronize() const {
   DeviceGuard guard(device_);
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(handle())), "cudaEventSynchronize");
+  backend::cuda::raise_device_errors();
 }
 
 float Event::elapsed_ms(const Event& end) const {

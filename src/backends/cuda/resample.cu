@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_errors.h"
 #include "backends/cuda/pointwise.cuh"
 #include "backends/resample_formulas.h"
 #include "kiln/kiln.h"
@@ -290,16 +291,13 @@ void interpolate_backward_op(const KernelCall& c) {
 
 // --- nll_loss --------------------------------------------------------------------------
 
-struct NllFlag {
-  int64_t found, value;
-};
-
 // Per target element: the loss -w[t] * x[n, t, s] and the weight w[t] (0 for
-// ignored targets); a target out of range is reported through bad.
+// ignored targets); a target out of range is reported (device_errors.h) and
+// counts as ignored.
 template <typename T>
 __global__ void nll_terms_kernel(const T* x, const int64_t* target, const dcompute_t<T>* w,
                                  int64_t n, int64_t classes, int64_t inner, int64_t ignore, T* loss,
-                                 dcompute_t<T>* weights, NllFlag* bad) {
+                                 dcompute_t<T>* weights, DeviceErrorRecord* errors) {
   using C = dcompute_t<T>;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -307,8 +305,7 @@ __global__ void nll_terms_kernel(const T* x, const int64_t* target, const dcompu
     C l = 0, wt = 0;
     if (t != ignore) {
       if (t < 0 || t >= classes) {
-        if (atomicExch(reinterpret_cast<unsigned long long*>(&bad->found), 1ull) == 0ull)
-          bad->value = t;
+        report_device_error(errors, DeviceErrorOp::kNllLoss, t, classes);
       } else {
         const int64_t s = i % inner, b = i / inner;
         wt = w ? w[t] : C(1);
@@ -332,8 +329,6 @@ void nll_loss_op(const KernelCall& c) {
   const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor loss = ops::make_tensor(target.sizes(), x.dtype(), device, false);
   Tensor weights = ops::make_tensor(target.sizes(), acc, device, false);
-  Tensor flag = ops::make_tensor({2}, kInt64, device, false);
-  fill_bits(flag, 0);
   if (n > 0) {
     on_float(c, x, [&]<typename T>(cudaStream_t stream) {
       using C = dcompute_t<T>;
@@ -341,14 +336,9 @@ void nll_loss_op(const KernelCall& c) {
           static_cast<const T*>(x.data_ptr()), static_cast<const int64_t*>(target.data_ptr()),
           w.defined() ? static_cast<const C*>(w.data_ptr()) : nullptr, n, classes, inner,
           c.attrs.i(0), static_cast<T*>(loss.data_ptr()), static_cast<C*>(weights.data_ptr()),
-          static_cast<NllFlag*>(flag.data_ptr()));
+          device_error_record());
     });
     check_launch("nll_loss kernel");
-    const auto bad = flag.to(Device::cpu()).to_vector<int64_t>();
-    if (bad[0] != 0) {
-      throw IndexError(detail::str_cat("nll_loss: target ", bad[1], " is out of range for ",
-                                       classes, " classes"));
-    }
   }
   if (reduction == "none") {
     copy_same_dtype(c.out(), loss);

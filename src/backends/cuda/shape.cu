@@ -1,11 +1,12 @@
 // CUDA kernels of the shape and indexing ops. cat, stack, repeat and flip are
 // copies between strided views (the elementwise engine); index_select,
 // gather, scatter, scatter_add, one_hot and tril/triu have kernels of their
-// own. Index values are checked on the device first: a bad one is an
-// IndexError naming it (the check waits for the device).
+// own. Kernels check index values as they read them: a bad one is skipped
+// and reported through device_errors.h, raised at the next synchronization.
 #include <algorithm>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_errors.h"
 #include "backends/cuda/pointwise.cuh"
 #include "backends/element_size.h"
 #include "ops/dispatch.h"
@@ -40,44 +41,23 @@ bool same_view(const Tensor& a, const Tensor& b) {
 
 // --- index checks ---------------------------------------------------------------
 
-struct BadIndex {
-  int64_t found;  // 0 or 1
-  int64_t value;
-};
-
-__global__ void find_bad_index_kernel(const int64_t* index, int64_t n, int64_t size,
-                                      BadIndex* bad) {
+__global__ void check_index_kernel(const int64_t* index, int64_t n, int64_t bound, DeviceErrorRecord* errors,
+                                   DeviceErrorOp op, int64_t dim) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t v = index[i];
-    if (v < 0 || v >= size) {
-      if (atomicExch(reinterpret_cast<unsigned long long*>(&bad->found), 1ull) == 0ull)
-        bad->value = v;
-    }
+    if (v < 0 || v >= bound) report_device_error(errors, op, v, bound, dim);
   }
 }
 
-// The first bad index value seen, if any (contiguous int64 index).
-std::optional<int64_t> find_bad_index(const Tensor& index, int64_t size) {
-  if (index.numel() == 0) return std::nullopt;
-  Tensor flag = ops::make_tensor({2}, kInt64, index.device(), false);
+// Checks a contiguous int64 index where no kernel reads it (an empty output),
+// so that bad values are reported all the same. Does not wait.
+void check_index_values(DeviceErrorOp op, const Tensor& index, int64_t bound, int64_t dim) {
+  if (index.numel() == 0) return;
   DeviceGuard guard(index.device().index());
-  const cudaStream_t stream = stream_for(index);
-  check(cudaMemsetAsync(flag.data_ptr(), 0, 2 * sizeof(int64_t), stream), "cudaMemsetAsync");
-  find_bad_index_kernel<<<grid_for(index.numel()), kThreads, 0, stream>>>(
-      static_cast<const int64_t*>(index.data_ptr()), index.numel(), size,
-      static_cast<BadIndex*>(flag.data_ptr()));
+  check_index_kernel<<<grid_for(index.numel()), kThreads, 0, stream_for(index)>>>(
+      static_cast<const int64_t*>(index.data_ptr()), index.numel(), bound, device_error_record(), op, dim);
   check_launch("index check");
-  const auto host = flag.to(Device::cpu()).to_vector<int64_t>();
-  if (host[0] == 0) return std::nullopt;
-  return host[1];
-}
-
-void check_indices(std::string_view op, const Tensor& index, int64_t dim, int64_t size) {
-  if (auto bad = find_bad_index(index, size)) {
-    throw IndexError(
-        detail::str_cat(op, ": index ", *bad, " is out of range for dim ", dim, " of size ", size));
-  }
 }
 
 // --- gather, scatter, scatter_add, index_select -------------------------------------
@@ -92,16 +72,21 @@ struct IndexGeometry {
   int64_t sizes[kMaxIndexDims] = {};
   int64_t strides[3][kMaxIndexDims] = {};  // index, source, destination
   int64_t dim_size = 0;                    // size of the indexed dim of the indexed tensor
+  DeviceErrorRecord* errors = nullptr;     // where a bad index value is reported
+  DeviceErrorOp op = DeviceErrorOp::kGather;
 };
 
-IndexGeometry index_geometry(const Shape& sizes, int64_t dim, const Shape& s0, const Shape& s1,
-                             const Shape& s2) {
+IndexGeometry index_geometry(DeviceErrorOp op, int64_t dim_size, const Shape& sizes, int64_t dim,
+                             const Shape& s0, const Shape& s1, const Shape& s2) {
   if (sizes.size() > kMaxIndexDims) {
     throw Error(detail::str_cat("cuda indexing: ", sizes.size(), " dims, at most ", kMaxIndexDims));
   }
   IndexGeometry g;
   g.ndim = static_cast<int>(sizes.size());
   g.dim = static_cast<int>(dim);
+  g.dim_size = dim_size;
+  g.errors = device_error_record();
+  g.op = op;
   for (int d = 0; d < g.ndim; ++d) {
     g.sizes[d] = sizes[d];
     g.strides[0][d] = s0.empty() ? 0 : s0[d];
@@ -113,13 +98,15 @@ IndexGeometry index_geometry(const Shape& sizes, int64_t dim, const Shape& s0, c
 
 // Offsets of element e: [0] index, [1] source, [2] destination, with the
 // coordinate along dim replaced by the index value for the operands in mask.
+// ok is false, and the value reported, where the index value is out of range.
 struct Offsets {
   int64_t off[3];
+  bool ok;
 };
 
 template <int kReplaced>  // operand whose dim coordinate is the index value (1 or 2)
 __device__ inline Offsets offsets_of(const IndexGeometry& g, int64_t e, const int64_t* index) {
-  Offsets o{{0, 0, 0}};
+  Offsets o{{0, 0, 0}, true};
   int64_t coord_dim = 0;
   for (int d = g.ndim - 1; d >= 0; --d) {
     const int64_t c = e % g.sizes[d];
@@ -133,6 +120,11 @@ __device__ inline Offsets offsets_of(const IndexGeometry& g, int64_t e, const in
     o.off[2] += c * g.strides[2][d];
   }
   const int64_t v = index[o.off[0]];
+  if (v < 0 || v >= g.dim_size) {
+    report_device_error(g.errors, g.op, v, g.dim_size, g.dim);
+    o.ok = false;
+    return o;
+  }
   const int other = 3 - kReplaced;
   o.off[kReplaced] += v * g.strides[kReplaced][g.dim];
   o.off[other] += coord_dim * g.strides[other][g.dim];
@@ -146,7 +138,7 @@ __global__ void gather_kernel(IndexGeometry g, int64_t n, const int64_t* index, 
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<1>(g, e, index);
-    dst[o.off[2]] = src[o.off[1]];
+    if (o.ok) dst[o.off[2]] = src[o.off[1]];
   }
 }
 
@@ -159,7 +151,7 @@ __global__ void scatter_claim_kernel(IndexGeometry g, int64_t n, const int64_t* 
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<2>(g, e, index);
-    atomicMax(owner + o.off[2], static_cast<unsigned long long>(e) + 1);
+    if (o.ok) atomicMax(owner + o.off[2], static_cast<unsigned long long>(e) + 1);
   }
 }
 
@@ -169,7 +161,7 @@ __global__ void scatter_kernel(IndexGeometry g, int64_t n, const int64_t* index,
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<2>(g, e, index);
-    if (owner[o.off[2]] == static_cast<unsigned long long>(e) + 1) dst[o.off[2]] = src[o.off[1]];
+    if (o.ok && owner[o.off[2]] == static_cast<unsigned long long>(e) + 1) dst[o.off[2]] = src[o.off[1]];
   }
 }
 
@@ -208,7 +200,7 @@ __global__ void scatter_add_kernel(IndexGeometry g, int64_t n, const int64_t* in
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const Offsets o = offsets_of<2>(g, e, index);
-    atomic_add(dst + o.off[2], src[o.off[1]]);
+    if (o.ok) atomic_add(dst + o.off[2], src[o.off[1]]);
   }
 }
 
@@ -219,12 +211,21 @@ __global__ void index_select_kernel(IndexGeometry g, int64_t n, const int64_t* i
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     int64_t rest = e, off = 0;
+    bool ok = true;
     for (int d = g.ndim - 1; d >= 0; --d) {
-      const int64_t c = rest % g.sizes[d];
+      int64_t c = rest % g.sizes[d];
       rest /= g.sizes[d];
-      off += (d == g.dim ? index[c] : c) * g.strides[1][d];
+      if (d == g.dim) {
+        c = index[c];
+        if (c < 0 || c >= g.dim_size) {
+          report_device_error(g.errors, g.op, c, g.dim_size, g.dim);
+          ok = false;
+          break;
+        }
+      }
+      off += c * g.strides[1][d];
     }
-    dst[e] = src[off];
+    if (ok) dst[e] = src[off];
   }
 }
 
@@ -235,10 +236,9 @@ void gather_op(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const Tensor index = c.in(1).contiguous();
   const int64_t dim = c.attrs.i(0);
-  check_indices("gather", index, dim, sizes_1d(x)[dim]);
   if (index.numel() == 0) return;
-  const IndexGeometry g =
-      index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(x), strides_1d(c.out()));
+  const IndexGeometry g = index_geometry(DeviceErrorOp::kGather, sizes_1d(x)[dim], sizes_1d(index), dim,
+                                         strides_1d(index), strides_1d(x), strides_1d(c.out()));
   DeviceGuard guard(x.device().index());
   visit_element_size(x.element_size(), [&]<typename E>() {
     gather_kernel<E><<<grid_for(index.numel()), kThreads, 0, stream_for(x)>>>(
@@ -255,11 +255,11 @@ void scatter_op(const KernelCall& c) {
   const Tensor index = c.in(1).contiguous();
   const Tensor& src = c.in(2);
   const int64_t dim = c.attrs.i(0);
-  check_indices(kAdd ? "scatter_add" : "scatter", index, dim, sizes_1d(out)[dim]);
   if (!same_view(out, c.in(0))) copy_same_dtype(out, c.in(0));
   if (index.numel() == 0) return;
   const IndexGeometry g =
-      index_geometry(sizes_1d(index), dim, strides_1d(index), strides_1d(src), strides_1d(out));
+      index_geometry(kAdd ? DeviceErrorOp::kScatterAdd : DeviceErrorOp::kScatter, sizes_1d(out)[dim],
+                     sizes_1d(index), dim, strides_1d(index), strides_1d(src), strides_1d(out));
   DeviceGuard guard(out.device().index());
   const cudaStream_t stream = stream_for(out);
   const auto* iv = static_cast<const int64_t*>(index.data_ptr());
@@ -295,10 +295,13 @@ void index_select_op(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const Tensor index = c.in(1).to(kInt64).contiguous();
   const int64_t dim = c.attrs.i(0);
-  check_indices("index_select", index, dim, sizes_1d(x)[dim]);
   const Tensor& out = c.out();
-  if (out.numel() == 0) return;
-  const IndexGeometry g = index_geometry(sizes_1d(out), dim, {}, strides_1d(x), {});
+  if (out.numel() == 0) {  // the values are still checked
+    check_index_values(DeviceErrorOp::kIndexSelect, index, sizes_1d(x)[dim], dim);
+    return;
+  }
+  const IndexGeometry g =
+      index_geometry(DeviceErrorOp::kIndexSelect, sizes_1d(x)[dim], sizes_1d(out), dim, {}, strides_1d(x), {});
   DeviceGuard guard(x.device().index());
   visit_element_size(x.element_size(), [&]<typename E>() {
     index_select_kernel<E><<<grid_for(out.numel()), kThreads, 0, stream_for(x)>>>(
@@ -313,14 +316,13 @@ void embedding_op(const KernelCall& c) {
   const Tensor& weight = c.in(0);
   const Tensor index = c.in(1).to(kInt64).contiguous();
   const int64_t v = weight.size(0), d = weight.size(1);
-  if (auto bad = find_bad_index(index, v)) {
-    throw IndexError(
-        detail::str_cat("embedding: index ", *bad, " is out of range for ", v, " embeddings"));
-  }
   const Tensor& out = c.out();
-  if (out.numel() == 0) return;
+  if (out.numel() == 0) {  // zero-width rows: the values are still checked
+    check_index_values(DeviceErrorOp::kEmbedding, index, v, 0);
+    return;
+  }
   const Shape rows{index.numel(), d};
-  const IndexGeometry g = index_geometry(rows, 0, {}, weight.strides(), {});
+  const IndexGeometry g = index_geometry(DeviceErrorOp::kEmbedding, v, rows, 0, {}, weight.strides(), {});
   DeviceGuard guard(weight.device().index());
   visit_element_size(weight.element_size(), [&]<typename E>() {
     index_select_kernel<E><<<grid_for(out.numel()), kThreads, 0, stream_for(weight)>>>(
@@ -424,28 +426,28 @@ void triangle_op(const KernelCall& c) {
   check_launch("tril/triu kernel");
 }
 
-__global__ void one_hot_kernel(const int64_t* index, int64_t n, int64_t classes, int64_t* out) {
+__global__ void one_hot_kernel(const int64_t* index, int64_t n, int64_t classes, int64_t* out,
+                               DeviceErrorRecord* errors) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
-    out[e * classes + index[e]] = 1;
+    const int64_t v = index[e];
+    if (v < 0 || v >= classes) {
+      report_device_error(errors, DeviceErrorOp::kOneHot, v, classes);
+    } else {
+      out[e * classes + v] = 1;
+    }
   }
 }
 
 void one_hot_op(const KernelCall& c) {
   const Tensor index = c.in(0).contiguous();
   const int64_t classes = c.attrs.i(0);
-  if (auto bad = find_bad_index(index, classes)) {
-    if (*bad < 0)
-      throw IndexError(detail::str_cat("one_hot: class values must be non-negative, got ", *bad));
-    throw IndexError(detail::str_cat("one_hot: class value ", *bad,
-                                     " is out of range for num_classes ", classes));
-  }
   fill_bits(c.out(), 0);
-  if (index.numel() == 0 || classes == 0) return;
+  if (index.numel() == 0) return;
   DeviceGuard guard(index.device().index());
   one_hot_kernel<<<grid_for(index.numel()), kThreads, 0, stream_for(index)>>>(
       static_cast<const int64_t*>(index.data_ptr()), index.numel(), classes,
-      static_cast<int64_t*>(c.out().data_ptr()));
+      static_cast<int64_t*>(c.out().data_ptr()), device_error_record());
   check_launch("one_hot kernel");
 }
 
