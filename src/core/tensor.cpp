@@ -11,6 +11,7 @@
 #include "autograd/record.h"
 #include "kiln/autograd.h"
 #include "kiln/cuda.h"
+#include "compiler/capture.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -207,6 +208,9 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
 }
 
 Tensor wrapped_scalar(Scalar value) {
+  // Made eagerly even while tracing: a number the program wrote is a constant
+  // of the graph, not a node.
+  compiler::TracerPause pause;
   // Floats keep double precision; promotion still treats them as float32 (see result_type).
   Tensor t = scalar_tensor(value, {.dtype = value.is_floating() ? kFloat64 : value.default_dtype()});
   t.impl().wrapped_number = true;

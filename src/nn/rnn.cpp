@@ -291,7 +291,7 @@ bool can_run_fused(const Tensor& sequence, const LSTMState& initial, const Tenso
   const Device device = sequence.device();
   if (!device.is_cpu() && !device.is_cuda()) return false;
   const auto usable = [&](const Tensor& t) {
-    return t.dtype() == kFloat32 && t.device() == device && !t.is_meta() &&
+    return t.dtype() == kFloat32 && t.device() == device &&
            !(grad && t.requires_grad());
   };
   if (!usable(sequence) || !usable(initial.h) || !usable(initial.c)) return false;

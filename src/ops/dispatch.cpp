@@ -4,6 +4,7 @@
 
 #include "autograd/record.h"
 #include "backends/backend.h"
+#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "ops/op_profile.h"
 
@@ -138,6 +139,7 @@ bool can_cast(DType from, DType to) noexcept {
 }
 
 TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
+  if (compiler::Tracer* tracer = compiler::Tracer::active()) return tracer->record(op, inputs, std::move(attrs));
   OpProfileScope profile(op);
   const OpSchema& schema = op_schema(op);
   ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
@@ -170,6 +172,10 @@ Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs) {
 }
 
 Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs) {
+  if (compiler::Tracer* tracer = compiler::Tracer::active()) {
+    tracer->record_inplace(op, self, inputs, std::move(attrs));
+    return self;
+  }
   OpProfileScope profile(op);
   const OpSchema& schema = op_schema(op);
   assert(schema.has_flag(kInplace) && schema.num_outputs == 1);

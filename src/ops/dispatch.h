@@ -1,5 +1,6 @@
 // Eager dispatch: shape rule, output allocation, input casts, kernel. Every
-// public op goes through here, so this is also where tracing will hook in.
+// public op goes through here; while a compiler::Tracer is active on the
+// thread, the op is recorded into its graph instead (compiler/capture.h).
 #pragma once
 
 #include <initializer_list>

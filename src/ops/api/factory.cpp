@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "compiler/capture.h"
 #include "ops/dispatch.h"
 #include "ops/random.h"
 
@@ -34,6 +35,8 @@ void check_floating(const char* op, DType t) {
 
 namespace ops {
 PhiloxDraw draw_philox(Generator* g, int64_t n) {
+  // A trace draws nothing: the replay draws for each call (compiler/capture.h).
+  if (compiler::Tracer* tracer = compiler::Tracer::active()) return tracer->note_random_draw(g, n);
   if (g) return {static_cast<int64_t>(g->seed()), static_cast<int64_t>(g->advance(n))};
   std::lock_guard lock(g_generator_mutex);
   Generator& d = default_generator();

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/pointwise.h"
 #include "ops/dispatch.h"
@@ -59,7 +60,9 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   double eps) {
   const Tensor inputs[] = {input, weight, bias, running_mean, running_var};
   TensorList out = dispatch(OpId::batch_norm, inputs, {training, eps});
-  if (!training || input.is_meta()) return out[0];
+  // Meta inputs update nothing, unless they are a trace's proxies: the trace
+  // records the updates, for its replays to make.
+  if (!training || (input.is_meta() && compiler::Tracer::active() == nullptr)) return out[0];
   const int64_t count = input.size(1) == 0 ? 0 : input.numel() / input.size(1);
   if (count == 0) return out[0];  // no statistics to fold in
   const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);

@@ -1,0 +1,233 @@
+#include "compiler/capture.h"
+
+#include "kiln/autograd.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler {
+namespace {
+
+thread_local Tracer* t_active = nullptr;
+
+}  // namespace
+
+Tracer::Tracer() : previous_(t_active) {
+  if (previous_ != nullptr) throw Error("compiler: a trace is already running on this thread");
+  t_active = this;
+}
+
+Tracer::~Tracer() { t_active = previous_; }
+
+Tracer* Tracer::active() noexcept { return t_active; }
+
+TracerPause::TracerPause() noexcept : paused_(t_active) { t_active = nullptr; }
+TracerPause::~TracerPause() { t_active = paused_; }
+
+int32_t Tracer::storage_of_real(const Tensor& real) const {
+  const auto it = real_storages_.find(real.storage().get());
+  return it == real_storages_.end() ? -1 : it->second;
+}
+
+Tensor Tracer::make_proxy(const Tensor& real, int32_t storage) {
+  auto& meta = meta_storages_[storage];
+  if (!meta) meta = std::make_shared<Storage>(real.storage()->nbytes(), real.device());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = meta;
+  impl->sizes = real.sizes();
+  impl->strides = real.strides();
+  impl->offset = real.storage_offset();
+  impl->dtype = real.dtype();
+  impl->wrapped_number = real.is_wrapped_number();
+  return Tensor(std::move(impl));
+}
+
+ValueId Tracer::bind(const Tensor& proxy, ValueId id) {
+  values_[proxy.impl_ptr().get()] = id;
+  if (proxies_.size() <= static_cast<size_t>(id)) proxies_.resize(static_cast<size_t>(id) + 1);
+  proxies_[static_cast<size_t>(id)] = proxy;
+  auto& meta = meta_storages_[trace_.graph.value(id).storage];
+  if (!meta) meta = proxy.storage();
+  return id;
+}
+
+Tensor Tracer::input(const Tensor& real) {
+  if (!real.defined()) throw Error("compile: an argument is an undefined tensor");
+  if (real.is_meta()) throw Error("compile: arguments must hold data; got a meta tensor");
+  const int32_t known = storage_of_real(real);
+  const ValueId id = trace_.graph.add_input(real, known);
+  const int32_t storage = trace_.graph.value(id).storage;
+  real_storages_[real.storage().get()] = storage;
+  keep_.push_back(real);
+  Tensor proxy = make_proxy(real, storage);
+  bind(proxy, id);
+  return proxy;
+}
+
+ValueId Tracer::value_of(const Tensor& t) {
+  const auto it = values_.find(t.impl_ptr().get());
+  if (it != values_.end()) return it->second;
+  if (t.is_meta()) {
+    throw Error("compile: the traced function used a meta tensor it did not get from the trace");
+  }
+  ValueId id;
+  if (t.is_wrapped_number()) {
+    id = trace_.graph.add_constant(t);
+  } else {
+    id = trace_.graph.add_captured(t, storage_of_real(t));
+    trace_.captured.push_back(t);
+    real_storages_[t.storage().get()] = trace_.graph.value(id).storage;
+  }
+  keep_.push_back(t);
+  values_[t.impl_ptr().get()] = id;
+  Tensor proxy = make_proxy(t, trace_.graph.value(id).storage);
+  bind(proxy, id);
+  return id;
+}
+
+TensorList Tracer::record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs) {
+  std::vector<ValueId> ids;
+  TensorList proxies;
+  ids.reserve(inputs.size());
+  proxies.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) {
+      ids.push_back(kNoValue);
+      proxies.emplace_back();
+      continue;
+    }
+    ids.push_back(value_of(t));
+    proxies.push_back(proxy_of(ids.back()));
+  }
+  TensorList outputs;
+  {
+    TracerPause pause;  // the op's own checks and shape rule, on the proxies
+    outputs = ops::dispatch(op, proxies, attrs);
+  }
+  const int32_t node = trace_.graph.add_node(op, std::move(ids), std::move(attrs), outputs);
+  take_random_draw(op, node);
+  const auto& out_ids = trace_.graph.nodes()[static_cast<size_t>(node)].outputs;
+  for (size_t k = 0; k < outputs.size(); ++k) bind(outputs[k], out_ids[k]);
+  return outputs;
+}
+
+void Tracer::record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs, ops::Attrs attrs) {
+  std::vector<ValueId> ids;
+  TensorList proxies;
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) {
+      ids.push_back(kNoValue);
+      proxies.emplace_back();
+      continue;
+    }
+    ids.push_back(value_of(t));
+    proxies.push_back(proxy_of(ids.back()));
+  }
+  const ValueId target = value_of(self);
+  Tensor target_proxy = proxy_of(target);
+  {
+    TracerPause pause;
+    ops::dispatch_inplace(op, target_proxy, proxies, attrs);
+  }
+  const int32_t node = trace_.graph.add_node(op, std::move(ids), std::move(attrs), {target_proxy}, target);
+  take_random_draw(op, node);
+  const ValueId version = trace_.graph.nodes()[static_cast<size_t>(node)].outputs[0];
+  // Both the program's handle and the proxy now stand for the new version.
+  values_[self.impl_ptr().get()] = version;
+  bind(target_proxy, version);
+}
+
+ops::PhiloxDraw Tracer::note_random_draw(Generator* generator, int64_t count) {
+  pending_generator_ = generator;
+  pending_count_ = count;
+  return {0, 0};
+}
+
+void Tracer::take_random_draw(ops::OpId op, int32_t node) {
+  if (pending_count_ < 0) return;
+  if (ops::op_schema(op).has_flag(ops::kRandom)) {
+    Node& n = trace_.graph.node(node);
+    n.generator = pending_generator_;
+    n.draw_count = pending_count_;
+  }
+  pending_generator_ = nullptr;
+  pending_count_ = -1;
+}
+
+Trace Tracer::finish(const TensorList& outputs) {
+  std::vector<ValueId> ids;
+  ids.reserve(outputs.size());
+  for (const Tensor& t : outputs) {
+    if (!t.defined()) throw Error("compile: the traced function returned an undefined tensor");
+    ids.push_back(value_of(t));
+  }
+  trace_.graph.set_outputs(std::move(ids));
+  return std::move(trace_);
+}
+
+}  // namespace kiln::compiler
+
+namespace kiln::compiler {
+namespace {
+
+bool same_layout(const Tensor& t, const Value& v) {
+  return t.sizes() == v.sizes && t.strides() == v.strides && t.dtype() == v.dtype && t.device() == v.device;
+}
+
+// Positions of the seed and offset attributes of a random op.
+std::pair<size_t, size_t> seed_offset_attrs(const ops::OpSchema& schema) {
+  size_t seed = schema.attrs.size(), offset = schema.attrs.size();
+  for (size_t i = 0; i < schema.attrs.size(); ++i) {
+    if (schema.attrs[i].name == "seed") seed = i;
+    if (schema.attrs[i].name == "offset") offset = i;
+  }
+  return {seed, offset};
+}
+
+}  // namespace
+
+TensorList replay(const Trace& trace, const TensorList& inputs) {
+  const Graph& g = trace.graph;
+  if (inputs.size() != g.inputs().size()) {
+    throw Error(detail::str_cat("compile: replay: expected ", g.inputs().size(), " tensor arguments, got ",
+                                inputs.size()));
+  }
+  std::vector<Tensor> env(g.values().size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& v = g.value(g.inputs()[i]);
+    if (!inputs[i].defined() || !same_layout(inputs[i], v)) {
+      throw Error(detail::str_cat("compile: replay: argument ", i, " is ",
+                                  inputs[i].defined() ? detail::str_cat(inputs[i].dtype(), inputs[i].sizes(), " ",
+                                                                        inputs[i].device())
+                                                      : std::string("undefined"),
+                                  ", the trace has ", v.dtype, v.sizes, " ", v.device));
+    }
+    env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
+  }
+  for (size_t i = 0; i < g.captured().size(); ++i) env[static_cast<size_t>(g.captured()[i])] = trace.captured[i];
+  for (size_t i = 0; i < g.constants().size(); ++i)
+    env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
+  TensorList args;
+  for (const Node& n : g.nodes()) {
+    args.clear();
+    for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
+    ops::Attrs attrs = n.attrs;
+    if (n.draw_count >= 0) {
+      const auto [seed_at, offset_at] = seed_offset_attrs(ops::op_schema(n.op));
+      const ops::PhiloxDraw draw = ops::draw_philox(n.generator, n.draw_count);
+      attrs[seed_at] = draw.seed;
+      attrs[offset_at] = draw.offset;
+    }
+    if (n.inplace()) {
+      Tensor target = env[static_cast<size_t>(n.target)];
+      ops::dispatch_inplace(n.op, target, args, std::move(attrs));
+      env[static_cast<size_t>(n.outputs[0])] = target;
+      continue;
+    }
+    TensorList outs = ops::dispatch(n.op, args, std::move(attrs));
+    for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
+  }
+  TensorList results;
+  for (ValueId id : g.outputs()) results.push_back(env[static_cast<size_t>(id)]);
+  return results;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,104 @@
+// Capture: while a Tracer is active on a thread, every op the thread runs
+// through dispatch is recorded into a Graph instead of running (DESIGN.md 5).
+// The traced program sees meta tensors (proxies): shapes, dtypes, devices and
+// strides exactly as eager would give them, and no data.
+//
+//   compiler::Tracer tracer;
+//   Tensor x = tracer.input(real_x);             // a proxy for argument 0
+//   Tensor y = (x * 2).relu().sum(1);             // recorded, nothing runs
+//   compiler::Trace trace = tracer.finish({y});   // the graph and what it captured
+//
+// A real tensor the program reads without receiving it (a module's weight, a
+// tensor of a closure) becomes a captured value, bound by reference at every
+// replay; a number the program wrote (the 2 above) becomes a constant. A
+// random op (dropout, randn) keeps the generator it drew from: the replay
+// draws from it anew, and tracing itself draws nothing.
+//
+// replay() runs a trace's nodes in order on real tensors, through the same
+// kernels eager mode uses: the reference executable, equal to eager bitwise.
+#pragma once
+
+#include <span>
+#include <unordered_map>
+
+#include "compiler/graph.h"
+#include "ops/attrs.h"
+#include "ops/op_table.h"
+#include "ops/random.h"
+
+namespace kiln::compiler {
+
+struct Trace {
+  Graph graph;
+  // The real tensors behind graph.captured(), by slot: the replay binds these
+  // very tensors (so it sees updates made to them in place).
+  TensorList captured;
+};
+
+class Tracer {
+ public:
+  // Active on this thread until destroyed; tracers do not nest.
+  Tracer();
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  // The tracer active on this thread, or null. While an op is being recorded
+  // (its shape rule runs on proxies) none is active.
+  static Tracer* active() noexcept;
+
+  // A proxy for the next argument of the traced function. Arguments that
+  // view one storage (x and x.t()) get proxies that view one meta storage.
+  Tensor input(const Tensor& real);
+  // Ends the trace with these results (proxies, or real tensors the program
+  // returned untouched) and hands the graph over.
+  Trace finish(const TensorList& outputs);
+
+  // Called by dispatch for every op while this tracer is active.
+  TensorList record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs);
+  void record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs, ops::Attrs attrs);
+  // Called by ops::draw_philox: notes the draw for the random op recorded
+  // next, which draws anew at each replay; the generator does not advance.
+  ops::PhiloxDraw note_random_draw(Generator* generator, int64_t count);
+
+ private:
+  // The value a tensor stands for, making captured values and constants of
+  // real tensors seen for the first time.
+  ValueId value_of(const Tensor& t);
+  // The proxy (meta tensor) of a value.
+  const Tensor& proxy_of(ValueId id) const { return proxies_.at(static_cast<size_t>(id)); }
+  ValueId bind(const Tensor& proxy, ValueId id);
+  Tensor make_proxy(const Tensor& real, int32_t storage);
+  int32_t storage_of_real(const Tensor& real) const;
+  void take_random_draw(ops::OpId op, int32_t node);
+
+  Trace trace_;
+  std::unordered_map<const TensorImpl*, ValueId> values_;       // proxy or real tensor -> value
+  std::unordered_map<const Storage*, int32_t> real_storages_;   // storages of inputs and captures
+  std::unordered_map<int32_t, std::shared_ptr<Storage>> meta_storages_;  // graph storage -> its meta storage
+  std::vector<Tensor> proxies_;  // by value id; also keeps every recorded impl alive
+  TensorList keep_;              // real tensors seen, alive so their addresses stay unique
+  Tracer* previous_ = nullptr;
+  Generator* pending_generator_ = nullptr;
+  int64_t pending_count_ = -1;
+};
+
+// Runs the trace on real inputs of the traced layouts (sizes, strides,
+// dtypes, devices; kiln::Error naming the first that differs) and returns
+// its outputs. Captured tensors are read as they are now; in-place nodes
+// write inputs and captured tensors as the program did.
+TensorList replay(const Trace& trace, const TensorList& inputs);
+
+// Suspends the thread's tracer (ops run eagerly) while alive.
+class TracerPause {
+ public:
+  TracerPause() noexcept;
+  ~TracerPause();
+  TracerPause(const TracerPause&) = delete;
+  TracerPause& operator=(const TracerPause&) = delete;
+
+ private:
+  Tracer* paused_;
+};
+
+}  // namespace kiln::compiler

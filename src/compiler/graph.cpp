@@ -1,0 +1,428 @@
+#include "compiler/graph.h"
+
+#include <bit>
+#include <ostream>
+#include <sstream>
+#include <type_traits>
+
+#include "kiln/autograd.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler {
+
+using kiln::operator<<;  // Shape, hidden by this namespace's own operator<<
+
+namespace {
+
+const char* kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::kInput:
+      return "input";
+    case ValueKind::kCaptured:
+      return "captured";
+    case ValueKind::kConstant:
+      return "constant";
+    case ValueKind::kNode:
+      return "node";
+  }
+  return "?";
+}
+
+bool default_layout(const Value& v) {
+  return v.offset == 0 && v.strides == ops::contiguous_strides(v.sizes);
+}
+
+void print_type(std::ostream& os, const Value& v) {
+  os << v.dtype << v.sizes;
+  if (!default_layout(v)) os << "{" << v.strides << "+" << v.offset << "}";
+  os << " " << v.device;
+}
+
+void print_attr(std::ostream& os, const ops::AttrValue& a) {
+  std::visit(
+      [&](const auto& x) {
+        using X = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<X, std::monostate>) {
+          os << "none";
+        } else if constexpr (std::is_same_v<X, bool>) {
+          os << (x ? "true" : "false");
+        } else if constexpr (std::is_same_v<X, std::vector<int64_t>>) {
+          os << Shape(x);
+        } else if constexpr (std::is_same_v<X, std::string>) {
+          os << '"' << x << '"';
+        } else {
+          os << x;
+        }
+      },
+      a);
+}
+
+void print_node(std::ostream& os, const Graph& g, const Node& n) {
+  const ops::OpSchema& schema = ops::op_schema(n.op);
+  os << "  ";
+  for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << "%" << n.outputs[i];
+  os << " = ";
+  if (n.inplace()) os << "%" << n.target << ".";
+  os << schema.name << (n.inplace() ? "_" : "") << "(";
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    os << (i ? ", " : "");
+    if (n.inputs[i] == kNoValue) {
+      os << "none";
+    } else {
+      os << "%" << n.inputs[i];
+    }
+  }
+  os << ")";
+  if (n.attrs.size() > 0) {
+    os << " {";
+    for (size_t i = 0; i < n.attrs.size(); ++i) {
+      os << (i ? ", " : "") << (i < schema.attrs.size() ? schema.attrs[i].name : "?") << "=";
+      print_attr(os, n.attrs[i]);
+    }
+    os << "}";
+  }
+  os << " :";
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    const Value& v = g.value(n.outputs[i]);
+    os << (i ? "," : "") << " ";
+    print_type(os, v);
+    const ValueId root = g.storages()[static_cast<size_t>(v.storage)].root;
+    if (root != n.outputs[i]) os << " aliases %" << root;
+  }
+  os << "\n";
+}
+
+void print_values(std::ostream& os, const Graph& g, const char* what, const std::vector<ValueId>& ids) {
+  os << what << "(";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    os << (i ? ", " : "") << "%" << ids[i] << ": ";
+    const Value& v = g.value(ids[i]);
+    print_type(os, v);
+    if (v.kind == ValueKind::kConstant) {
+      const Tensor& c = g.constant_values()[static_cast<size_t>(v.slot)];
+      if (c.numel() == 1) os << " = " << c.item();
+    }
+    const ValueId root = g.storages()[static_cast<size_t>(v.storage)].root;
+    if (root != ids[i]) os << " aliases %" << root;
+  }
+  os << ")";
+}
+
+// splitmix64 over a running state.
+struct Hasher {
+  uint64_t h = 0x6b696c6e5f697221ull;
+  void add(uint64_t x) {
+    uint64_t z = (h ^ x) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h = z ^ (z >> 31);
+  }
+  void add_shape(const Shape& s) {
+    add(s.size());
+    for (int64_t d : s) add(static_cast<uint64_t>(d));
+  }
+  void add_string(std::string_view s) {
+    add(s.size());
+    for (char c : s) add(static_cast<unsigned char>(c));
+  }
+  void add_scalar(const Scalar& s) {
+    add(s.is_floating() ? 1 : s.is_bool() ? 2 : 3);
+    add(s.is_floating() ? std::bit_cast<uint64_t>(s.to_double()) : static_cast<uint64_t>(s.to_int()));
+  }
+  void add_value(const Value& v) {
+    add(static_cast<uint64_t>(v.kind));
+    add_shape(v.sizes);
+    add_shape(v.strides);
+    add(static_cast<uint64_t>(v.offset));
+    add(static_cast<uint64_t>(v.dtype));
+    add(static_cast<uint64_t>(v.device.kind()));
+    add(static_cast<uint64_t>(v.device.index()));
+    add(static_cast<uint64_t>(v.storage));
+    add(v.wrapped_number);
+  }
+  void add_attr(const ops::AttrValue& a) {
+    add(a.index());
+    std::visit(
+        [&](const auto& x) {
+          using X = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<X, std::monostate>) {
+          } else if constexpr (std::is_same_v<X, int64_t> || std::is_same_v<X, bool>) {
+            add(static_cast<uint64_t>(x));
+          } else if constexpr (std::is_same_v<X, double>) {
+            add(std::bit_cast<uint64_t>(x));
+          } else if constexpr (std::is_same_v<X, std::vector<int64_t>>) {
+            add_shape(x);
+          } else if constexpr (std::is_same_v<X, DType>) {
+            add(static_cast<uint64_t>(x));
+          } else if constexpr (std::is_same_v<X, Device>) {
+            add(static_cast<uint64_t>(x.kind()));
+            add(static_cast<uint64_t>(x.index()));
+          } else if constexpr (std::is_same_v<X, Scalar>) {
+            add_scalar(x);
+          } else {
+            add_string(x);
+          }
+        },
+        a);
+  }
+};
+
+[[noreturn]] void fail(size_t node, const Node& n, const std::string& what) {
+  throw Error(detail::str_cat("compiler: verify: node ", node, " (", ops::op_schema(n.op).name,
+                              "): ", what));
+}
+
+}  // namespace
+
+int32_t Graph::new_storage(const Tensor& like, ValueId root) {
+  storages_.push_back(StorageInfo{like.storage()->nbytes(), like.device(), root});
+  return static_cast<int32_t>(storages_.size() - 1);
+}
+
+ValueId Graph::add_value(Value v, const Tensor& like, int32_t storage) {
+  const auto id = static_cast<ValueId>(values_.size());
+  v.sizes = like.sizes();
+  v.strides = like.strides();
+  v.offset = like.storage_offset();
+  v.dtype = like.dtype();
+  v.device = like.device();
+  v.wrapped_number = like.is_wrapped_number();
+  v.storage = storage < 0 ? new_storage(like, id) : storage;
+  values_.push_back(std::move(v));
+  return id;
+}
+
+ValueId Graph::add_input(const Tensor& like, int32_t storage) {
+  Value v;
+  v.kind = ValueKind::kInput;
+  v.slot = static_cast<int32_t>(inputs_.size());
+  const ValueId id = add_value(std::move(v), like, storage);
+  inputs_.push_back(id);
+  return id;
+}
+
+ValueId Graph::add_captured(const Tensor& like, int32_t storage) {
+  Value v;
+  v.kind = ValueKind::kCaptured;
+  v.slot = static_cast<int32_t>(captured_.size());
+  const ValueId id = add_value(std::move(v), like, storage);
+  captured_.push_back(id);
+  return id;
+}
+
+ValueId Graph::add_constant(const Tensor& value) {
+  Value v;
+  v.kind = ValueKind::kConstant;
+  v.slot = static_cast<int32_t>(constants_.size());
+  const ValueId id = add_value(std::move(v), value, -1);
+  constants_.push_back(id);
+  constant_values_.push_back(value);
+  return id;
+}
+
+int32_t Graph::add_node(ops::OpId op, std::vector<ValueId> inputs, ops::Attrs attrs,
+                        const TensorList& outputs, ValueId target) {
+  const auto index = static_cast<int32_t>(nodes_.size());
+  const ops::OpSchema& schema = ops::op_schema(op);
+  int32_t storage = -1;
+  if (target != kNoValue) {
+    storage = value(target).storage;
+  } else if (schema.has_flag(ops::kView) && !inputs.empty() && inputs[0] != kNoValue) {
+    storage = value(inputs[0]).storage;
+  }
+  Node n;
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  n.target = target;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Value v;
+    v.kind = ValueKind::kNode;
+    v.producer = index;
+    v.output_index = static_cast<int32_t>(i);
+    n.outputs.push_back(add_value(std::move(v), outputs[i], storage));
+  }
+  nodes_.push_back(std::move(n));
+  return index;
+}
+
+Tensor Graph::meta_tensor(ValueId id) const {
+  const Value& v = value(id);
+  const StorageInfo& s = storages_.at(static_cast<size_t>(v.storage));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(s.nbytes, s.device);
+  impl->sizes = v.sizes;
+  impl->strides = v.strides;
+  impl->offset = v.offset;
+  impl->dtype = v.dtype;
+  impl->wrapped_number = v.wrapped_number;
+  return Tensor(std::move(impl));
+}
+
+void verify(const Graph& g) {
+  const auto& values = g.values();
+  std::vector<bool> defined(values.size(), false);
+  auto check_slots = [&](const std::vector<ValueId>& ids, ValueKind kind, const char* what) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const ValueId id = ids[i];
+      if (id < 0 || static_cast<size_t>(id) >= values.size() || values[id].kind != kind ||
+          values[id].slot != static_cast<int32_t>(i)) {
+        throw Error(detail::str_cat("compiler: verify: ", what, " ", i, " is not value %", id,
+                                    " of its kind and slot"));
+      }
+      defined[id] = true;
+    }
+  };
+  check_slots(g.inputs(), ValueKind::kInput, "input");
+  check_slots(g.captured(), ValueKind::kCaptured, "captured value");
+  check_slots(g.constants(), ValueKind::kConstant, "constant");
+  for (const Value& v : values) {
+    if (v.storage < 0 || static_cast<size_t>(v.storage) >= g.storages().size())
+      throw Error(detail::str_cat("compiler: verify: a value has storage ", v.storage, " of ",
+                                  g.storages().size()));
+  }
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const ops::OpSchema& schema = ops::op_schema(n.op);
+    TensorList inputs;
+    for (ValueId id : n.inputs) {
+      if (id == kNoValue) {
+        inputs.emplace_back();
+        continue;
+      }
+      if (id < 0 || static_cast<size_t>(id) >= values.size() || !defined[id])
+        fail(i, n, detail::str_cat("input %", id, " is used before it is defined"));
+      inputs.push_back(g.meta_tensor(id));
+    }
+    if (n.inplace()) {
+      if (!schema.has_flag(ops::kInplace) || schema.num_outputs != 1)
+        fail(i, n, "marked in place, but the op has no in-place form");
+      if (n.target < 0 || static_cast<size_t>(n.target) >= values.size() || !defined[n.target])
+        fail(i, n, detail::str_cat("in-place target %", n.target, " is used before it is defined"));
+    }
+    if (n.outputs.size() != static_cast<size_t>(schema.num_outputs))
+      fail(i, n, detail::str_cat(n.outputs.size(), " outputs, the op has ", schema.num_outputs));
+    TensorList expected;
+    try {
+      expected = ops::dispatch(n.op, inputs, n.attrs);
+    } catch (const Error& e) {
+      fail(i, n, detail::str_cat("its shape rule rejects the inputs: ", e.what()));
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const ValueId out = n.outputs[k];
+      if (out < 0 || static_cast<size_t>(out) >= values.size() || defined[out])
+        fail(i, n, detail::str_cat("output %", out, " is out of range or defined twice"));
+      const Value& v = values[out];
+      if (v.kind != ValueKind::kNode || v.producer != static_cast<int32_t>(i) ||
+          v.output_index != static_cast<int32_t>(k))
+        fail(i, n, detail::str_cat("output %", out, " does not name this node as its producer"));
+      const Tensor& e = expected[k];
+      if (n.inplace()) {
+        const Value& t = values[n.target];
+        if (v.storage != t.storage)
+          fail(i, n, detail::str_cat("output %", out, " should alias its target %", n.target));
+        if (e.sizes() != t.sizes || v.sizes != t.sizes || v.strides != t.strides || v.offset != t.offset ||
+            v.dtype != t.dtype || !ops::can_cast(e.dtype(), t.dtype))
+          fail(i, n, detail::str_cat("in-place output %", out, " ", v.dtype, v.sizes, " differs from its target ",
+                                     t.dtype, t.sizes, " or the result ", e.dtype(), e.sizes()));
+        defined[out] = true;
+        continue;
+      }
+      const bool is_view = schema.has_flag(ops::kView);
+      const ValueId first = n.inputs.empty() ? kNoValue : n.inputs[0];
+      if (is_view && (first == kNoValue || v.storage != values[first].storage))
+        fail(i, n, detail::str_cat("view output %", out, " should alias input %", first));
+      if (!is_view && g.storages()[static_cast<size_t>(v.storage)].root != out)
+        fail(i, n, detail::str_cat("output %", out, " should own a new storage"));
+      if (e.sizes() != v.sizes || e.dtype() != v.dtype || e.device() != v.device)
+        fail(i, n, detail::str_cat("output %", out, " is recorded as ", v.dtype, v.sizes, " ", v.device,
+                                   ", the shape rule gives ", e.dtype(), e.sizes(), " ", e.device()));
+      if (schema.has_flag(ops::kView) && (e.strides() != v.strides || e.storage_offset() != v.offset))
+        fail(i, n, detail::str_cat("view output %", out, " has strides ", v.strides, "+", v.offset,
+                                   ", the shape rule gives ", e.strides(), "+", e.storage_offset()));
+      defined[out] = true;
+    }
+  }
+  for (ValueId id : g.outputs()) {
+    if (id < 0 || static_cast<size_t>(id) >= values.size() || !defined[id])
+      throw Error(detail::str_cat("compiler: verify: graph output %", id, " is not defined"));
+  }
+}
+
+std::string to_text(const Graph& g) {
+  std::ostringstream os;
+  print_values(os, g, "graph", g.inputs());
+  if (!g.captured().empty()) print_values(os << " ", g, "captured", g.captured());
+  if (!g.constants().empty()) print_values(os << " ", g, "constants", g.constants());
+  os << " {\n";
+  for (const Node& n : g.nodes()) print_node(os, g, n);
+  os << "  return (";
+  for (size_t i = 0; i < g.outputs().size(); ++i) os << (i ? ", " : "") << "%" << g.outputs()[i];
+  os << ")\n}\n";
+  return os.str();
+}
+
+std::string to_dot(const Graph& g) {
+  std::ostringstream os;
+  os << "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
+  for (size_t i = 0; i < g.values().size(); ++i) {
+    const Value& v = g.values()[i];
+    if (v.kind == ValueKind::kNode) continue;
+    os << "  v" << i << " [shape=ellipse, label=\"%" << i << " " << kind_name(v.kind) << "\\n" << v.dtype
+       << v.sizes << "\"];\n";
+  }
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    os << "  n" << i << " [shape=box, label=\"" << ops::op_schema(n.op).name << (n.inplace() ? "_" : "")
+       << "\"" << (n.inplace() ? ", style=filled, fillcolor=\"#f4d6a0\"" : "") << "];\n";
+    for (ValueId in : n.inputs) {
+      if (in == kNoValue) continue;
+      const Value& v = g.value(in);
+      os << "  " << (v.kind == ValueKind::kNode ? "n" : "v")
+         << (v.kind == ValueKind::kNode ? v.producer : in) << " -> n" << i << " [label=\"%" << in << " "
+         << v.dtype << v.sizes << "\"];\n";
+    }
+  }
+  os << "  out [shape=plaintext, label=\"return\"];\n";
+  for (ValueId id : g.outputs()) {
+    const Value& v = g.value(id);
+    os << "  " << (v.kind == ValueKind::kNode ? "n" : "v") << (v.kind == ValueKind::kNode ? v.producer : id)
+       << " -> out [label=\"%" << id << "\"];\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+uint64_t structural_hash(const Graph& g) {
+  Hasher h;
+  for (const auto* list : {&g.inputs(), &g.captured(), &g.constants()}) {
+    h.add(list->size());
+    for (ValueId id : *list) h.add_value(g.value(id));
+  }
+  for (const Tensor& c : g.constant_values()) {
+    if (c.numel() == 1) h.add_scalar(c.item());
+  }
+  h.add(g.nodes().size());
+  for (const Node& n : g.nodes()) {
+    const ops::OpSchema& schema = ops::op_schema(n.op);
+    h.add(static_cast<uint64_t>(n.op));
+    h.add(static_cast<uint64_t>(n.target));
+    h.add(n.inputs.size());
+    for (ValueId in : n.inputs) h.add(static_cast<uint64_t>(in));
+    h.add(n.attrs.size());
+    for (size_t i = 0; i < n.attrs.size(); ++i) {
+      const std::string_view name = i < schema.attrs.size() ? schema.attrs[i].name : "";
+      if (schema.has_flag(ops::kRandom) && (name == "seed" || name == "offset")) continue;  // drawn per call
+      h.add_attr(n.attrs[i]);
+    }
+    for (ValueId out : n.outputs) h.add_value(g.value(out));
+  }
+  h.add(g.outputs().size());
+  for (ValueId id : g.outputs()) h.add(static_cast<uint64_t>(id));
+  return h.h;
+}
+
+std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }
+
+}  // namespace kiln::compiler

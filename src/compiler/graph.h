@@ -1,0 +1,136 @@
+// The compiler's IR: an SSA graph of op-table nodes (DESIGN.md 6).
+//
+// A Value is one tensor handle as the traced program saw it: its shape,
+// strides, offset, dtype and device, and the storage it lives in. Values
+// that share a storage alias each other, as views do in eager mode: a view
+// node's output has its input's storage, and an in-place node's output is a
+// new Value (a new version) of its target's storage. Nodes keep program
+// order, so running them in order over real buffers, views included,
+// reproduces eager's effects exactly; passes must respect that order where
+// storages are written (Node::target).
+//
+// Graph inputs are the compiled function's tensor arguments; captured values
+// are tensors the function read that it did not receive (module parameters,
+// buffers, tensors of a closure), bound by reference at every call; constants
+// are numbers the program wrote (x * 2.0), held by value.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "kiln/ops/factory.h"
+#include "kiln/tensor.h"
+#include "ops/attrs.h"
+#include "ops/op_table.h"
+
+namespace kiln::compiler {
+
+using ValueId = int32_t;
+inline constexpr ValueId kNoValue = -1;  // an absent optional input
+
+enum class ValueKind : uint8_t {
+  kInput,     // an argument of the compiled function
+  kCaptured,  // a tensor the function read without receiving it, by reference
+  kConstant,  // a number the program wrote, by value
+  kNode,      // an output of a node
+};
+
+struct Value {
+  ValueKind kind = ValueKind::kNode;
+  Shape sizes, strides;
+  int64_t offset = 0;  // in elements of the storage
+  DType dtype = kFloat32;
+  Device device;
+  int32_t storage = 0;  // values with one storage alias each other
+  int32_t producer = -1;      // the node of a kNode value
+  int32_t output_index = 0;   // which output of the producer
+  int32_t slot = -1;          // position among the inputs, captured values or constants
+  bool wrapped_number = false;  // a number the program wrote: promotes below tensors
+};
+
+struct Node {
+  ops::OpId op{};
+  std::vector<ValueId> inputs;  // kNoValue for an absent optional input
+  ops::Attrs attrs;
+  std::vector<ValueId> outputs;
+  // An in-place op writes its result into target (often inputs[0], not for
+  // copy): outputs[0] is target's new version, of the same layout.
+  ValueId target = kNoValue;
+  // A random op's draw: its seed and offset attributes come from this
+  // generator (null: the default one), `count` values per call, drawn anew
+  // at every replay. count < 0: the attributes are fixed.
+  Generator* generator = nullptr;
+  int64_t draw_count = -1;
+  bool inplace() const noexcept { return target != kNoValue; }
+};
+
+// A storage the graph knows: its size in bytes and where it comes from.
+struct StorageInfo {
+  size_t nbytes = 0;
+  Device device;
+  ValueId root = kNoValue;  // the first value seen in it (input, captured, constant or node output)
+};
+
+class Graph {
+ public:
+  // Builders. A value in a storage the graph already has (an input that is a
+  // view of another) passes its storage id; -1 makes a new storage.
+  ValueId add_input(const Tensor& like, int32_t storage = -1);
+  ValueId add_captured(const Tensor& like, int32_t storage = -1);
+  ValueId add_constant(const Tensor& value);
+  // Appends a node whose outputs are described by `outputs` (meta or real
+  // tensors of the right layout). A view's outputs join the storage of
+  // inputs[0]; an in-place node (target set) has one output, in target's
+  // storage.
+  int32_t add_node(ops::OpId op, std::vector<ValueId> inputs, ops::Attrs attrs,
+                   const TensorList& outputs, ValueId target = kNoValue);
+  Node& node(int32_t index) { return nodes_.at(static_cast<size_t>(index)); }
+  void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
+
+  const std::vector<Value>& values() const noexcept { return values_; }
+  const std::vector<Node>& nodes() const noexcept { return nodes_; }
+  const std::vector<StorageInfo>& storages() const noexcept { return storages_; }
+  const std::vector<ValueId>& inputs() const noexcept { return inputs_; }
+  const std::vector<ValueId>& captured() const noexcept { return captured_; }
+  const std::vector<ValueId>& constants() const noexcept { return constants_; }
+  const std::vector<ValueId>& outputs() const noexcept { return outputs_; }
+  const Value& value(ValueId id) const { return values_.at(static_cast<size_t>(id)); }
+  // The constants' values, by slot.
+  const TensorList& constant_values() const noexcept { return constant_values_; }
+
+  // A meta tensor with value id's layout (a view of a meta storage of the
+  // right size, so that shape rules see the same strides as eager).
+  Tensor meta_tensor(ValueId id) const;
+
+ private:
+  ValueId add_value(Value v, const Tensor& like, int32_t storage);
+  int32_t new_storage(const Tensor& like, ValueId root);
+
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<StorageInfo> storages_;
+  std::vector<ValueId> inputs_, captured_, constants_, outputs_;
+  TensorList constant_values_;
+};
+
+// Checks the graph's invariants and throws kiln::Error naming the first node
+// that breaks one: values defined before use, producers and storages
+// consistent, every node's shape rule reproducing its outputs' sizes and
+// dtypes from its inputs. Run after every pass in debug builds and tests.
+void verify(const Graph& graph);
+
+// Text, one line per node:  %5 = add(%3, %4) {alpha=1} : float32[2, 3] cpu
+std::string to_text(const Graph& graph);
+// Graphviz dot: values' producers as boxes, edges labelled with shapes.
+std::string to_dot(const Graph& graph);
+// A hash of the structure (ops, attributes, wiring, layouts, dtypes,
+// devices, aliasing, constants' values), the same for two traces of one
+// program on equal inputs: not of captured tensors' identities, nor of the
+// seeds a random op drew while tracing.
+uint64_t structural_hash(const Graph& graph);
+
+std::ostream& operator<<(std::ostream& os, const Graph& graph);
+
+}  // namespace kiln::compiler
