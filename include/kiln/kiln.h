@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kiln/autograd.h"
+#include "kiln/compile.h"
 #include "kiln/cuda.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"

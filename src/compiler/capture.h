@@ -28,6 +28,13 @@
 
 namespace kiln::compiler {
 
+// Thrown when the traced program reads tensor values on the host (item(),
+// to_vector(), data()): what the values are is not known while tracing.
+class DataDependentRead : public Error {
+ public:
+  using Error::Error;
+};
+
 struct Trace {
   Graph graph;
   // The real tensors behind graph.captured(), by slot: the replay binds these

@@ -43,7 +43,14 @@ bool Tensor::shares_storage(const Tensor& other) const {
 
 void* Tensor::data_ptr() const {
   const auto& st = *impl().storage;
-  if (st.is_meta()) throw DeviceError("data_ptr: a meta tensor has no data");
+  if (st.is_meta()) {
+    if (compiler::Tracer::active() != nullptr) {
+      throw compiler::DataDependentRead(detail::str_cat(
+          "the function reads the values of a ", dtype(), sizes(),
+          " tensor on the host (item(), to_vector(), data()), which tracing does not know"));
+    }
+    throw DeviceError("data_ptr: a meta tensor has no data");
+  }
   return static_cast<char*>(st.data()) + impl_->offset * static_cast<int64_t>(element_size());
 }
 

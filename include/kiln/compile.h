@@ -1,0 +1,230 @@
+// kiln::compile: runs a function once per new guard key on meta tensors,
+// records its ops into a graph, and replays the graph on later calls with the
+// same key, never calling the function again (DESIGN.md 5).
+//
+//   auto fast = kiln::compile(model);                           // a module: its forward
+//   Tensor y = fast(x);
+//   auto step = kiln::compile([&](Tensor a, Tensor b, double s) { return (a * s + b).relu(); });
+//   Tensor z = step(x, y, 0.5);                                  // traced on the first call
+//
+// Arguments may be tensors, numbers (int, int64_t, float, double, bool) and
+// std::vector<Tensor>; results tensors, std::vector<Tensor> and std::tuple or
+// std::pair of those. The guard key of a call: each tensor's sizes, strides,
+// dtype, device and requires_grad, each number's value, each list's length,
+// grad mode and the TF32 policy; captured tensors (module parameters and
+// buffers, tensors of a closure) are bound by reference and guarded on their
+// sizes, strides, dtype and device.
+//
+// Contract: host side effects inside the function (printing, counters, I/O
+// that is not a kiln op) happen while tracing only. A function that reads
+// tensor values on the host (item(), to_vector(), data()) cannot be recorded:
+// calls with that key run eagerly, and say so once (KILN_LOGS=graph_breaks);
+// with fullgraph the read is an error instead.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+enum class Mode { Default, ReduceOverhead, MaxAutotune };
+
+struct CompileOptions {
+  Mode mode = Mode::Default;
+  // A data-dependent read while tracing is an error naming the read, instead
+  // of eager execution for that key.
+  bool fullgraph = false;
+  // Traces per compiled function; past it calls run eagerly, with one warning.
+  int recompile_limit = 8;
+  // For logs and explain(): defaults to "compiled function".
+  std::string name = {};
+};
+
+struct CompileStats {
+  int64_t calls = 0;
+  int64_t replays = 0;      // calls served by a recorded graph
+  int64_t traces = 0;       // graphs recorded (the first one included)
+  int64_t eager_calls = 0;  // calls past the recompile limit or after a graph break
+  int64_t graph_breaks = 0;
+};
+
+namespace compiler {
+
+// Forgets every compiled function's recorded graphs: the next call of each traces anew.
+void reset();
+
+namespace internal {
+
+// A call's arguments flattened: its tensors, and a key of everything else the
+// trace depends on (numbers, list lengths).
+struct FlatArgs {
+  TensorList tensors;
+  std::vector<int64_t> key;
+};
+
+// Runs the user's function on the given tensors (proxies or real ones) and
+// returns its results flattened; `structure` describes their nesting.
+using Runner = std::function<TensorList(const TensorList& tensors, std::vector<int64_t>& structure)>;
+
+// The type-erased cache of a compiled function.
+class Core {
+ public:
+  Core(CompileOptions options, std::string default_name);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+  TensorList call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure);
+  CompileStats stats() const;
+  const CompileOptions& options() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// --- flattening arguments ------------------------------------------------------
+
+template <typename T>
+inline constexpr bool kIsNumber = std::is_arithmetic_v<T>;
+
+template <typename A>
+void flatten_arg(const A& a, FlatArgs& out) {
+  using T = std::remove_cvref_t<A>;
+  if constexpr (std::is_same_v<T, Tensor>) {
+    out.key.push_back(1);
+    out.tensors.push_back(a);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    out.key.push_back(2);
+    out.key.push_back(static_cast<int64_t>(a.size()));
+    out.tensors.insert(out.tensors.end(), a.begin(), a.end());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    out.key.push_back(3);
+    out.key.push_back(std::bit_cast<int64_t>(static_cast<double>(a)));
+  } else if constexpr (kIsNumber<T>) {
+    out.key.push_back(4);
+    out.key.push_back(static_cast<int64_t>(a));
+  } else {
+    static_assert(sizeof(T) == 0,
+                  "kiln::compile: arguments must be Tensor, std::vector<Tensor> or numbers");
+  }
+}
+
+// The argument as the function sees it: tensors from `tensors` (proxies while
+// tracing), numbers as they are.
+template <typename A>
+decltype(auto) rebuild_arg(A&& a, const TensorList& tensors, size_t& next) {
+  using T = std::remove_cvref_t<A>;
+  if constexpr (std::is_same_v<T, Tensor>) {
+    return Tensor(tensors[next++]);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    std::vector<Tensor> v(tensors.begin() + static_cast<std::ptrdiff_t>(next),
+                          tensors.begin() + static_cast<std::ptrdiff_t>(next + a.size()));
+    next += a.size();
+    return v;
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+// --- flattening results ----------------------------------------------------------
+
+template <typename R>
+void flatten_result(const R& r, TensorList& out, std::vector<int64_t>& structure) {
+  if constexpr (std::is_same_v<R, Tensor>) {
+    out.push_back(r);
+  } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
+    structure.push_back(static_cast<int64_t>(r.size()));
+    out.insert(out.end(), r.begin(), r.end());
+  } else if constexpr (requires { std::tuple_size<R>::value; }) {
+    std::apply([&](const auto&... parts) { (flatten_result(parts, out, structure), ...); }, r);
+  } else {
+    static_assert(sizeof(R) == 0,
+                  "kiln::compile: results must be Tensor, std::vector<Tensor>, or tuples of them");
+  }
+}
+
+template <typename R>
+R unflatten_result(const TensorList& flat, const std::vector<int64_t>& structure, size_t& next,
+                   size_t& shape_at) {
+  if constexpr (std::is_same_v<R, Tensor>) {
+    return flat[next++];
+  } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
+    const auto n = static_cast<size_t>(structure[shape_at++]);
+    std::vector<Tensor> v(flat.begin() + static_cast<std::ptrdiff_t>(next),
+                          flat.begin() + static_cast<std::ptrdiff_t>(next + n));
+    next += n;
+    return v;
+  } else {
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      // Braced initialization evaluates the parts in order.
+      return R{unflatten_result<std::tuple_element_t<I, R>>(flat, structure, next, shape_at)...};
+    }(std::make_index_sequence<std::tuple_size_v<R>>{});
+  }
+}
+
+}  // namespace internal
+}  // namespace compiler
+
+// A compiled function: call it like the function it wraps.
+template <typename F>
+class Compiled {
+ public:
+  Compiled(F f, CompileOptions options)
+      : f_(std::make_shared<F>(std::move(f))),
+        core_(std::make_shared<compiler::internal::Core>(std::move(options), "compiled function")) {}
+
+  template <typename... Args>
+  auto operator()(Args&&... args) const {
+    using R = std::remove_cvref_t<std::invoke_result_t<F&, Args&&...>>;
+    compiler::internal::FlatArgs flat;
+    (compiler::internal::flatten_arg(args, flat), ...);
+    const compiler::internal::Runner run = [&](const TensorList& tensors, std::vector<int64_t>& structure) {
+      size_t next = 0;
+      // Arguments are rebuilt left to right (braced initialization of a tuple).
+      auto rebuilt = std::tuple<decltype(compiler::internal::rebuild_arg(std::forward<Args>(args), tensors,
+                                                                       next))...>{
+          compiler::internal::rebuild_arg(std::forward<Args>(args), tensors, next)...};
+      TensorList out;
+      structure.clear();
+      compiler::internal::flatten_result(std::apply(*f_, std::move(rebuilt)), out, structure);
+      return out;
+    };
+    std::vector<int64_t> structure;
+    const TensorList flat_out = core_->call(flat, run, structure);
+    size_t next = 0, shape_at = 0;
+    return compiler::internal::unflatten_result<R>(flat_out, structure, next, shape_at);
+  }
+
+  CompileStats stats() const { return core_->stats(); }
+
+ private:
+  std::shared_ptr<F> f_;
+  std::shared_ptr<compiler::internal::Core> core_;
+};
+
+// Compiles a callable of tensors and numbers.
+template <typename F>
+  requires(!requires(F& f) { f.parameters(); })
+Compiled<std::decay_t<F>> compile(F&& f, CompileOptions options = {}) {
+  return Compiled<std::decay_t<F>>(std::forward<F>(f), std::move(options));
+}
+
+// Compiles a module's forward. The module is referenced, not copied: it must
+// outlive the compiled function, and its parameters are read at every call.
+template <typename M>
+  requires requires(M& m) { m.parameters(); }
+auto compile(M& module, CompileOptions options = {}) {
+  auto forward = [m = &module](auto&&... args) { return m->forward(std::forward<decltype(args)>(args)...); };
+  return Compiled<decltype(forward)>(std::move(forward), std::move(options));
+}
+
+}  // namespace kiln

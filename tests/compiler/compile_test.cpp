@@ -1,0 +1,214 @@
+// kiln::compile: guards, the cache, recompiles, eager fallbacks, modules,
+// autograd and threads, each against eager mode.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "compiler/logs.h"
+#include "kiln/kiln.h"
+#include "unit/expect_error.h"
+
+namespace kiln {
+namespace {
+
+namespace F = nn::functional;
+using kiln::testing::expect_error;
+
+bool same(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
+  return true;
+}
+
+// Collects the lines of the given log channels while alive.
+class LogCapture {
+ public:
+  explicit LogCapture(const std::string& channels) {
+    compiler::set_log_capture(channels, [this](const std::string& line) { lines.push_back(line); });
+  }
+  ~LogCapture() { compiler::set_log_capture("", {}); }
+  bool contains(const std::string& s) const {
+    for (const auto& l : lines)
+      if (l.find(s) != std::string::npos) return true;
+    return false;
+  }
+  std::vector<std::string> lines;
+};
+
+TEST(Compile, ReplaysWithoutCallingTheFunctionAgain) {
+  int calls = 0;
+  const auto f = [&](const Tensor& x, const Tensor& y) {
+    ++calls;  // a host side effect: happens while tracing only
+    return relu(x * 2.0 - y).sum({1});
+  };
+  const auto fast = compile(f);
+  for (int i = 0; i < 5; ++i) {
+    const Tensor x = randn({3, 4}), y = randn({4});
+    const Tensor expected = relu(x * 2.0 - y).sum({1});
+    EXPECT_TRUE(same(fast(x, y), expected)) << i;
+  }
+  EXPECT_EQ(calls, 1);
+  const CompileStats s = fast.stats();
+  EXPECT_EQ(s.calls, 5);
+  EXPECT_EQ(s.traces, 1);
+  EXPECT_EQ(s.replays, 5);
+  EXPECT_EQ(s.eager_calls, 0);
+}
+
+TEST(Compile, ANewGuardRecompilesAndTheLogNamesIt) {
+  LogCapture logs("recompiles");
+  const auto fast = compile([](const Tensor& x) { return x.softmax(-1) * 3.0; }, {.name = "scaled_softmax"});
+  const Tensor a = randn({2, 3}), b = randn({4, 3}), c = randn({3, 2}).t();
+  EXPECT_TRUE(same(fast(a), a.softmax(-1) * 3.0));
+  EXPECT_TRUE(same(fast(b), b.softmax(-1) * 3.0));
+  EXPECT_TRUE(logs.contains("recompiling scaled_softmax (trace 2 of at most 8): argument 0 sizes was [2, 3], now [4, 3]"))
+      << (logs.lines.empty() ? "" : logs.lines.back());
+  EXPECT_TRUE(same(fast(c), c.softmax(-1) * 3.0));  // same sizes as a, other strides
+  EXPECT_TRUE(logs.contains("argument 0 strides was [3, 1], now [1, 2]"));
+  EXPECT_TRUE(same(fast(a.to(kFloat64)), a.to(kFloat64).softmax(-1) * 3.0));
+  EXPECT_TRUE(logs.contains("argument 0 dtype was float32, now float64"));
+  const Tensor again = randn({2, 3});
+  EXPECT_TRUE(same(fast(again), again.softmax(-1) * 3.0));
+  EXPECT_EQ(fast.stats().traces, 4);  // a's key was seen: no new trace
+}
+
+TEST(Compile, NumbersAreGuardedByValue) {
+  int calls = 0;
+  const auto fast = compile([&](const Tensor& x, double scale, int64_t dim) {
+    ++calls;
+    return (x * scale).sum({dim});
+  });
+  const Tensor x = randn({3, 5});
+  EXPECT_TRUE(same(fast(x, 0.5, int64_t{1}), (x * 0.5).sum({1})));
+  EXPECT_TRUE(same(fast(x, 2.0, int64_t{1}), (x * 2.0).sum({1})));
+  EXPECT_TRUE(same(fast(x, 2.0, int64_t{0}), (x * 2.0).sum({0})));
+  EXPECT_TRUE(same(fast(x, 0.5, int64_t{1}), (x * 0.5).sum({1})));
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(Compile, PastTheRecompileLimitCallsRunEagerly) {
+  int calls = 0;
+  const auto fast = compile(
+      [&](const Tensor& x) {
+        ++calls;
+        return x.exp();
+      },
+      {.recompile_limit = 2});
+  for (int64_t n = 1; n <= 4; ++n) {
+    const Tensor x = randn({n});
+    EXPECT_TRUE(same(fast(x), x.exp())) << n;
+  }
+  const CompileStats s = fast.stats();
+  EXPECT_EQ(s.traces, 2);
+  EXPECT_EQ(s.eager_calls, 2);
+  EXPECT_EQ(calls, 4);  // two traces, two eager calls
+  expect_error<ValueError>([] { compile([](const Tensor& x) { return x; }, {.recompile_limit = 0}); },
+                           "recompile_limit");
+}
+
+TEST(Compile, AValueReadOnTheHostRunsThatKeyEagerlyOrFailsUnderFullgraph) {
+  LogCapture logs("graph_breaks");
+  const auto branchy = [](const Tensor& x) { return x.sum().item<float>() > 0 ? x * 2.0 : x - 1.0; };
+  const auto fast = compile(branchy);
+  const Tensor pos = ones({3}), neg = -ones({3});
+  EXPECT_TRUE(same(fast(pos), pos * 2.0));
+  EXPECT_TRUE(same(fast(neg), neg - 1.0));  // same key, decided eagerly each call
+  EXPECT_EQ(fast.stats().graph_breaks, 1);
+  EXPECT_EQ(fast.stats().eager_calls, 2);
+  EXPECT_TRUE(logs.contains("reads the values of a float32[] tensor on the host")) << logs.lines.size();
+  const auto strict = compile(branchy, {.fullgraph = true, .name = "branchy"});
+  expect_error<Error>([&] { strict(pos); }, "branchy (fullgraph)", "reads the values");
+}
+
+TEST(Compile, ModulesAreReadByReference) {
+  LogCapture logs("recompiles");
+  Generator gen(1);
+  nn::Linear linear(4, 3);
+  const auto fast = compile(linear);
+  const Tensor x = randn({2, 4}, {}, &gen);
+  NoGradGuard no_grad;
+  EXPECT_TRUE(same(fast(x), linear(x)));
+  linear.weight.mul_(0.5);  // seen by the next replay: no retrace
+  EXPECT_TRUE(same(fast(x), linear(x)));
+  EXPECT_EQ(fast.stats().traces, 1);
+  // A function whose arguments keep their guards while the parameters change
+  // dtype in place: the captured guards catch it.
+  const auto cast_then_linear = compile([&](const Tensor& in) { return linear(in.to(linear.weight.dtype())); });
+  EXPECT_TRUE(same(cast_then_linear(x), linear(x)));
+  linear.to(kFloat64);
+  EXPECT_TRUE(same(cast_then_linear(x), linear(x.to(kFloat64))));
+  EXPECT_EQ(cast_then_linear.stats().traces, 2);
+  EXPECT_TRUE(logs.contains("captured tensor 0 (float32[3, 4] cpu) is now float64[3, 4] cpu")) << logs.lines.size();
+}
+
+TEST(Compile, ResultsKeepTheirStructure) {
+  const auto fast = compile([](const Tensor& x, const std::vector<Tensor>& ys) {
+    std::vector<Tensor> sums;
+    for (const Tensor& y : ys) sums.push_back(x + y);
+    return std::make_tuple(x.neg(), sums, std::make_pair(x.exp(), x.abs()));
+  });
+  const Tensor x = randn({3});
+  const std::vector<Tensor> ys = {randn({3}), randn({3})};
+  const auto [n, sums, pair] = fast(x, ys);
+  EXPECT_TRUE(same(n, x.neg()));
+  ASSERT_EQ(sums.size(), 2u);
+  EXPECT_TRUE(same(sums[1], x + ys[1]));
+  EXPECT_TRUE(same(pair.second, x.abs()));
+  const auto [n3, sums3, pair3] = fast(x, std::vector<Tensor>{ys[0], ys[1], ys[0]});  // list length is a guard
+  EXPECT_EQ(sums3.size(), 3u);
+  EXPECT_EQ(fast.stats().traces, 2);
+}
+
+TEST(Compile, GradientsFlowThroughCompiledCalls) {
+  const auto f = [](const Tensor& x, const Tensor& w) { return (x.matmul(w).tanh() * 0.5).sum(); };
+  const auto fast = compile(f);
+  const Tensor x = randn({4, 3}), w0 = randn({3, 2});
+  const Tensor w = w0.clone().requires_grad_(), v = w0.clone().requires_grad_();
+  fast(x, w).backward();
+  f(x, v).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(same(w.grad(), v.grad()));
+}
+
+TEST(Compile, ThreadsShareOneCompiledFunction) {
+  nn::Linear linear(8, 4);
+  const auto fast = compile([&](const Tensor& x) { return linear(x).relu(); }, {.recompile_limit = 64});
+  NoGradGuard no_grad;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      NoGradGuard no_grad_here;
+      Generator gen(static_cast<uint64_t>(t));
+      for (int i = 0; i < 20; ++i) {
+        const Tensor x = randn({1 + (t + i) % 3, 8}, {}, &gen);
+        if (!same(fast(x), linear(x).relu())) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_GE(fast.stats().traces, 3);
+  EXPECT_LE(fast.stats().traces, 3 * 8);  // threads may trace one key at once
+  EXPECT_EQ(fast.stats().calls, 160);
+}
+
+TEST(Compile, ResetForgetsTheGraphs) {
+  int calls = 0;
+  const auto fast = compile([&](const Tensor& x) {
+    ++calls;
+    return x + 1;
+  });
+  const Tensor x = ones({2});
+  fast(x);
+  fast(x);
+  compiler::reset();
+  fast(x);
+  EXPECT_EQ(calls, 2);
+}
+
+}  // namespace
+}  // namespace kiln
