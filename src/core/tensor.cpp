@@ -117,6 +117,11 @@ Tensor Tensor::to(DType t) const {
 
 Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
+  if (is_meta() && compiler::Tracer::active() != nullptr) {
+    throw Error(detail::str_cat("compile: to(", d, ") of a ", dtype(), sizes(), " tensor on ", device(),
+                                " inside a compiled function: copies between devices are not recorded yet; "
+                                "move tensors before the call"));
+  }
   // Gathered on its own device first, then one copy of contiguous bytes.
   const Tensor src = contiguous();
   const Device on = d.is_cpu() ? device() : d;

@@ -123,6 +123,11 @@ TEST(Compile, AValueReadOnTheHostRunsThatKeyEagerlyOrFailsUnderFullgraph) {
   expect_error<Error>([&] { strict(pos); }, "branchy (fullgraph)", "reads the values");
 }
 
+TEST(Compile, CopiesBetweenDevicesAreNotRecordedYetAndSaySo) {
+  const auto f = compile([](const Tensor& x) { return x.to(Device::cuda()); });
+  expect_error<Error>([&] { f(ones({2})); }, "to(cuda:0)", "not recorded yet");
+}
+
 TEST(Compile, ModulesAreReadByReference) {
   LogCapture logs("recompiles");
   Generator gen(1);
