@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "compiler/capture.h"
+#include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "compiler/logs.h"
 #include "kiln/autograd.h"
@@ -33,22 +34,29 @@ struct KeyHash {
   }
 };
 
-// The layout facts a graph depends on.
+// The facts about a captured tensor a graph depends on.
 struct LayoutGuard {
   Shape sizes, strides;
   DType dtype;
   Device device;
+  bool requires_grad;
   bool matches(const Tensor& t) const {
-    return t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype && t.device() == device;
+    return t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype && t.device() == device &&
+           t.requires_grad() == requires_grad;
   }
 };
 
-LayoutGuard layout_of(const Tensor& t) { return {t.sizes(), t.strides(), t.dtype(), t.device()}; }
+LayoutGuard layout_of(const Tensor& t) {
+  return {t.sizes(), t.strides(), t.dtype(), t.device(), t.requires_grad()};
+}
 
 struct Entry {
   std::vector<int64_t> key;
   std::vector<std::pair<std::string, std::string>> described;  // (guard, value), for logs
-  std::optional<Trace> trace;  // none: calls with this key run eagerly (a graph break)
+  std::shared_ptr<const Trace> trace;  // none: calls with this key run eagerly (a graph break)
+  // The lowered schedule, where no gradient is recorded; else calls replay
+  // the trace through dispatch, which records autograd as eager does.
+  std::shared_ptr<const Executable> executable;
   std::vector<int64_t> structure;
   std::vector<LayoutGuard> captured;
 };
@@ -211,7 +219,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
           ++m.stats.replays;
         }
         structure = entry->structure;
-        return replay(*entry->trace, args.tensors);
+        return entry->executable ? entry->executable->run(args.tensors) : replay(*entry->trace, args.tensors);
       }
     }
     if (!entry->trace) return run(args.tensors, structure);
@@ -260,7 +268,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     proxies.reserve(args.tensors.size());
     for (const Tensor& t : args.tensors) proxies.push_back(tracer.input(t));
     const TensorList outputs = run(proxies, structure);
-    entry->trace = tracer.finish(outputs);
+    entry->trace = std::make_shared<const Trace>(tracer.finish(outputs));
   } catch (const DataDependentRead& e) {
     if (m.options.fullgraph) {
       throw Error(detail::str_cat("compile: ", m.options.name, " (fullgraph): ", e.what()));
@@ -271,7 +279,13 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   entry->structure = structure;
   if (entry->trace) {
     verify(entry->trace->graph);
-    for (const Tensor& t : entry->trace->captured) entry->captured.push_back(layout_of(t));
+    bool needs_grad = false;
+    for (const Tensor& t : entry->trace->captured) {
+      entry->captured.push_back(layout_of(t));
+      needs_grad = needs_grad || t.requires_grad();
+    }
+    for (const Tensor& t : args.tensors) needs_grad = needs_grad || t.requires_grad();
+    if (!(needs_grad && is_grad_enabled())) entry->executable = std::make_shared<const Executable>(entry->trace);
     log(LogChannel::kGraphs, detail::str_cat(m.options.name, ", trace ", m.stats.traces, ":\n",
                                              to_text(entry->trace->graph)));
   }
@@ -291,7 +305,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     std::lock_guard lock(m.mutex);
     ++m.stats.replays;
   }
-  return replay(*entry->trace, args.tensors);
+  return entry->executable ? entry->executable->run(args.tensors) : replay(*entry->trace, args.tensors);
 }
 
 }  // namespace internal

@@ -138,6 +138,15 @@ bool can_cast(DType from, DType to) noexcept {
   return true;
 }
 
+Inferred infer(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
+  const OpSchema& schema = op_schema(op);
+  ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
+  ctx.input_casts.resize(inputs.size());
+  return Inferred{std::move(ctx.outputs), std::move(ctx.input_casts), std::move(attrs)};
+}
+
+const backend::KernelFn& kernel_for(OpId op, Device device) { return find_kernel(op_schema(op), device); }
+
 TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
   if (compiler::Tracer* tracer = compiler::Tracer::active()) return tracer->record(op, inputs, std::move(attrs));
   OpProfileScope profile(op);

@@ -8,6 +8,7 @@
 
 #include "kiln/tensor.h"
 #include "ops/attrs.h"
+#include "backends/backend.h"
 #include "ops/op_table.h"
 
 namespace kiln::ops {
@@ -21,6 +22,19 @@ Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs = {}
 Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs = {});
 Tensor& dispatch_inplace(OpId op, Tensor& self, std::initializer_list<Tensor> inputs,
                          Attrs attrs = {});
+
+// What dispatch works out for a call before running it: the shape rule's
+// outputs, the input casts, and the attributes as the rule canonicalized
+// them. The compiler lowers nodes with it.
+struct Inferred {
+  std::vector<TensorMeta> outputs;
+  std::vector<std::optional<DType>> input_casts;
+  Attrs attrs;
+};
+Inferred infer(OpId op, std::span<const Tensor> inputs, Attrs attrs);
+// The kernel dispatch runs for op on device (the reference kernel on the CPU
+// under ReferenceModeGuard); kiln::Error when there is none.
+const backend::KernelFn& kernel_for(OpId op, Device device);
 
 // While alive on a thread, CPU ops on that thread run their reference kernels.
 class ReferenceModeGuard {

@@ -2,6 +2,7 @@
 // autograd and threads, each against eager mode.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -199,6 +200,45 @@ TEST(Compile, ThreadsShareOneCompiledFunction) {
   EXPECT_GE(fast.stats().traces, 3);
   EXPECT_LE(fast.stats().traces, 3 * 8);  // threads may trace one key at once
   EXPECT_EQ(fast.stats().calls, 160);
+}
+
+// Guard soundness: random sequences of shapes, layouts, dtypes, devices and
+// numbers, every call checked against eager. A stale graph would give a
+// wrong value, shape or dtype.
+TEST(Compile, GuardsAreSoundOverRandomCalls) {
+  const auto f = [](const Tensor& x, const Tensor& y, double s, int64_t dim) {
+    const Tensor z = x * s + y;
+    return std::make_tuple(z.softmax(dim), (z.abs() + 1).log().sum({dim}), z.narrow(dim, 0, 1));
+  };
+  const auto fast = compile(f, {.recompile_limit = 100000});
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda::is_available()) devices.push_back(Device::cuda());
+  uint64_t state = 12345;
+  const auto pick = [&](int64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(n));
+  };
+  Generator gen(8);
+  for (int i = 0; i < 300; ++i) {
+    const int64_t rows = 1 + pick(3), cols = 1 + 3 * pick(2);
+    const DType dtype = pick(2) ? kFloat32 : kFloat64;
+    const Device device = devices[static_cast<size_t>(pick(static_cast<int64_t>(devices.size())))];
+    Tensor x = pick(2) ? randn({rows, cols}, {}, &gen) : randn({cols, rows}, {}, &gen).t();
+    const Shape y_shape = pick(3) == 0 ? Shape{cols} : pick(2) ? Shape{rows, cols} : Shape{1};
+    x = x.to(dtype).to(device);
+    const Tensor y = randn(y_shape, {}, &gen).to(pick(2) ? dtype : kFloat32).to(device);
+    const double scale = std::array<double, 3>{0.5, 2.0, -1.0}[static_cast<size_t>(pick(3))];
+    const int64_t dim = pick(2);
+    const auto [a, b, c] = fast(x, y, scale, dim);
+    const auto [ea, eb, ec] = f(x, y, scale, dim);
+    ASSERT_TRUE(same(a.to(Device::cpu()), ea.to(Device::cpu()))) << "call " << i;
+    ASSERT_TRUE(same(b.to(Device::cpu()), eb.to(Device::cpu()))) << "call " << i;
+    ASSERT_TRUE(same(c.to(Device::cpu()), ec.to(Device::cpu()))) << "call " << i;
+    ASSERT_EQ(c.strides(), ec.strides()) << "call " << i;
+  }
+  const CompileStats st = fast.stats();
+  EXPECT_EQ(st.calls, 300);
+  EXPECT_GT(st.replays - st.traces, 0) << "no call hit the cache";
 }
 
 TEST(Compile, ResetForgetsTheGraphs) {

@@ -1,0 +1,153 @@
+#include "compiler/executable.h"
+
+#include "backends/backend.h"
+#include "kiln/autograd.h"
+#include "ops/dispatch.h"
+#include "ops/random.h"
+
+namespace kiln::compiler {
+
+struct Executable::Step {
+  enum class Kind { kKernel, kView, kInplace } kind = Kind::kKernel;
+  const Node* node = nullptr;
+  const ops::OpSchema* schema = nullptr;
+  const backend::KernelFn* kernel = nullptr;
+  ops::Attrs attrs;                                 // canonicalized by the shape rule
+  std::vector<std::optional<DType>> input_casts;
+  std::vector<ops::TensorMeta> outputs;             // kernel outputs: sizes, dtype, device
+  // Views: each output's strides and offset relative to its input's offset.
+  std::vector<int64_t> view_offset_delta;
+  size_t seed_at = 0, offset_at = 0;                // random ops: where the draw goes
+};
+
+namespace {
+
+std::pair<size_t, size_t> seed_offset_positions(const ops::OpSchema& schema) {
+  size_t seed = 0, offset = 0;
+  for (size_t i = 0; i < schema.attrs.size(); ++i) {
+    if (schema.attrs[i].name == "seed") seed = i;
+    if (schema.attrs[i].name == "offset") offset = i;
+  }
+  return {seed, offset};
+}
+
+Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = v.sizes;
+  impl->strides = v.strides;
+  impl->offset = offset;
+  impl->dtype = v.dtype;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) {
+  const Graph& g = trace_->graph;
+  plan_ = plan_memory(g);
+  NoGradGuard no_grad;
+  steps_.reserve(g.nodes().size());
+  for (const Node& n : g.nodes()) {
+    Step s;
+    s.node = &n;
+    s.schema = &ops::op_schema(n.op);
+    if (n.draw_count >= 0) std::tie(s.seed_at, s.offset_at) = seed_offset_positions(*s.schema);
+    if (n.inplace()) {
+      s.kind = Step::Kind::kInplace;
+      s.attrs = n.attrs;
+    } else if (s.schema->has_flag(ops::kView)) {
+      s.kind = Step::Kind::kView;
+      const int64_t base = g.value(n.inputs[0]).offset;
+      for (ValueId out : n.outputs) s.view_offset_delta.push_back(g.value(out).offset - base);
+    } else {
+      TensorList metas;
+      for (ValueId id : n.inputs) metas.push_back(id == kNoValue ? Tensor() : g.meta_tensor(id));
+      ops::Inferred inferred = ops::infer(n.op, metas, n.attrs);
+      s.attrs = std::move(inferred.attrs);
+      s.input_casts = std::move(inferred.input_casts);
+      s.outputs = std::move(inferred.outputs);
+      const Device device = s.outputs.empty() ? Device::cpu() : s.outputs[0].device;
+      s.kernel = &ops::kernel_for(n.op, device);
+    }
+    steps_.push_back(std::move(s));
+  }
+}
+
+Executable::~Executable() = default;
+
+size_t Executable::num_steps() const noexcept { return steps_.size(); }
+
+TensorList Executable::run(const TensorList& inputs) const {
+  const Graph& g = trace_->graph;
+  std::vector<Tensor> env(g.values().size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
+  for (size_t i = 0; i < g.captured().size(); ++i)
+    env[static_cast<size_t>(g.captured()[i])] = trace_->captured[i];
+  for (size_t i = 0; i < g.constants().size(); ++i)
+    env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
+  // One arena per device; planned storages are slices that keep it alive.
+  std::vector<std::shared_ptr<Storage>> arenas;
+  arenas.reserve(plan_.arenas.size());
+  for (const auto& a : plan_.arenas)
+    arenas.push_back(backend::backend_for(a.device.kind()).allocate(a.nbytes, a.device));
+  TensorList args, casts;
+  for (const Step& s : steps_) {
+    const Node& n = *s.node;
+    args.clear();
+    for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
+    const ops::Attrs* attrs = &s.attrs;
+    ops::Attrs drawn;
+    if (n.draw_count >= 0) {
+      drawn = s.kind == Step::Kind::kView ? n.attrs : s.attrs;
+      const ops::PhiloxDraw draw = ops::draw_philox(n.generator, n.draw_count);
+      drawn[s.seed_at] = draw.seed;
+      drawn[s.offset_at] = draw.offset;
+      attrs = &drawn;
+    }
+    switch (s.kind) {
+      case Step::Kind::kView:
+        for (size_t k = 0; k < n.outputs.size(); ++k) {
+          const Value& v = g.value(n.outputs[k]);
+          env[static_cast<size_t>(n.outputs[k])] =
+              view_of(args[0], v, args[0].storage_offset() + s.view_offset_delta[k]);
+        }
+        break;
+      case Step::Kind::kInplace: {
+        Tensor target = env[static_cast<size_t>(n.target)];
+        ops::dispatch_inplace(n.op, target, args, *attrs);
+        env[static_cast<size_t>(n.outputs[0])] = target;
+        break;
+      }
+      case Step::Kind::kKernel: {
+        for (size_t i = 0; i < s.input_casts.size() && i < args.size(); ++i)
+          if (s.input_casts[i]) args[i] = args[i].to(*s.input_casts[i]);
+        TensorList outs;
+        outs.reserve(s.outputs.size());
+        for (size_t k = 0; k < s.outputs.size(); ++k) {
+          const ops::TensorMeta& m = s.outputs[k];
+          const Value& v = g.value(n.outputs[k]);
+          const auto storage = static_cast<size_t>(v.storage);
+          const PlannedStorage& p = plan_.storages[storage];
+          if (p.in_arena) {
+            const std::shared_ptr<Storage>& arena = arenas[static_cast<size_t>(plan_.arena_of[storage])];
+            auto slice = std::make_shared<Storage>(static_cast<char*>(arena->data()) + p.offset, p.nbytes,
+                                                   m.device, [keep = arena](void*) {});
+            outs.push_back(ops::make_tensor(std::move(slice), m.sizes, m.dtype));
+          } else {
+            outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
+          }
+        }
+        (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs});
+        for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
+        break;
+      }
+    }
+  }
+  TensorList results;
+  results.reserve(g.outputs().size());
+  for (ValueId id : g.outputs()) results.push_back(env[static_cast<size_t>(id)]);
+  return results;
+}
+
+}  // namespace kiln::compiler

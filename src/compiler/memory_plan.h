@@ -1,0 +1,46 @@
+// The memory plan of an executable: every storage that a graph's nodes make
+// and that does not leave the graph gets an offset in one arena per device,
+// and storages whose lifetimes do not overlap share bytes (DESIGN.md 7).
+//
+// A storage lives from the node that makes it to the last node that reads or
+// writes any value in it (views included). Storages that hold a graph output
+// (or a view of one) leave the graph and are allocated on their own; inputs,
+// captured values and constants are the caller's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "compiler/graph.h"
+
+namespace kiln::compiler {
+
+struct PlannedStorage {
+  bool in_arena = false;  // false: the caller's, or allocated on its own (an output)
+  size_t offset = 0;      // in the arena of its device
+  size_t nbytes = 0;
+  int32_t first = -1, last = -1;  // the nodes that make it and use it last
+};
+
+struct MemoryPlan {
+  std::vector<PlannedStorage> storages;  // by graph storage id
+  // One arena per device the graph uses: its device and size.
+  struct Arena {
+    Device device;
+    size_t nbytes = 0;
+  };
+  std::vector<Arena> arenas;
+  std::vector<int32_t> arena_of;  // by storage id: index into arenas (-1 when not in an arena)
+  size_t planned_bytes = 0;       // the sum of the planned storages' sizes, before sharing
+};
+
+// Offsets aligned to `alignment` bytes (64 on the CPU, 256 on CUDA devices:
+// what the eager allocators give, so kernels see the same alignment).
+MemoryPlan plan_memory(const Graph& graph);
+
+// Checks that no two storages live at one time overlap in an arena; throws
+// kiln::Error naming them. Tests run it on every plan.
+void check_plan(const Graph& graph, const MemoryPlan& plan);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,165 @@
+// The memory plan and the executable: plans never overlap live storages and
+// reuse dead ones; executables give eager's results bitwise.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "compiler/capture.h"
+#include "compiler/executable.h"
+#include "compiler/memory_plan.h"
+#include "kiln/kiln.h"
+#include "unit/expect_error.h"
+
+namespace kiln::compiler {
+namespace {
+
+namespace F = nn::functional;
+using kiln::testing::expect_error;
+using Program = std::function<TensorList(const TensorList&)>;
+
+bool same(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
+  return true;
+}
+
+std::shared_ptr<const Trace> trace_of(const Program& f, const TensorList& args) {
+  Tracer tracer;
+  TensorList proxies;
+  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
+  return std::make_shared<const Trace>(tracer.finish(f(proxies)));
+}
+
+// Runs f eagerly, through replay and through the executable: all three equal.
+void expect_executable_matches(const Program& f, const TensorList& args) {
+  const auto t = trace_of(f, args);
+  verify(t->graph);
+  const Executable exe(t);
+  check_plan(t->graph, exe.plan());
+  const TensorList expected = f(args);
+  const TensorList actual = exe.run(args);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_TRUE(same(actual[i], expected[i])) << "output " << i << ":\n" << to_text(t->graph);
+    EXPECT_EQ(actual[i].strides(), expected[i].strides()) << i;
+  }
+}
+
+TEST(MemoryPlan, ReusesDeadStoragesAndKeepsOutputsAndInputsOut) {
+  // x -> a -> b -> c -> d: each intermediate dies once the next is made.
+  const auto t = trace_of(
+      [](const TensorList& a) {
+        Tensor y = a[0].exp();
+        for (int i = 0; i < 6; ++i) y = (y * 0.5).tanh();
+        return TensorList{y.sum()};
+      },
+      {ones({64, 64})});
+  const MemoryPlan plan = plan_memory(t->graph);
+  check_plan(t->graph, plan);
+  ASSERT_EQ(plan.arenas.size(), 1u);
+  const size_t one = 64 * 64 * 4;
+  EXPECT_GE(plan.planned_bytes, 12 * one);
+  EXPECT_LE(plan.arenas[0].nbytes, 2 * one + 4096) << "dead intermediates were not reused";
+  // The input and the output are not in the arena.
+  EXPECT_FALSE(plan.storages[static_cast<size_t>(t->graph.value(t->graph.inputs()[0]).storage)].in_arena);
+  EXPECT_FALSE(plan.storages[static_cast<size_t>(t->graph.value(t->graph.outputs()[0]).storage)].in_arena);
+}
+
+TEST(MemoryPlan, AStorageLivesAsLongAsItsViews) {
+  // b is read through a view after c is made: b and c must not share bytes.
+  const auto t = trace_of(
+      [](const TensorList& a) {
+        Tensor b = a[0] + 1.0;
+        Tensor view = b.t();
+        Tensor c = a[0] * 2.0;
+        Tensor d = c + view.t();
+        return TensorList{d.sum()};
+      },
+      {ones({8, 8})});
+  const MemoryPlan plan = plan_memory(t->graph);
+  check_plan(t->graph, plan);
+  const Graph& g = t->graph;
+  const auto storage_of_node = [&](size_t node) { return static_cast<size_t>(g.value(g.nodes()[node].outputs[0]).storage); };
+  const PlannedStorage& b = plan.storages[storage_of_node(0)];
+  EXPECT_GE(b.last, 4) << to_text(g);  // read by the add through the view
+}
+
+TEST(MemoryPlan, CheckPlanFindsOverlaps) {
+  const auto t = trace_of([](const TensorList& a) { return TensorList{((a[0] + 1.0) * (a[0] + 2.0)).sum()}; },
+                          {ones({16})});
+  MemoryPlan plan = plan_memory(t->graph);
+  check_plan(t->graph, plan);
+  // Move every arena storage to offset 0: the two sums are alive together.
+  for (auto& p : plan.storages) p.offset = 0;
+  expect_error<Error>([&] { check_plan(t->graph, plan); }, "memory plan", "overlap");
+}
+
+TEST(Executable, MatchesEagerBitwise) {
+  Generator gen(2);
+  expect_executable_matches(
+      [](const TensorList& a) { return TensorList{relu(a[0] * 2.0 - a[1]).sum({1}), a[0].t().exp()}; },
+      {randn({3, 4}, {}, &gen), randn({4}, {}, &gen)});
+  // Integer and mixed dtypes: casts the shape rules ask for.
+  expect_executable_matches(
+      [](const TensorList& a) { return TensorList{(a[0] + a[1]) / 3, a[0].to(kFloat64).mean()}; },
+      {arange(0, 12).view({3, 4}), randn({4}, {}, &gen)});
+  // Views of intermediates returned, in-place writes, a view's offset.
+  expect_executable_matches(
+      [](const TensorList& a) {
+        Tensor x = a[0] * 3.0;
+        Tensor row = x.narrow(0, 1, 2);
+        row.add_(1.0);
+        return TensorList{row, x.select(1, 2), x.softmax(-1)};
+      },
+      {randn({4, 5}, {}, &gen)});
+  // Inputs that are views with an offset (same strides, another offset than traced).
+  const Tensor base = randn({6, 5}, {}, &gen);
+  const auto t = trace_of([](const TensorList& a) { return TensorList{a[0].t().contiguous() + 1.0}; },
+                          {base.narrow(0, 0, 3)});
+  const Executable exe(t);
+  const Tensor moved = base.narrow(0, 2, 3);
+  EXPECT_TRUE(same(exe.run({moved})[0], moved.t().contiguous() + 1.0));
+}
+
+TEST(Executable, RunsModelsAsEagerDoes) {
+  Generator gen(4);
+  manual_seed(4);
+  NoGradGuard no_grad;
+  nn::Sequential cnn(std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2d::Options{.padding = 1}),
+                     std::make_shared<nn::BatchNorm2d>(8), std::make_shared<nn::ReLU>(),
+                     std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+                     std::make_shared<nn::Linear>(8 * 4 * 4, 5));
+  cnn.eval();
+  expect_executable_matches([&](const TensorList& a) { return TensorList{cnn(a[0])}; },
+                            {randn({2, 3, 8, 8}, {}, &gen)});
+  nn::LSTM lstm(4, 6, {.num_layers = 2});
+  expect_executable_matches(
+      [&](const TensorList& a) {
+        auto r = lstm(a[0]);
+        return TensorList{r.output, r.state.h, r.state.c};
+      },
+      {randn({5, 2, 4}, {}, &gen)});
+  nn::MultiheadAttention mha(16, 4);
+  expect_executable_matches(
+      [&](const TensorList& a) { return TensorList{mha(a[0], a[0], a[0]).output}; },
+      {randn({3, 2, 16}, {}, &gen)});
+}
+
+TEST(Executable, RandomOpsDrawAsEagerDoes) {
+  Generator gen(9);
+  const Program f = [&](const TensorList& a) { return TensorList{F::dropout(a[0], 0.3, true, &gen) + randn({8}, {}, &gen)}; };
+  const Tensor x = ones({8});
+  const auto t = trace_of(f, {x});
+  const Executable exe(t);
+  const Generator start = gen;
+  const TensorList first = exe.run({x});
+  EXPECT_FALSE(same(first[0], exe.run({x})[0]));
+  gen = start;
+  const TensorList expected = f({x});
+  EXPECT_TRUE(same(first[0], expected[0]));
+}
+
+}  // namespace
+}  // namespace kiln::compiler
