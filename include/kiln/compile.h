@@ -57,6 +57,32 @@ struct CompileStats {
   int64_t graph_breaks = 0;
 };
 
+// What a compiled function recorded: its graphs with their ops and guards,
+// graph breaks, recompiles with the guard that failed, and the time each
+// compile stage took. Printable (to_string) and as JSON (to_json).
+struct ExplainReport {
+  struct Graph {
+    int64_t nodes = 0;
+    std::vector<std::pair<std::string, int64_t>> ops;      // op name -> count, by first use
+    std::vector<std::pair<std::string, std::string>> guards;  // guard -> value
+    int64_t captured = 0;                                  // tensors bound by reference
+    bool executable = false;  // runs the lowered schedule (else replays through dispatch, for autograd)
+    size_t arena_bytes = 0;   // the memory plan's arenas, all devices
+    size_t planned_bytes = 0; // the planned storages' sizes before sharing
+    double trace_ms = 0, verify_ms = 0, lower_ms = 0;
+    std::string text;  // the graph, as compiler::to_text prints it
+  };
+  std::string name;
+  std::vector<Graph> graphs;
+  std::vector<std::string> graph_breaks;  // why a key runs eagerly
+  std::vector<std::string> recompiles;    // why each trace after the first was made
+  std::vector<std::string> cuda_graph_skips;  // why a graph was not captured as a CUDA graph
+  CompileStats stats;
+
+  std::string to_string() const;
+  std::string to_json() const;
+};
+
 namespace compiler {
 
 // Forgets every compiled function's recorded graphs: the next call of each traces anew.
@@ -84,6 +110,7 @@ class Core {
   Core& operator=(const Core&) = delete;
   TensorList call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure);
   CompileStats stats() const;
+  ExplainReport explain() const;
   const CompileOptions& options() const;
 
  private:
@@ -205,6 +232,8 @@ class Compiled {
   }
 
   CompileStats stats() const { return core_->stats(); }
+  // Everything recorded so far.
+  ExplainReport explain() const { return core_->explain(); }
 
  private:
   std::shared_ptr<F> f_;
@@ -225,6 +254,16 @@ template <typename M>
 auto compile(M& module, CompileOptions options = {}) {
   auto forward = [m = &module](auto&&... args) { return m->forward(std::forward<decltype(args)>(args)...); };
   return Compiled<decltype(forward)>(std::move(forward), std::move(options));
+}
+
+// Compiles f (a callable or a module) afresh, calls it once with args, and
+// reports what was recorded:
+//   std::cout << kiln::explain(model, x).to_string();
+template <typename F, typename... Args>
+ExplainReport explain(F&& f, Args&&... args) {
+  auto compiled = compile(std::forward<F>(f));
+  (void)compiled(std::forward<Args>(args)...);
+  return compiled.explain();
 }
 
 }  // namespace kiln

@@ -1,7 +1,9 @@
 // kiln::compile's cache: guard keys, traces, replays and the recompile policy.
 #include "kiln/compile.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <bit>
 #include <cstdio>
 #include <mutex>
@@ -15,6 +17,8 @@
 #include "compiler/logs.h"
 #include "kiln/autograd.h"
 #include "kiln/runtime.h"
+
+#include <nlohmann/json.hpp>
 
 namespace kiln::compiler {
 
@@ -59,7 +63,13 @@ struct Entry {
   std::shared_ptr<const Executable> executable;
   std::vector<int64_t> structure;
   std::vector<LayoutGuard> captured;
+  double trace_ms = 0, verify_ms = 0, lower_ms = 0;
+  int64_t order = 0;  // the trace's number, from 1
 };
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
 
 void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
   key.push_back(t.dim());
@@ -158,6 +168,7 @@ struct Core::Impl {
   std::mutex mutex;
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<Entry>, KeyHash> cache;
   CompileStats stats;
+  std::vector<std::string> recompiles, graph_breaks;
   bool warned_limit = false;
   uint64_t epoch = 0;
 };
@@ -180,6 +191,47 @@ CompileStats Core::stats() const {
 
 const CompileOptions& Core::options() const { return impl_->options; }
 
+ExplainReport Core::explain() const {
+  std::lock_guard lock(impl_->mutex);
+  ExplainReport r;
+  r.name = impl_->options.name;
+  r.stats = impl_->stats;
+  r.recompiles = impl_->recompiles;
+  r.graph_breaks = impl_->graph_breaks;
+  std::vector<std::shared_ptr<Entry>> entries;
+  for (const auto& [key, e] : impl_->cache)
+    if (e->trace) entries.push_back(e);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a->order < b->order; });
+  for (const auto& e : entries) {
+    ExplainReport::Graph g;
+    const Graph& graph = e->trace->graph;
+    g.nodes = static_cast<int64_t>(graph.nodes().size());
+    for (const Node& n : graph.nodes()) {
+      const std::string name(ops::op_schema(n.op).name);
+      const std::string op = n.inplace() ? name + "_" : name;
+      auto it = std::find_if(g.ops.begin(), g.ops.end(), [&](const auto& p) { return p.first == op; });
+      if (it == g.ops.end()) {
+        g.ops.emplace_back(op, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    g.guards = e->described;
+    g.captured = static_cast<int64_t>(graph.captured().size());
+    g.executable = e->executable != nullptr;
+    if (e->executable) {
+      for (const auto& a : e->executable->plan().arenas) g.arena_bytes += a.nbytes;
+      g.planned_bytes = e->executable->plan().planned_bytes;
+    }
+    g.trace_ms = e->trace_ms;
+    g.verify_ms = e->verify_ms;
+    g.lower_ms = e->lower_ms;
+    g.text = to_text(graph);
+    r.graphs.push_back(std::move(g));
+  }
+  return r;
+}
+
 TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure) {
   Impl& m = *impl_;
   std::vector<int64_t> key = build_key(args);
@@ -189,6 +241,8 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
     if (epoch != m.epoch) {  // compiler::reset()
       m.cache.clear();
+      m.recompiles.clear();
+      m.graph_breaks.clear();
       m.stats.traces = 0;
       m.warned_limit = false;
       m.epoch = epoch;
@@ -253,15 +307,19 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
         }
       }
       if (m.stats.traces > 1) {
+        m.recompiles.push_back(reason);
         log(LogChannel::kRecompiles, detail::str_cat("recompiling ", m.options.name, " (trace ", m.stats.traces,
                                                      " of at most ", m.options.recompile_limit, "): ", reason));
       }
       entry = std::make_shared<Entry>();
+      entry->order = m.stats.traces;
     }
   }
   if (!entry) return run(args.tensors, structure);
   entry->key = key;
   entry->described = described;
+  std::string break_reason;
+  const auto trace_start = std::chrono::steady_clock::now();
   try {
     Tracer tracer;
     TensorList proxies;
@@ -273,25 +331,34 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     if (m.options.fullgraph) {
       throw Error(detail::str_cat("compile: ", m.options.name, " (fullgraph): ", e.what()));
     }
+    break_reason = e.what();
     log(LogChannel::kGraphBreaks, detail::str_cat(m.options.name, ": ", e.what(), "; this key runs eagerly"));
     entry->trace.reset();
   }
+  entry->trace_ms = ms_since(trace_start);
   entry->structure = structure;
   if (entry->trace) {
+    const auto verify_start = std::chrono::steady_clock::now();
     verify(entry->trace->graph);
+    entry->verify_ms = ms_since(verify_start);
     bool needs_grad = false;
     for (const Tensor& t : entry->trace->captured) {
       entry->captured.push_back(layout_of(t));
       needs_grad = needs_grad || t.requires_grad();
     }
     for (const Tensor& t : args.tensors) needs_grad = needs_grad || t.requires_grad();
+    const auto lower_start = std::chrono::steady_clock::now();
     if (!(needs_grad && is_grad_enabled())) entry->executable = std::make_shared<const Executable>(entry->trace);
+    entry->lower_ms = ms_since(lower_start);
     log(LogChannel::kGraphs, detail::str_cat(m.options.name, ", trace ", m.stats.traces, ":\n",
                                              to_text(entry->trace->graph)));
   }
   {
     std::lock_guard lock(m.mutex);
-    if (!entry->trace) ++m.stats.graph_breaks;
+    if (!entry->trace) {
+      ++m.stats.graph_breaks;
+      m.graph_breaks.push_back(break_reason);
+    }
     m.cache[key] = entry;
   }
   if (!entry->trace) {
@@ -310,3 +377,59 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
 
 }  // namespace internal
 }  // namespace kiln::compiler
+
+namespace kiln {
+
+std::string ExplainReport::to_string() const {
+  std::ostringstream os;
+  os << name << ": " << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << graph_breaks.size()
+     << " graph break" << (graph_breaks.size() == 1 ? "" : "s") << ", " << recompiles.size() << " recompile"
+     << (recompiles.size() == 1 ? "" : "s") << "; " << stats.calls << " calls: " << stats.replays << " replayed, "
+     << stats.eager_calls << " eager\n";
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    const Graph& g = graphs[i];
+    os << "graph " << i + 1 << ": " << g.nodes << " ops (";
+    for (size_t k = 0; k < g.ops.size(); ++k) os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
+    os << "), " << g.captured << " captured tensors, "
+       << (g.executable ? "planned executable" : "replayed through dispatch (records autograd)");
+    if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
+    os << "\n  compile: trace " << g.trace_ms << " ms, verify " << g.verify_ms << " ms, lower " << g.lower_ms << " ms\n";
+    os << "  guards:\n";
+    for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
+  }
+  for (const auto& b : graph_breaks) os << "graph break: " << b << "\n";
+  for (const auto& r : recompiles) os << "recompile: " << r << "\n";
+  for (const auto& c : cuda_graph_skips) os << "not captured as a CUDA graph: " << c << "\n";
+  return os.str();
+}
+
+std::string ExplainReport::to_json() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["stats"] = {{"calls", stats.calls},
+                {"replays", stats.replays},
+                {"traces", stats.traces},
+                {"eager_calls", stats.eager_calls},
+                {"graph_breaks", stats.graph_breaks}};
+  j["graphs"] = nlohmann::json::array();
+  for (const Graph& g : graphs) {
+    nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
+    for (const auto& [op, count] : g.ops) ops.push_back({{"op", op}, {"count", count}});
+    for (const auto& [guard, value] : g.guards) guards.push_back({{"guard", guard}, {"value", value}});
+    j["graphs"].push_back({{"nodes", g.nodes},
+                           {"ops", ops},
+                           {"guards", guards},
+                           {"captured", g.captured},
+                           {"executable", g.executable},
+                           {"arena_bytes", g.arena_bytes},
+                           {"planned_bytes", g.planned_bytes},
+                           {"compile_ms", {{"trace", g.trace_ms}, {"verify", g.verify_ms}, {"lower", g.lower_ms}}},
+                           {"text", g.text}});
+  }
+  j["graph_breaks"] = graph_breaks;
+  j["recompiles"] = recompiles;
+  j["cuda_graph_skips"] = cuda_graph_skips;
+  return j.dump(1);
+}
+
+}  // namespace kiln

@@ -241,6 +241,34 @@ TEST(Compile, GuardsAreSoundOverRandomCalls) {
   EXPECT_GT(st.replays - st.traces, 0) << "no call hit the cache";
 }
 
+TEST(Compile, ExplainReportsGraphsBreaksRecompilesAndStages) {
+  nn::Linear linear(4, 3);
+  NoGradGuard no_grad;
+  const ExplainReport r = explain(linear, randn({2, 4}));
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_EQ(r.graphs[0].nodes, 1);
+  EXPECT_EQ(r.graphs[0].ops, (std::vector<std::pair<std::string, int64_t>>{{"linear", 1}}));
+  EXPECT_EQ(r.graphs[0].captured, 2);
+  EXPECT_TRUE(r.graphs[0].executable);
+  EXPECT_GE(r.graphs[0].trace_ms, 0.0);
+  const std::string text = r.to_string();
+  EXPECT_NE(text.find("graph 1: 1 ops (linear x1), 2 captured tensors, planned executable"), std::string::npos) << text;
+  EXPECT_NE(text.find("argument 0 sizes == [2, 4]"), std::string::npos) << text;
+  EXPECT_NE(r.to_json().find("\"op\": \"linear\""), std::string::npos) << r.to_json();
+
+  const auto f = compile([](const Tensor& x) { return x.max().item<float>() > 1 ? x.exp() : x.relu().sum(); },
+                         {.name = "branchy"});
+  f(randn({3}));
+  f(randn({4, 2}));
+  const ExplainReport b = f.explain();
+  EXPECT_EQ(b.graphs.size(), 0u);
+  ASSERT_EQ(b.graph_breaks.size(), 2u);
+  EXPECT_NE(b.graph_breaks[0].find("reads the values"), std::string::npos);
+  ASSERT_EQ(b.recompiles.size(), 1u);
+  EXPECT_EQ(b.recompiles[0], "argument 0 sizes was [3], now [4, 2]");
+  EXPECT_NE(b.to_string().find("branchy: 0 graphs, 2 graph breaks, 1 recompile"), std::string::npos) << b.to_string();
+}
+
 TEST(Compile, ResetForgetsTheGraphs) {
   int calls = 0;
   const auto fast = compile([&](const Tensor& x) {
