@@ -69,7 +69,8 @@ struct ExplainReport {
     bool executable = false;  // runs the lowered schedule (else replays through dispatch, for autograd)
     size_t arena_bytes = 0;   // the memory plan's arenas, all devices
     size_t planned_bytes = 0; // the planned storages' sizes before sharing
-    double trace_ms = 0, verify_ms = 0, lower_ms = 0;
+    int64_t traced_nodes = 0;  // before the passes (nodes: after)
+    double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     std::string text;  // the graph, as compiler::to_text prints it
   };
   std::string name;

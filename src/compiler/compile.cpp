@@ -15,6 +15,7 @@
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "compiler/logs.h"
+#include "compiler/passes/pass.h"
 #include "kiln/autograd.h"
 #include "kiln/runtime.h"
 
@@ -63,7 +64,8 @@ struct Entry {
   std::shared_ptr<const Executable> executable;
   std::vector<int64_t> structure;
   std::vector<LayoutGuard> captured;
-  double trace_ms = 0, verify_ms = 0, lower_ms = 0;
+  double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
+  size_t traced_nodes = 0;
   int64_t order = 0;  // the trace's number, from 1
 };
 
@@ -225,6 +227,8 @@ ExplainReport Core::explain() const {
     }
     g.trace_ms = e->trace_ms;
     g.verify_ms = e->verify_ms;
+    g.passes_ms = e->passes_ms;
+    g.traced_nodes = static_cast<int64_t>(e->traced_nodes);
     g.lower_ms = e->lower_ms;
     g.text = to_text(graph);
     r.graphs.push_back(std::move(g));
@@ -341,6 +345,10 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     const auto verify_start = std::chrono::steady_clock::now();
     verify(entry->trace->graph);
     entry->verify_ms = ms_since(verify_start);
+    const auto passes_start = std::chrono::steady_clock::now();
+    entry->traced_nodes = entry->trace->graph.nodes().size();
+    entry->trace = std::make_shared<const Trace>(run_passes(*entry->trace));
+    entry->passes_ms = ms_since(passes_start);
     bool needs_grad = false;
     for (const Tensor& t : entry->trace->captured) {
       entry->captured.push_back(layout_of(t));
@@ -393,7 +401,8 @@ std::string ExplainReport::to_string() const {
     os << "), " << g.captured << " captured tensors, "
        << (g.executable ? "planned executable" : "replayed through dispatch (records autograd)");
     if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
-    os << "\n  compile: trace " << g.trace_ms << " ms, verify " << g.verify_ms << " ms, lower " << g.lower_ms << " ms\n";
+    os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
+       << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms\n";
     os << "  guards:\n";
     for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
   }
@@ -423,7 +432,9 @@ std::string ExplainReport::to_json() const {
                            {"executable", g.executable},
                            {"arena_bytes", g.arena_bytes},
                            {"planned_bytes", g.planned_bytes},
-                           {"compile_ms", {{"trace", g.trace_ms}, {"verify", g.verify_ms}, {"lower", g.lower_ms}}},
+                           {"traced_nodes", g.traced_nodes},
+                           {"compile_ms",
+                            {{"trace", g.trace_ms}, {"verify", g.verify_ms}, {"passes", g.passes_ms}, {"lower", g.lower_ms}}},
                            {"text", g.text}});
   }
   j["graph_breaks"] = graph_breaks;

@@ -1,0 +1,57 @@
+// Constant folding: a node whose inputs are all constants (or that has no
+// inputs, as full and arange) runs once at compile time, through eager's
+// dispatch, and its outputs become constants. Not folded: writes, random
+// draws, results larger than 64 KiB (they would be held by every replay),
+// results that are written later or that the graph returns (a caller could
+// change a constant shared by every call).
+#include "compiler/passes/pass.h"
+
+#include "kiln/autograd.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler {
+
+Trace fold_constants(const Trace& trace) {
+  constexpr size_t kMaxBytes = 64 * 1024;
+  const Graph& g = trace.graph;
+  std::vector<bool> kept_out(g.storages().size(), false);  // written, or returned
+  for (const Node& n : g.nodes())
+    if (n.inplace()) kept_out[static_cast<size_t>(g.value(n.target).storage)] = true;
+  for (ValueId id : g.outputs()) kept_out[static_cast<size_t>(g.value(id).storage)] = true;
+  NoGradGuard no_grad;
+  Rewriter r(trace);
+  for (const Node& n : g.nodes()) {
+    bool foldable = !n.inplace() && n.draw_count < 0;
+    for (ValueId in : n.inputs)
+      foldable = foldable && (in == kNoValue || r.graph().value(r.map(in)).kind == ValueKind::kConstant);
+    for (ValueId out : n.outputs) {
+      const Value& v = g.value(out);
+      foldable = foldable && !kept_out[static_cast<size_t>(v.storage)] &&
+                 g.storages()[static_cast<size_t>(v.storage)].nbytes <= kMaxBytes;
+    }
+    if (!foldable) {
+      r.copy(n);
+      continue;
+    }
+    TensorList args;
+    for (ValueId in : n.inputs) {
+      if (in == kNoValue) {
+        args.emplace_back();
+        continue;
+      }
+      const Value& c = r.graph().value(r.map(in));
+      args.push_back(r.graph().constant_values()[static_cast<size_t>(c.slot)]);
+    }
+    TensorList outs;
+    try {
+      outs = ops::dispatch(n.op, args, n.attrs);
+    } catch (const Error&) {  // it cannot run here (a device this machine lacks): leave it to the call
+      r.copy(n);
+      continue;
+    }
+    for (size_t k = 0; k < outs.size(); ++k) r.fold(n.outputs[k], outs[k]);
+  }
+  return r.finish();
+}
+
+}  // namespace kiln::compiler

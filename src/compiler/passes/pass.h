@@ -1,0 +1,64 @@
+// Graph passes (DESIGN.md 6): each a named function in its own file that
+// takes a trace and returns it rewritten, preserving eager's results bitwise.
+// run_passes() runs them in order and verifies the graph after each.
+//
+// The graph keeps program order and in-place writes (Node::target), so every
+// pass respects them: a node that writes a storage, or draws random numbers,
+// is never removed, merged or folded, and a merge never crosses a write to
+// a storage its inputs read.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/capture.h"
+
+namespace kiln::compiler {
+
+// Builds a new graph from an old one, node by node, mapping value ids.
+// Sources (inputs, captured values, constants) are copied first, in slots.
+class Rewriter {
+ public:
+  explicit Rewriter(const Trace& old);
+  // The new id of an old value (kNoValue stays kNoValue).
+  ValueId map(ValueId old) const { return old == kNoValue ? kNoValue : map_.at(static_cast<size_t>(old)); }
+  // The old value stands for `now` in the new graph from here on.
+  void replace(ValueId old, ValueId now) { map_.at(static_cast<size_t>(old)) = now; }
+  // Copies a node with its inputs mapped.
+  void copy(const Node& n);
+  // A new constant holding `value`, standing for old value `old`.
+  void fold(ValueId old, const Tensor& value);
+  const Graph& graph() const noexcept { return out_.graph; }
+  Trace finish();
+
+ private:
+  const Trace& old_;
+  Trace out_;
+  std::vector<ValueId> map_;
+  std::unordered_map<int32_t, int32_t> storages_;  // old storage id -> new, for sources
+};
+
+// Removes nodes whose results nothing uses (a write or a random draw is a use).
+Trace eliminate_dead_code(const Trace& trace);
+// Merges a node into an earlier identical one (same op, inputs, attributes;
+// no write in between to a storage either reads; outputs never written).
+Trace eliminate_common_subexpressions(const Trace& trace);
+// Runs nodes whose inputs are all constants once, at compile time, when the
+// result is small (at most 64 KiB), and makes the result a constant.
+Trace fold_constants(const Trace& trace);
+// Drops views laid out exactly as their input (a reshape to the same shape,
+// an expand to the same sizes, a permute that keeps the order).
+Trace remove_noops(const Trace& trace);
+
+struct PassReport {
+  std::string name;
+  size_t nodes_before = 0, nodes_after = 0;
+  double ms = 0;
+};
+
+// The passes of the default pipeline, verified after each one.
+Trace run_passes(const Trace& trace, std::vector<PassReport>* reports = nullptr);
+
+}  // namespace kiln::compiler

@@ -1,0 +1,139 @@
+// The graph passes: what each removes, merges or folds, what it must leave
+// alone (writes, random draws, results), and results equal to eager's.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "compiler/capture.h"
+#include "compiler/executable.h"
+#include "compiler/passes/pass.h"
+#include "kiln/kiln.h"
+
+namespace kiln::compiler {
+namespace {
+
+namespace F = nn::functional;
+using Program = std::function<TensorList(const TensorList&)>;
+
+bool same(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
+  return true;
+}
+
+Trace trace_of(const Program& f, const TensorList& args) {
+  Tracer tracer;
+  TensorList proxies;
+  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
+  return tracer.finish(f(proxies));
+}
+
+std::vector<std::string> op_names(const Graph& g) {
+  std::vector<std::string> names;
+  for (const Node& n : g.nodes()) names.push_back(std::string(ops::op_schema(n.op).name) + (n.inplace() ? "_" : ""));
+  return names;
+}
+
+// The pass's result verifies, and its executable equals eager on args.
+void expect_equivalent(const Trace& t, const Program& f, const TensorList& args) {
+  verify(t.graph);
+  const Executable exe(std::make_shared<const Trace>(t));
+  const TensorList expected = f(args), actual = exe.run(args);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_TRUE(same(actual[i], expected[i])) << i << "\n" << to_text(t.graph);
+}
+
+TEST(Passes, DeadCodeGoesButWritesAndDrawsStay) {
+  Tensor buffer = zeros({4});
+  const Program f = [&](const TensorList& a) {
+    Tensor unused = a[0].exp().sum();          // dead
+    Tensor dropped = F::dropout(a[0], 0.5);    // unused, but it draws: stays
+    Tensor b = buffer;
+    b.add_(a[0]);                              // a write: stays
+    (void)unused;
+    (void)dropped;
+    return TensorList{a[0].relu()};
+  };
+  const Tensor x = randn({4});
+  const Trace t = trace_of(f, {x});
+  EXPECT_EQ(op_names(t.graph), (std::vector<std::string>{"exp", "sum", "dropout", "add_", "relu"}));
+  const Trace d = eliminate_dead_code(t);
+  EXPECT_EQ(op_names(d.graph), (std::vector<std::string>{"dropout", "add_", "relu"}));
+  verify(d.graph);
+}
+
+TEST(Passes, CommonSubexpressionsMergeUnlessAWriteIntervenes) {
+  const Program f = [](const TensorList& a) {
+    Tensor x = a[0] * 2.0;
+    Tensor p = x.exp() + x.exp();    // merged
+    x.add_(1.0);
+    Tensor q = x.exp();              // after a write to x: not merged
+    Tensor w = a[0].neg();
+    Tensor v = a[0].neg();
+    v.mul_(3.0);                     // v is written later: keeps its own storage
+    return TensorList{p, q, w, v};
+  };
+  const Tensor x = randn({5});
+  const Trace t = trace_of(f, {x});
+  const Trace c = eliminate_common_subexpressions(t);
+  EXPECT_EQ(op_names(c.graph),
+            (std::vector<std::string>{"mul", "exp", "add", "add_", "exp", "neg", "neg", "mul_"}));
+  expect_equivalent(c, f, {x});
+  // Two results that are the same computation stay two results.
+  const Program twice = [](const TensorList& a) { return TensorList{a[0].exp(), a[0].exp()}; };
+  const Trace r = eliminate_common_subexpressions(trace_of(twice, {x}));
+  EXPECT_EQ(r.graph.nodes().size(), 2u);
+}
+
+TEST(Passes, ConstantsFoldWhenSmallAndPrivate) {
+  const Program f = [](const TensorList& a) {
+    Tensor ramp = arange(0, 8).to(kFloat32) * 0.5;  // folded: arange, copy (to), mul
+    Tensor big = zeros({1 << 16});                   // 256 KiB: left to the call
+    return TensorList{a[0] + ramp, big.sum(), arange(0, 3)};  // a returned constant is not folded
+  };
+  const Tensor x = randn({8});
+  const Trace t = trace_of(f, {x});
+  const Trace c = fold_constants(t);
+  EXPECT_EQ(op_names(c.graph), (std::vector<std::string>{"full", "add", "sum", "arange"}));
+  expect_equivalent(c, f, {x});
+}
+
+TEST(Passes, ViewsThatChangeNothingGo) {
+  const Program f = [](const TensorList& a) {
+    Tensor same_shape = a[0].view({2, 3}).expand({2, 3});
+    Tensor moved = a[0].reshape({3, 2});
+    return TensorList{(same_shape * 2.0).sum(), moved};
+  };
+  const Tensor x = randn({2, 3});
+  const Trace t = trace_of(f, {x});
+  const Trace n = remove_noops(t);
+  EXPECT_EQ(op_names(n.graph), (std::vector<std::string>{"view", "mul", "sum"}));
+  expect_equivalent(n, f, {x});
+}
+
+TEST(Passes, ThePipelineKeepsModelsExact) {
+  Generator gen(6);
+  manual_seed(6);
+  NoGradGuard no_grad;
+  nn::MultiheadAttention mha(16, 4);
+  nn::Sequential cnn(std::make_shared<nn::Conv2d>(3, 4, 3), std::make_shared<nn::BatchNorm2d>(4),
+                     std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>(),
+                     std::make_shared<nn::Linear>(4 * 6 * 6, 3));
+  cnn.eval();
+  const std::vector<std::pair<Program, TensorList>> cases = {
+      {[&](const TensorList& a) { return TensorList{mha(a[0], a[0], a[0]).output}; }, {randn({3, 2, 16}, {}, &gen)}},
+      {[&](const TensorList& a) { return TensorList{cnn(a[0]).softmax(-1)}; }, {randn({2, 3, 8, 8}, {}, &gen)}},
+  };
+  for (const auto& [f, args] : cases) {
+    std::vector<PassReport> reports;
+    const Trace t = run_passes(trace_of(f, args), &reports);
+    ASSERT_EQ(reports.size(), 4u);
+    EXPECT_LE(reports.back().nodes_after, reports.front().nodes_before);
+    expect_equivalent(t, f, args);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::compiler
