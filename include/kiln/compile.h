@@ -43,6 +43,12 @@ struct CompileOptions {
   // A data-dependent read while tracing is an error naming the read, instead
   // of eager execution for that key.
   bool fullgraph = false;
+  // For inference: parameters and buffers the function does not write become
+  // constants, read once when a graph is compiled (later updates are not
+  // seen: call compiler::reset()), so that what depends on them alone is
+  // folded, convolutions absorb the eval-mode batch norms after them. Results
+  // then differ from eager by rounding (the folded weights).
+  bool freeze = false;
   // Traces per compiled function; past it calls run eagerly, with one warning.
   int recompile_limit = 8;
   // For logs and explain(): defaults to "compiled function".

@@ -347,7 +347,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     entry->verify_ms = ms_since(verify_start);
     const auto passes_start = std::chrono::steady_clock::now();
     entry->traced_nodes = entry->trace->graph.nodes().size();
-    entry->trace = std::make_shared<const Trace>(run_passes(*entry->trace));
+    entry->trace = std::make_shared<const Trace>(run_passes(*entry->trace, nullptr, m.options.freeze));
     entry->passes_ms = ms_since(passes_start);
     bool needs_grad = false;
     for (const Tensor& t : entry->trace->captured) {

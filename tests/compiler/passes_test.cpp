@@ -113,6 +113,37 @@ TEST(Passes, ViewsThatChangeNothingGo) {
   expect_equivalent(n, f, {x});
 }
 
+TEST(Passes, FreezingFoldsBatchNormsIntoConvolutions) {
+  Generator gen(12);
+  manual_seed(12);
+  NoGradGuard no_grad;
+  auto bn1 = std::make_shared<nn::BatchNorm2d>(6), bn2 = std::make_shared<nn::BatchNorm2d>(6);
+  nn::Sequential net(std::make_shared<nn::Conv2d>(3, 6, 3, nn::Conv2d::Options{.padding = 1}), bn1,
+                     std::make_shared<nn::ReLU>(),
+                     std::make_shared<nn::Conv2d>(6, 6, 3, nn::Conv2d::Options{.padding = 1, .bias = false}), bn2);
+  for (auto* bn : {bn1.get(), bn2.get()}) {  // statistics other than the defaults
+    bn->running_mean.copy_(randn({6}, {}, &gen));
+    bn->running_var.copy_(rand({6}, {}, &gen) + 0.5);
+    bn->weight.copy_(randn({6}, {}, &gen));
+    bn->bias.copy_(randn({6}, {}, &gen));
+  }
+  net.eval();
+  const Tensor x = randn({2, 3, 8, 8}, {}, &gen);
+  const auto fast = compile(net, {.freeze = true});
+  const Tensor expected = net(x), actual = fast(x);
+  EXPECT_LT((actual - expected).abs().max().item<double>(), 1e-5 * (1 + expected.abs().max().item<double>()));
+  const ExplainReport report = fast.explain();
+  ASSERT_EQ(report.graphs.size(), 1u);
+  EXPECT_EQ(report.graphs[0].ops,
+            (std::vector<std::pair<std::string, int64_t>>{{"conv2d", 2}, {"relu", 1}}));
+  EXPECT_EQ(report.graphs[0].captured, 0);
+  // Frozen: later updates to the parameters are not seen until a reset.
+  net.named_parameters().front().second.mul_(2.0);
+  EXPECT_TRUE(same(fast(x), actual));
+  compiler::reset();
+  EXPECT_LT((fast(x) - net(x)).abs().max().item<double>(), 1e-4 * (1 + net(x).abs().max().item<double>()));
+}
+
 TEST(Passes, ThePipelineKeepsModelsExact) {
   Generator gen(6);
   manual_seed(6);

@@ -21,7 +21,9 @@ namespace kiln::compiler {
 // Sources (inputs, captured values, constants) are copied first, in slots.
 class Rewriter {
  public:
-  explicit Rewriter(const Trace& old);
+  // With `as_constants`, the captured values whose slot is true become
+  // constants (freeze); the rest stay captured, renumbered.
+  explicit Rewriter(const Trace& old, const std::vector<bool>* as_constants = nullptr);
   // The new id of an old value (kNoValue stays kNoValue).
   ValueId map(ValueId old) const { return old == kNoValue ? kNoValue : map_.at(static_cast<size_t>(old)); }
   // The old value stands for `now` in the new graph from here on.
@@ -31,6 +33,8 @@ class Rewriter {
   // A new constant holding `value`, standing for old value `old`.
   void fold(ValueId old, const Tensor& value);
   const Graph& graph() const noexcept { return out_.graph; }
+  // For passes that emit nodes of their own (their outputs are not mapped).
+  Graph& new_graph() noexcept { return out_.graph; }
   Trace finish();
 
  private:
@@ -48,6 +52,12 @@ Trace eliminate_common_subexpressions(const Trace& trace);
 // Runs nodes whose inputs are all constants once, at compile time, when the
 // result is small (at most 64 KiB), and makes the result a constant.
 Trace fold_constants(const Trace& trace);
+// Freezing (CompileOptions::freeze): captured tensors the graph never writes
+// become constants, read once; then conv1d/conv2d followed by an eval-mode
+// batch_norm of constants becomes one convolution with folded weights (not
+// bitwise equal to eager: the folded weights round differently).
+Trace freeze(const Trace& trace);
+Trace fold_conv_batch_norm(const Trace& trace);
 // Drops views laid out exactly as their input (a reshape to the same shape,
 // an expand to the same sizes, a permute that keeps the order).
 Trace remove_noops(const Trace& trace);
@@ -58,7 +68,8 @@ struct PassReport {
   double ms = 0;
 };
 
-// The passes of the default pipeline, verified after each one.
-Trace run_passes(const Trace& trace, std::vector<PassReport>* reports = nullptr);
+// The passes of the default pipeline (with freezing first when asked),
+// verified after each one.
+Trace run_passes(const Trace& trace, std::vector<PassReport>* reports = nullptr, bool frozen = false);
 
 }  // namespace kiln::compiler

@@ -6,7 +6,8 @@
 
 namespace kiln::compiler {
 
-Rewriter::Rewriter(const Trace& old) : old_(old), map_(old.graph.values().size(), kNoValue) {
+Rewriter::Rewriter(const Trace& old, const std::vector<bool>* as_constants)
+    : old_(old), map_(old.graph.values().size(), kNoValue) {
   const Graph& g = old.graph;
   auto storage_for = [&](ValueId id) {
     const auto it = storages_.find(g.value(id).storage);
@@ -17,11 +18,18 @@ Rewriter::Rewriter(const Trace& old) : old_(old), map_(old.graph.values().size()
     storages_[g.value(old_id).storage] = out_.graph.value(new_id).storage;
   };
   for (ValueId id : g.inputs()) note(id, out_.graph.add_input(g.meta_tensor(id), storage_for(id)));
-  for (ValueId id : g.captured()) note(id, out_.graph.add_captured(g.meta_tensor(id), storage_for(id)));
+  for (size_t slot = 0; slot < g.captured().size(); ++slot) {
+    const ValueId id = g.captured()[slot];
+    if (as_constants && (*as_constants)[slot]) {
+      map_[static_cast<size_t>(id)] = out_.graph.add_constant(old.captured[slot]);
+      continue;
+    }
+    note(id, out_.graph.add_captured(g.meta_tensor(id), storage_for(id)));
+    out_.captured.push_back(old.captured[slot]);
+  }
   for (ValueId id : g.constants()) {
     map_[static_cast<size_t>(id)] = out_.graph.add_constant(g.constant_values()[static_cast<size_t>(g.value(id).slot)]);
   }
-  out_.captured = old.captured;
 }
 
 void Rewriter::copy(const Node& n) {
@@ -47,16 +55,17 @@ Trace Rewriter::finish() {
   return std::move(out_);
 }
 
-Trace run_passes(const Trace& trace, std::vector<PassReport>* reports) {
+Trace run_passes(const Trace& trace, std::vector<PassReport>* reports, bool frozen) {
   using Pass = Trace (*)(const Trace&);
-  static constexpr std::pair<const char*, Pass> kPipeline[] = {
-      {"remove_noops", remove_noops},
-      {"fold_constants", fold_constants},
-      {"eliminate_common_subexpressions", eliminate_common_subexpressions},
-      {"eliminate_dead_code", eliminate_dead_code},
-  };
+  std::vector<std::pair<const char*, Pass>> pipeline;
+  if (frozen) pipeline.emplace_back("freeze", freeze);
+  pipeline.emplace_back("remove_noops", remove_noops);
+  if (frozen) pipeline.emplace_back("fold_conv_batch_norm", fold_conv_batch_norm);
+  pipeline.emplace_back("fold_constants", fold_constants);
+  pipeline.emplace_back("eliminate_common_subexpressions", eliminate_common_subexpressions);
+  pipeline.emplace_back("eliminate_dead_code", eliminate_dead_code);
   Trace current = trace;
-  for (const auto& [name, pass] : kPipeline) {
+  for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();
     const size_t before = current.graph.nodes().size();
     current = pass(current);
