@@ -83,9 +83,7 @@ ValueId Tracer::value_of(const Tensor& t) {
   return id;
 }
 
-TensorList Tracer::record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs) {
-  std::vector<ValueId> ids;
-  TensorList proxies;
+void Tracer::map_inputs(std::span<const Tensor> inputs, std::vector<ValueId>& ids, TensorList& proxies) {
   ids.reserve(inputs.size());
   proxies.reserve(inputs.size());
   for (const Tensor& t : inputs) {
@@ -97,6 +95,12 @@ TensorList Tracer::record(ops::OpId op, std::span<const Tensor> inputs, ops::Att
     ids.push_back(value_of(t));
     proxies.push_back(proxy_of(ids.back()));
   }
+}
+
+TensorList Tracer::record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs) {
+  std::vector<ValueId> ids;
+  TensorList proxies;
+  map_inputs(inputs, ids, proxies);
   TensorList outputs;
   {
     TracerPause pause;  // the op's own checks and shape rule, on the proxies
@@ -112,15 +116,7 @@ TensorList Tracer::record(ops::OpId op, std::span<const Tensor> inputs, ops::Att
 void Tracer::record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs, ops::Attrs attrs) {
   std::vector<ValueId> ids;
   TensorList proxies;
-  for (const Tensor& t : inputs) {
-    if (!t.defined()) {
-      ids.push_back(kNoValue);
-      proxies.emplace_back();
-      continue;
-    }
-    ids.push_back(value_of(t));
-    proxies.push_back(proxy_of(ids.back()));
-  }
+  map_inputs(inputs, ids, proxies);
   const ValueId target = value_of(self);
   Tensor target_proxy = proxy_of(target);
   {

@@ -72,6 +72,8 @@ class Tracer {
   // The value a tensor stands for, making captured values and constants of
   // real tensors seen for the first time.
   ValueId value_of(const Tensor& t);
+  // The values and proxies of an op's inputs (kNoValue and undefined for absent ones).
+  void map_inputs(std::span<const Tensor> inputs, std::vector<ValueId>& ids, TensorList& proxies);
   // The proxy (meta tensor) of a value.
   const Tensor& proxy_of(ValueId id) const { return proxies_.at(static_cast<size_t>(id)); }
   ValueId bind(const Tensor& proxy, ValueId id);

@@ -192,30 +192,25 @@ ValueId Graph::add_value(Value v, const Tensor& like, int32_t storage) {
   return id;
 }
 
-ValueId Graph::add_input(const Tensor& like, int32_t storage) {
+ValueId Graph::add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like, int32_t storage) {
   Value v;
-  v.kind = ValueKind::kInput;
-  v.slot = static_cast<int32_t>(inputs_.size());
+  v.kind = kind;
+  v.slot = static_cast<int32_t>(list.size());
   const ValueId id = add_value(std::move(v), like, storage);
-  inputs_.push_back(id);
+  list.push_back(id);
   return id;
+}
+
+ValueId Graph::add_input(const Tensor& like, int32_t storage) {
+  return add_source(ValueKind::kInput, inputs_, like, storage);
 }
 
 ValueId Graph::add_captured(const Tensor& like, int32_t storage) {
-  Value v;
-  v.kind = ValueKind::kCaptured;
-  v.slot = static_cast<int32_t>(captured_.size());
-  const ValueId id = add_value(std::move(v), like, storage);
-  captured_.push_back(id);
-  return id;
+  return add_source(ValueKind::kCaptured, captured_, like, storage);
 }
 
 ValueId Graph::add_constant(const Tensor& value) {
-  Value v;
-  v.kind = ValueKind::kConstant;
-  v.slot = static_cast<int32_t>(constants_.size());
-  const ValueId id = add_value(std::move(v), value, -1);
-  constants_.push_back(id);
+  const ValueId id = add_source(ValueKind::kConstant, constants_, value, -1);
   constant_values_.push_back(value);
   return id;
 }

@@ -106,6 +106,7 @@ class Graph {
 
  private:
   ValueId add_value(Value v, const Tensor& like, int32_t storage);
+  ValueId add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like, int32_t storage);
   int32_t new_storage(const Tensor& like, ValueId root);
 
   std::vector<Value> values_;

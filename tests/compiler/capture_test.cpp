@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "compiler/capture.h"
+#include "compiler/compiler_testing.h"
 #include "compiler/graph.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
@@ -15,33 +16,10 @@ namespace {
 
 namespace F = nn::functional;
 using kiln::testing::expect_error;
-
-using Program = std::function<TensorList(const TensorList&)>;
-
-Trace trace_of(const Program& f, const TensorList& args) {
-  Tracer tracer;
-  TensorList proxies;
-  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
-  return tracer.finish(f(proxies));
-}
-
-std::vector<std::string> op_names(const Graph& g) {
-  std::vector<std::string> names;
-  for (const Node& n : g.nodes()) {
-    names.push_back(std::string(ops::op_schema(n.op).name) + (n.inplace() ? "_" : ""));
-  }
-  return names;
-}
-
-// Same values exactly (NaN equal to NaN), read as doubles: exact for every dtype here.
-bool equal(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes()) return false;
-  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
-  }
-  return true;
-}
+using testing::op_names;
+using testing::Program;
+using testing::trace_of;
+using testing::same;
 
 // The next offset a generator would hand out.
 uint64_t offset_of(Generator g) { return g.advance(0); }
@@ -51,7 +29,7 @@ void expect_equal(const TensorList& actual, const TensorList& expected) {
   for (size_t i = 0; i < actual.size(); ++i) {
     EXPECT_EQ(actual[i].sizes(), expected[i].sizes()) << i;
     EXPECT_EQ(actual[i].dtype(), expected[i].dtype()) << i;
-    EXPECT_TRUE(equal(actual[i], expected[i])) << i << ": " << actual[i] << " vs " << expected[i];
+    EXPECT_TRUE(same(actual[i], expected[i])) << i << ": " << actual[i] << " vs " << expected[i];
   }
 }
 
@@ -175,7 +153,7 @@ TEST(Capture, ModelsReplayAsEagerIncludingBufferUpdates) {
   bn.num_batches_tracked.fill_(0);
   expect_equal(replayed, f({x}));
   expect_equal({replayed_mean}, {bn.running_mean});
-  EXPECT_FALSE(equal(replayed_mean, mean_before)) << "the replay did not update the running mean";
+  EXPECT_FALSE(same(replayed_mean, mean_before)) << "the replay did not update the running mean";
 
   nn::LSTM lstm(4, 6, {.num_layers = 2});
   const Tensor seq = randn({5, 2, 4}, {}, &gen);
@@ -212,7 +190,7 @@ TEST(Capture, RandomOpsDrawAnewAtEveryReplay) {
   EXPECT_EQ(t.graph.nodes()[0].generator, &gen);
   const TensorList first = replay(t, {x});
   const TensorList second = replay(t, {x});
-  EXPECT_FALSE(equal(first[0], second[0])) << "the replay reused the trace's seed";
+  EXPECT_FALSE(same(first[0], second[0])) << "the replay reused the trace's seed";
   // Replays draw exactly what eager draws from the same generator state.
   Generator copy = before;
   gen = before;

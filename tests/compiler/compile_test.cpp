@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "compiler/compiler_testing.h"
 #include "compiler/logs.h"
 #include "kiln/kiln.h"
 #include "unit/expect_error.h"
@@ -15,14 +16,7 @@ namespace {
 
 namespace F = nn::functional;
 using kiln::testing::expect_error;
-
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
-  return true;
-}
+using compiler::testing::same;
 
 // Collects the lines of the given log channels while alive.
 class LogCapture {

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "compiler/capture.h"
+#include "compiler/compiler_testing.h"
 #include "compiler/executable.h"
 #include "compiler/memory_plan.h"
 #include "kiln/kiln.h"
@@ -15,21 +16,11 @@ namespace {
 
 namespace F = nn::functional;
 using kiln::testing::expect_error;
-using Program = std::function<TensorList(const TensorList&)>;
-
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
-  return true;
-}
+using testing::Program;
+using testing::same;
 
 std::shared_ptr<const Trace> trace_of(const Program& f, const TensorList& args) {
-  Tracer tracer;
-  TensorList proxies;
-  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
-  return std::make_shared<const Trace>(tracer.finish(f(proxies)));
+  return std::make_shared<const Trace>(testing::trace_of(f, args));
 }
 
 // Runs f eagerly, through replay and through the executable: all three equal.

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "compiler/capture.h"
+#include "compiler/compiler_testing.h"
 #include "compiler/executable.h"
 #include "compiler/passes/pass.h"
 #include "kiln/kiln.h"
@@ -13,28 +14,10 @@ namespace kiln::compiler {
 namespace {
 
 namespace F = nn::functional;
-using Program = std::function<TensorList(const TensorList&)>;
-
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  for (size_t i = 0; i < x.size(); ++i)
-    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
-  return true;
-}
-
-Trace trace_of(const Program& f, const TensorList& args) {
-  Tracer tracer;
-  TensorList proxies;
-  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
-  return tracer.finish(f(proxies));
-}
-
-std::vector<std::string> op_names(const Graph& g) {
-  std::vector<std::string> names;
-  for (const Node& n : g.nodes()) names.push_back(std::string(ops::op_schema(n.op).name) + (n.inplace() ? "_" : ""));
-  return names;
-}
+using testing::op_names;
+using testing::Program;
+using testing::same;
+using testing::trace_of;
 
 // The pass's result verifies, and its executable equals eager on args.
 void expect_equivalent(const Trace& t, const Program& f, const TensorList& args) {

@@ -1,0 +1,40 @@
+// Helpers of the compiler's tests: exact comparison, tracing a program of
+// tensors, a graph's op names.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/capture.h"
+#include "kiln/kiln.h"
+
+namespace kiln::compiler::testing {
+
+using Program = std::function<TensorList(const TensorList&)>;
+
+// Same sizes, dtype and values exactly (NaN equal to NaN), read as doubles:
+// exact for the dtypes the tests use.
+inline bool same(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
+  return true;
+}
+
+inline Trace trace_of(const Program& f, const TensorList& args) {
+  Tracer tracer;
+  TensorList proxies;
+  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
+  return tracer.finish(f(proxies));
+}
+
+// The graph's ops in order, in-place ones with a trailing underscore.
+inline std::vector<std::string> op_names(const Graph& g) {
+  std::vector<std::string> names;
+  for (const Node& n : g.nodes()) names.push_back(std::string(ops::op_schema(n.op).name) + (n.inplace() ? "_" : ""));
+  return names;
+}
+
+}  // namespace kiln::compiler::testing
