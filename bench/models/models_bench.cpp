@@ -1,10 +1,14 @@
-// kiln_bench_models: eager forward latency of the reference models (random
-// weights, eval mode, inference mode), one configuration per run, as one JSON
-// line. bench/models/models_vs_torch.py runs it beside PyTorch's models with the
+// kiln_bench_models: forward latency of the reference models (random
+// weights, eval mode, inference mode), eager or through kiln::compile
+// (--compile), one configuration per run, as one JSON line. bench/models/models_vs_torch.py runs it beside PyTorch's models with the
 // same thread count and prints the side-by-side table.
 //
 //   kiln_bench_models --model resnet50 --batch 8 --threads 2 --iters 20
 //   kiln_bench_models --model resnet50 --device cuda
+//   kiln_bench_models --model bert --compile --freeze
+//
+// With --compile the first call (trace, passes, lowering, then the run) is
+// reported apart as first_call_ms; it is not among the timed calls.
 //
 // On a CUDA device each timed call ends with a device synchronize, so the
 // time covers the whole forward, host and device.
@@ -34,7 +38,19 @@ struct Config {
   int iters = 20;
   int warmup = 3;
   std::string device = "cpu";
+  bool compile = false;
+  bool freeze = false;
 };
+
+// The model's forward on x, eager or compiled; f returns what the model
+// returns (a tensor or a tuple of them).
+template <typename F>
+std::function<void()> forward_of(const Config& c, F f, kiln::Tensor x) {
+  if (!c.compile) return [f, x] { (void)f(x); };
+  auto compiled =
+      std::make_shared<kiln::Compiled<F>>(f, kiln::CompileOptions{.freeze = c.freeze, .name = c.model});
+  return [compiled, x] { (void)(*compiled)(x); };
+}
 
 // A forward call of the configured model on fixed inputs; the model and inputs
 // live in the closure.
@@ -47,28 +63,34 @@ std::function<void()> make_forward(const Config& c) {
     net->eval();
     net->to(device);
     Tensor images = randn({c.batch, 3, 224, 224}).to(device);
-    return [net, images] { (*net)(images); };
+    return forward_of(c, [net](const Tensor& x) { return net->forward(x); }, images);
   }
   if (c.model == "bert") {
     auto net = std::make_shared<models::BertModel>(models::BertConfig{});
     net->eval();
     net->to(device);
     Tensor ids = randint(0, 30522, {c.batch, c.seq ? c.seq : 128}).to(device);
-    return [net, ids] { (*net)(ids); };
+    return forward_of(
+        c,
+        [net](const Tensor& x) {
+          models::BertOutput out = net->forward(x);
+          return std::make_tuple(out.last_hidden_state, out.pooler_output);
+        },
+        ids);
   }
   if (c.model == "lstm") {
     auto net = std::make_shared<models::LSTMNet>();
     net->eval();
     net->to(device);
     Tensor x = randn({c.batch, c.seq ? c.seq : 128, 256}).to(device);
-    return [net, x] { (*net)(x); };
+    return forward_of(c, [net](const Tensor& in) { return net->forward(in); }, x);
   }
   if (c.model == "lstm_loop") {
     auto net = std::make_shared<models::LSTMCellLoop>();
     net->eval();
     net->to(device);
     Tensor x = randn({c.batch, c.seq ? c.seq : 32, 256}).to(device);
-    return [net, x] { (*net)(x); };
+    return forward_of(c, [net](const Tensor& in) { return net->forward(in); }, x);
   }
   throw kiln::ValueError("kiln_bench_models: unknown model '" + c.model +
                          "' (resnet50, bert, lstm, lstm_loop)");
@@ -83,6 +105,10 @@ int run(const Config& c) {
     model_forward();
     if (on_cuda) kiln::cuda::synchronize();
   };
+  const auto first_start = std::chrono::steady_clock::now();
+  forward();  // with --compile: trace, passes, lowering and a run
+  const double first_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first_start).count();
   for (int i = 0; i < c.warmup; ++i) forward();
   std::vector<double> ms;
   for (int i = 0; i < c.iters; ++i) {
@@ -93,10 +119,11 @@ int run(const Config& c) {
   std::sort(ms.begin(), ms.end());
   std::printf(
       "{\"framework\": \"kiln\", \"model\": \"%s\", \"device\": \"%s\", \"batch\": %lld, \"threads\": %d, "
-      "\"iters\": %d, "
-      "\"median_ms\": %.4f, \"min_ms\": %.4f, \"p90_ms\": %.4f}\n",
+      "\"iters\": %d, \"mode\": \"%s\", "
+      "\"median_ms\": %.4f, \"min_ms\": %.4f, \"p90_ms\": %.4f, \"first_call_ms\": %.3f}\n",
       c.model.c_str(), c.device.c_str(), static_cast<long long>(c.batch), kiln::get_num_threads(), c.iters,
-      ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10]);
+      c.compile ? (c.freeze ? "compiled, frozen" : "compiled") : "eager", ms[ms.size() / 2], ms.front(),
+      ms[ms.size() * 9 / 10], first_ms);
   return 0;
 }
 
@@ -115,6 +142,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", c.iters, "timed calls")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", c.warmup, "untimed calls first")->check(CLI::Range(0, 100000));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  CLI::Option* compile = app.add_flag("--compile", c.compile, "run the forward through kiln::compile");
+  app.add_flag("--freeze", c.freeze, "with --compile: freeze the parameters (folds batch norms)")->needs(compile);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c);
