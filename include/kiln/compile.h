@@ -58,7 +58,7 @@ struct CompileOptions {
 struct CompileStats {
   int64_t calls = 0;
   int64_t replays = 0;      // calls served by a recorded graph
-  int64_t traces = 0;       // graphs recorded (the first one included)
+  int64_t traces = 0;       // times the function was traced (the first included; breaks among them)
   int64_t eager_calls = 0;  // calls past the recompile limit or after a graph break
   int64_t graph_breaks = 0;
 };

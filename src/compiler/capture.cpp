@@ -1,5 +1,7 @@
 #include "compiler/capture.h"
 
+#include <optional>
+
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
 
@@ -138,6 +140,7 @@ ops::PhiloxDraw Tracer::note_random_draw(Generator* generator, int64_t count) {
 }
 
 void Tracer::take_random_draw(ops::OpId op, int32_t node) {
+  trace_.graph.node(node).grad_enabled = is_grad_enabled();
   if (pending_count_ < 0) return;
   if (ops::op_schema(op).has_flag(ops::kRandom)) {
     Node& n = trace_.graph.node(node);
@@ -203,6 +206,8 @@ TensorList replay(const Trace& trace, const TensorList& inputs) {
     env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
   TensorList args;
   for (const Node& n : g.nodes()) {
+    std::optional<NoGradGuard> no_grad;
+    if (!n.grad_enabled) no_grad.emplace();
     args.clear();
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
     ops::Attrs attrs = n.attrs;

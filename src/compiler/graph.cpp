@@ -403,6 +403,7 @@ uint64_t structural_hash(const Graph& g) {
     const ops::OpSchema& schema = ops::op_schema(n.op);
     h.add(static_cast<uint64_t>(n.op));
     h.add(static_cast<uint64_t>(n.target));
+    h.add(n.grad_enabled);
     h.add(n.inputs.size());
     for (ValueId in : n.inputs) h.add(static_cast<uint64_t>(in));
     h.add(n.attrs.size());

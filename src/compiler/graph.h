@@ -63,6 +63,9 @@ struct Node {
   // at every replay. count < 0: the attributes are fixed.
   Generator* generator = nullptr;
   int64_t draw_count = -1;
+  // Grad mode when the program ran it (a NoGradGuard inside the function):
+  // replays that record autograd run it in the same mode.
+  bool grad_enabled = true;
   bool inplace() const noexcept { return target != kNoValue; }
 };
 

@@ -69,6 +69,7 @@ Trace fold_conv_batch_norm(const Trace& trace) {
     Graph& ng = r.new_graph();
     const ValueId w_id = ng.add_constant(folded_w), b_id = ng.add_constant(bias.to(w.dtype()));
     const int32_t node = ng.add_node(n.op, {r.map(n.inputs[0]), w_id, b_id}, n.attrs, {g.meta_tensor(m->outputs[0])});
+    ng.node(node).grad_enabled = n.grad_enabled;
     r.replace(m->outputs[0], ng.nodes()[static_cast<size_t>(node)].outputs[0]);
     skip[static_cast<size_t>(m_index)] = true;
   }

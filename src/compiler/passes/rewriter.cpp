@@ -43,6 +43,7 @@ void Rewriter::copy(const Node& n) {
   Node& copied = out_.graph.node(index);
   copied.generator = n.generator;
   copied.draw_count = n.draw_count;
+  copied.grad_enabled = n.grad_enabled;
   for (size_t k = 0; k < n.outputs.size(); ++k) map_[static_cast<size_t>(n.outputs[k])] = copied.outputs[k];
 }
 
