@@ -39,6 +39,9 @@ namespace kiln {
 enum class Mode { Default, ReduceOverhead, MaxAutotune };
 
 struct CompileOptions {
+  // Default: passes and the planned executable. ReduceOverhead (CUDA graphs)
+  // and MaxAutotune (benchmarked algorithms) are not built yet: asking for
+  // them is a ValueError rather than a silent Default.
   Mode mode = Mode::Default;
   // A data-dependent read while tracing is an error naming the read, instead
   // of eager execution for that key.

@@ -177,6 +177,11 @@ struct Core::Impl {
 
 Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_shared<Impl>()) {
   if (options.name.empty()) options.name = std::move(default_name);
+  if (options.mode != Mode::Default) {
+    throw ValueError(detail::str_cat("compile: ", options.name, ": mode ",
+                                     options.mode == Mode::ReduceOverhead ? "ReduceOverhead" : "MaxAutotune",
+                                     " is not available yet; Mode::Default is"));
+  }
   if (options.recompile_limit < 1) {
     throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ", options.recompile_limit));
   }

@@ -28,7 +28,7 @@ using Fn = std::function<std::vector<Tensor>(const Args&, int64_t)>;
 struct Instance {
   Fn fn;
   std::function<std::vector<Tensor>()> state = [] { return std::vector<Tensor>{}; };
-  std::shared_ptr<void> keep;  // owns the modules the function uses
+  std::shared_ptr<void> keep = nullptr;  // owns the modules the function uses
 };
 
 struct Call {
