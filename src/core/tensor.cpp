@@ -118,9 +118,11 @@ Tensor Tensor::to(DType t) const {
 Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
   if (is_meta() && compiler::Tracer::active() != nullptr) {
-    throw Error(detail::str_cat("compile: to(", d, ") of a ", dtype(), sizes(), " tensor on ", device(),
-                                " inside a compiled function: copies between devices are not recorded yet; "
-                                "move tensors before the call"));
+    // Not recorded yet: a graph break, so that the call runs eagerly (item()
+    // of a device tensor comes here too).
+    throw compiler::DataDependentRead(detail::str_cat(
+        "the function copies a ", dtype(), sizes(), " tensor from ", device(), " to ", d,
+        " (to(device), item() or to_vector() of a device tensor), which tracing does not record yet"));
   }
   // Gathered on its own device first, then one copy of contiguous bytes.
   const Tensor src = contiguous();
