@@ -171,17 +171,29 @@ bool same_layout(const Tensor& t, const Value& v) {
   return t.sizes() == v.sizes && t.strides() == v.strides && t.dtype() == v.dtype && t.device() == v.device;
 }
 
-// Positions of the seed and offset attributes of a random op.
-std::pair<size_t, size_t> seed_offset_attrs(const ops::OpSchema& schema) {
-  size_t seed = schema.attrs.size(), offset = schema.attrs.size();
-  for (size_t i = 0; i < schema.attrs.size(); ++i) {
-    if (schema.attrs[i].name == "seed") seed = i;
-    if (schema.attrs[i].name == "offset") offset = i;
-  }
-  return {seed, offset};
+}  // namespace
+
+std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs) {
+  const Graph& g = trace.graph;
+  std::vector<Tensor> env(g.values().size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
+  for (size_t i = 0; i < g.captured().size(); ++i) env[static_cast<size_t>(g.captured()[i])] = trace.captured[i];
+  for (size_t i = 0; i < g.constants().size(); ++i)
+    env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
+  return env;
 }
 
-}  // namespace
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch) {
+  if (n.draw_count < 0) return base;
+  const ops::OpSchema& schema = ops::op_schema(n.op);
+  const ops::PhiloxDraw draw = ops::draw_philox(n.generator, n.draw_count);
+  scratch = base;
+  for (size_t i = 0; i < schema.attrs.size(); ++i) {
+    if (schema.attrs[i].name == "seed") scratch[i] = draw.seed;
+    if (schema.attrs[i].name == "offset") scratch[i] = draw.offset;
+  }
+  return scratch;
+}
 
 TensorList replay(const Trace& trace, const TensorList& inputs) {
   const Graph& g = trace.graph;
@@ -189,7 +201,6 @@ TensorList replay(const Trace& trace, const TensorList& inputs) {
     throw Error(detail::str_cat("compile: replay: expected ", g.inputs().size(), " tensor arguments, got ",
                                 inputs.size()));
   }
-  std::vector<Tensor> env(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(g.inputs()[i]);
     if (!inputs[i].defined() || !same_layout(inputs[i], v)) {
@@ -199,31 +210,23 @@ TensorList replay(const Trace& trace, const TensorList& inputs) {
                                                       : std::string("undefined"),
                                   ", the trace has ", v.dtype, v.sizes, " ", v.device));
     }
-    env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
   }
-  for (size_t i = 0; i < g.captured().size(); ++i) env[static_cast<size_t>(g.captured()[i])] = trace.captured[i];
-  for (size_t i = 0; i < g.constants().size(); ++i)
-    env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
+  std::vector<Tensor> env = bind_sources(trace, inputs);
   TensorList args;
+  ops::Attrs scratch;
   for (const Node& n : g.nodes()) {
     std::optional<NoGradGuard> no_grad;
     if (!n.grad_enabled) no_grad.emplace();
     args.clear();
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
-    ops::Attrs attrs = n.attrs;
-    if (n.draw_count >= 0) {
-      const auto [seed_at, offset_at] = seed_offset_attrs(ops::op_schema(n.op));
-      const ops::PhiloxDraw draw = ops::draw_philox(n.generator, n.draw_count);
-      attrs[seed_at] = draw.seed;
-      attrs[offset_at] = draw.offset;
-    }
+    const ops::Attrs& attrs = call_attrs(n, n.attrs, scratch);
     if (n.inplace()) {
       Tensor target = env[static_cast<size_t>(n.target)];
-      ops::dispatch_inplace(n.op, target, args, std::move(attrs));
+      ops::dispatch_inplace(n.op, target, args, attrs);
       env[static_cast<size_t>(n.outputs[0])] = target;
       continue;
     }
-    TensorList outs = ops::dispatch(n.op, args, std::move(attrs));
+    TensorList outs = ops::dispatch(n.op, args, attrs);
     for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
   }
   TensorList results;

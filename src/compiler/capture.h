@@ -98,6 +98,13 @@ class Tracer {
 // write inputs and captured tensors as the program did.
 TensorList replay(const Trace& trace, const TensorList& inputs);
 
+// The environment of a run over a trace: a tensor per value, with the
+// inputs, captured tensors and constants bound (the rest undefined).
+std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs);
+// A node's attributes for one call: `base` itself, or for a random node a
+// copy in `scratch` with a fresh draw from its generator.
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch);
+
 // Suspends the thread's tracer (ops run eagerly) while alive.
 class TracerPause {
  public:

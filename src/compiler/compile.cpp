@@ -69,6 +69,12 @@ struct Entry {
   int64_t order = 0;  // the trace's number, from 1
 };
 
+// A recorded graph's call: its executable, or where autograd must record,
+// a replay through dispatch.
+TensorList run_entry(const Entry& entry, const TensorList& tensors) {
+  return entry.executable ? entry.executable->run(tensors) : replay(*entry.trace, tensors);
+}
+
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -282,7 +288,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
           ++m.stats.replays;
         }
         structure = entry->structure;
-        return entry->executable ? entry->executable->run(args.tensors) : replay(*entry->trace, args.tensors);
+        return run_entry(*entry, args.tensors);
       }
     }
     if (!entry->trace) return run(args.tensors, structure);
@@ -385,7 +391,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     std::lock_guard lock(m.mutex);
     ++m.stats.replays;
   }
-  return entry->executable ? entry->executable->run(args.tensors) : replay(*entry->trace, args.tensors);
+  return run_entry(*entry, args.tensors);
 }
 
 }  // namespace internal

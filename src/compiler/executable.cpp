@@ -3,7 +3,6 @@
 #include "backends/backend.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
-#include "ops/random.h"
 
 namespace kiln::compiler {
 
@@ -17,19 +16,9 @@ struct Executable::Step {
   std::vector<ops::TensorMeta> outputs;             // kernel outputs: sizes, dtype, device
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
-  size_t seed_at = 0, offset_at = 0;                // random ops: where the draw goes
 };
 
 namespace {
-
-std::pair<size_t, size_t> seed_offset_positions(const ops::OpSchema& schema) {
-  size_t seed = 0, offset = 0;
-  for (size_t i = 0; i < schema.attrs.size(); ++i) {
-    if (schema.attrs[i].name == "seed") seed = i;
-    if (schema.attrs[i].name == "offset") offset = i;
-  }
-  return {seed, offset};
-}
 
 Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
@@ -52,7 +41,6 @@ Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(tr
     Step s;
     s.node = &n;
     s.schema = &ops::op_schema(n.op);
-    if (n.draw_count >= 0) std::tie(s.seed_at, s.offset_at) = seed_offset_positions(*s.schema);
     if (n.inplace()) {
       s.kind = Step::Kind::kInplace;
       s.attrs = n.attrs;
@@ -80,31 +68,19 @@ size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
 TensorList Executable::run(const TensorList& inputs) const {
   const Graph& g = trace_->graph;
-  std::vector<Tensor> env(g.values().size());
-  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
-  for (size_t i = 0; i < g.captured().size(); ++i)
-    env[static_cast<size_t>(g.captured()[i])] = trace_->captured[i];
-  for (size_t i = 0; i < g.constants().size(); ++i)
-    env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
+  std::vector<Tensor> env = bind_sources(*trace_, inputs);
   // One arena per device; planned storages are slices that keep it alive.
   std::vector<std::shared_ptr<Storage>> arenas;
   arenas.reserve(plan_.arenas.size());
   for (const auto& a : plan_.arenas)
     arenas.push_back(backend::backend_for(a.device.kind()).allocate(a.nbytes, a.device));
-  TensorList args, casts;
+  TensorList args;
+  ops::Attrs scratch;
   for (const Step& s : steps_) {
     const Node& n = *s.node;
     args.clear();
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
-    const ops::Attrs* attrs = &s.attrs;
-    ops::Attrs drawn;
-    if (n.draw_count >= 0) {
-      drawn = s.kind == Step::Kind::kView ? n.attrs : s.attrs;
-      const ops::PhiloxDraw draw = ops::draw_philox(n.generator, n.draw_count);
-      drawn[s.seed_at] = draw.seed;
-      drawn[s.offset_at] = draw.offset;
-      attrs = &drawn;
-    }
+    const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch);
     switch (s.kind) {
       case Step::Kind::kView:
         for (size_t k = 0; k < n.outputs.size(); ++k) {

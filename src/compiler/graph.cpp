@@ -345,6 +345,19 @@ void verify(const Graph& g) {
   }
 }
 
+std::vector<bool> written_storages(const Graph& g) {
+  std::vector<bool> written(g.storages().size(), false);
+  for (const Node& n : g.nodes())
+    if (n.inplace()) written[static_cast<size_t>(g.value(n.target).storage)] = true;
+  return written;
+}
+
+std::vector<bool> returned_storages(const Graph& g) {
+  std::vector<bool> returned(g.storages().size(), false);
+  for (ValueId id : g.outputs()) returned[static_cast<size_t>(g.value(id).storage)] = true;
+  return returned;
+}
+
 std::string to_text(const Graph& g) {
   std::ostringstream os;
   print_values(os, g, "graph", g.inputs());

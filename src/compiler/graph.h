@@ -119,6 +119,11 @@ class Graph {
   TensorList constant_values_;
 };
 
+// By storage id: whether some in-place node writes it; whether it holds a
+// graph output (or a view of one).
+std::vector<bool> written_storages(const Graph& graph);
+std::vector<bool> returned_storages(const Graph& graph);
+
 // Checks the graph's invariants and throws kiln::Error naming the first node
 // that breaks one: values defined before use, producers and storages
 // consistent, every node's shape rule reproducing its outputs' sizes and

@@ -22,8 +22,7 @@ MemoryPlan plan_memory(const Graph& g) {
   plan.storages.resize(storages.size());
   plan.arena_of.assign(storages.size(), -1);
   // Lifetimes: made by a node, used until the last node touching any of its values.
-  std::vector<bool> escapes(storages.size(), false);
-  for (ValueId id : g.outputs()) escapes[static_cast<size_t>(g.value(id).storage)] = true;
+  const std::vector<bool> escapes = returned_storages(g);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Value& root = g.value(storages[s].root);
     PlannedStorage& p = plan.storages[s];

@@ -32,10 +32,7 @@ uint64_t hash_of(ops::OpId op, const std::vector<ValueId>& inputs, const std::ve
 Trace eliminate_common_subexpressions(const Trace& trace) {
   const Graph& g = trace.graph;
   // Storages written later, or returned (two results must not become one).
-  std::vector<bool> written(g.storages().size(), false), returned(g.storages().size(), false);
-  for (const Node& n : g.nodes())
-    if (n.inplace()) written[static_cast<size_t>(g.value(n.target).storage)] = true;
-  for (ValueId id : g.outputs()) returned[static_cast<size_t>(g.value(id).storage)] = true;
+  const std::vector<bool> written = written_storages(g), returned = returned_storages(g);
   std::vector<int64_t> version(g.storages().size(), 0);
   std::unordered_map<uint64_t, std::vector<Candidate>> seen;
   Rewriter r(trace);

@@ -14,10 +14,7 @@ namespace kiln::compiler {
 Trace fold_constants(const Trace& trace) {
   constexpr size_t kMaxBytes = 64 * 1024;
   const Graph& g = trace.graph;
-  std::vector<bool> kept_out(g.storages().size(), false);  // written, or returned
-  for (const Node& n : g.nodes())
-    if (n.inplace()) kept_out[static_cast<size_t>(g.value(n.target).storage)] = true;
-  for (ValueId id : g.outputs()) kept_out[static_cast<size_t>(g.value(id).storage)] = true;
+  const std::vector<bool> written = written_storages(g), returned = returned_storages(g);
   NoGradGuard no_grad;
   Rewriter r(trace);
   for (const Node& n : g.nodes()) {
@@ -26,7 +23,8 @@ Trace fold_constants(const Trace& trace) {
       foldable = foldable && (in == kNoValue || r.graph().value(r.map(in)).kind == ValueKind::kConstant);
     for (ValueId out : n.outputs) {
       const Value& v = g.value(out);
-      foldable = foldable && !kept_out[static_cast<size_t>(v.storage)] &&
+      const auto storage = static_cast<size_t>(v.storage);
+      foldable = foldable && !written[storage] && !returned[storage] &&
                  g.storages()[static_cast<size_t>(v.storage)].nbytes <= kMaxBytes;
     }
     if (!foldable) {

@@ -6,9 +6,7 @@ namespace kiln::compiler {
 
 Trace freeze(const Trace& trace) {
   const Graph& g = trace.graph;
-  std::vector<bool> written(g.storages().size(), false);
-  for (const Node& n : g.nodes())
-    if (n.inplace()) written[static_cast<size_t>(g.value(n.target).storage)] = true;
+  const std::vector<bool> written = written_storages(g);
   std::vector<bool> as_constants(g.captured().size());
   for (size_t slot = 0; slot < g.captured().size(); ++slot)
     as_constants[slot] = !written[static_cast<size_t>(g.value(g.captured()[slot]).storage)];
