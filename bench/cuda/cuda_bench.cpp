@@ -2,6 +2,8 @@
 // for bench/cuda/cuda_vs_torch.py to set beside PyTorch's:
 //   - host time per eager op on tiny tensors (a + b on one element, queued
 //     without waiting; the device catches up at the end),
+//   - host time per call of a compiled function of tiny tensors ((a + b) * 2)
+//     in reduce-overhead mode: a cache hit, the guard check and the launch,
 //   - matmul of 4096 x 4096 x 4096 in float32 (no TF32) and bfloat16,
 //   - a + b on 64M floats (bandwidth-bound),
 //   - scaled_dot_product_attention at BERT-base's shapes (12 heads, 128
@@ -43,6 +45,24 @@ double device_ms(const std::function<void()>& f, int iters) {
   return ms[ms.size() / 2];
 }
 
+// Median host microseconds per call of f, over 5 runs of 20000 calls queued
+// back to back (the device catches up after each run).
+double host_us(const std::function<void()>& f) {
+  constexpr int kCalls = 20000;
+  for (int i = 0; i < 1000; ++i) f();
+  cuda::synchronize();
+  std::vector<double> us;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) f();
+    const auto t1 = std::chrono::steady_clock::now();
+    cuda::synchronize();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 void emit(const std::string& name, double value, const std::string& unit) {
   std::printf("{\"framework\": \"kiln\", \"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}\n",
               name.c_str(), value, unit.c_str());
@@ -57,19 +77,10 @@ int run(int iters) {
     // Host time per op: many tiny adds queued back to back.
     const Tensor a = ones({1}, {.dtype = kFloat32, .device = dev}),
                  b = ones({1}, {.dtype = kFloat32, .device = dev});
-    constexpr int kOps = 20000;
-    for (int i = 0; i < 1000; ++i) (void)(a + b);
-    cuda::synchronize();
-    std::vector<double> us;
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kOps; ++i) (void)(a + b);
-      const auto t1 = std::chrono::steady_clock::now();
-      cuda::synchronize();
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kOps);
-    }
-    std::sort(us.begin(), us.end());
-    emit("host_us_per_tiny_add", us[us.size() / 2], "us");
+    emit("host_us_per_tiny_add", host_us([&] { (void)(a + b); }), "us");
+    const auto compiled = compile([](const Tensor& x, const Tensor& y) { return (x + y) * 2.0; },
+                                  {.mode = Mode::ReduceOverhead});
+    emit("host_us_per_compiled_call", host_us([&] { (void)compiled(a, b); }), "us");
   }
   for (DType t : {kFloat32, kBFloat16}) {
     const int64_t n = 4096;

@@ -1,5 +1,7 @@
 """kiln against PyTorch on a CUDA device, op-level figures side by side in one
-run: host time per eager op on tiny tensors, 4096^3 matmul in float32 (no
+run: host time per eager op on tiny tensors and per call of a compiled
+function of tiny tensors (kiln::compile against torch.compile, both in
+reduce-overhead mode), 4096^3 matmul in float32 (no
 TF32) and bfloat16, an add of 64M floats, scaled_dot_product_attention at
 BERT-base's shapes and batch_norm (eval) at ResNet-50's.
 
@@ -34,6 +36,20 @@ def torch_figures(iters):
         torch.cuda.synchronize()
         us.append((t1 - t0) * 1e6 / 20000)
     out["host_us_per_tiny_add"] = sorted(us)[len(us) // 2]
+    compiled = torch.compile(lambda x, y: (x + y) * 2.0, mode="reduce-overhead")
+    with torch.inference_mode():
+        for _ in range(1000):
+            compiled(a, b)
+        torch.cuda.synchronize()
+        us = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(20000):
+                compiled(a, b)
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            us.append((t1 - t0) * 1e6 / 20000)
+    out["host_us_per_compiled_call"] = sorted(us)[len(us) // 2]
 
     def device_ms(f):
         f()

@@ -1,17 +1,22 @@
 // kiln_bench_models: forward latency of the reference models (random
 // weights, eval mode, inference mode), eager or through kiln::compile
-// (--compile), one configuration per run, as one JSON line. bench/models/models_vs_torch.py runs it beside PyTorch's models with the
-// same thread count and prints the side-by-side table.
+// (--mode default or reduce-overhead), one configuration per run, as one JSON
+// line. bench/models/models_vs_torch.py runs it beside PyTorch's models (eager
+// or torch.compile) with the same thread count and prints the side-by-side
+// table.
 //
 //   kiln_bench_models --model resnet50 --batch 8 --threads 2 --iters 20
-//   kiln_bench_models --model resnet50 --device cuda
-//   kiln_bench_models --model bert --compile --freeze
+//   kiln_bench_models --model resnet50 --device cuda --mode reduce-overhead
+//   kiln_bench_models --model bert --mode default --freeze
 //
-// With --compile the first call (trace, passes, lowering, then the run) is
-// reported apart as first_call_ms; it is not among the timed calls.
+// With a compiled mode the first call (trace, passes, lowering, the run and,
+// for reduce-overhead, recording the CUDA graph) is reported apart as
+// first_call_ms; it is not among the timed calls.
 //
 // On a CUDA device each timed call ends with a device synchronize, so the
-// time covers the whole forward, host and device.
+// time covers the whole forward, host and device. peak_extra_mb is the
+// device's (or the CPU allocator's) peak allocated memory over the run, less
+// what the weights and inputs hold: the memory a call needs.
 //
 // Models: resnet50 (3x224x224), bert (BERT-base, token ids of --seq, default
 // 128), lstm (LSTMNet, --seq steps of 256 features, default 128), lstm_loop
@@ -38,7 +43,7 @@ struct Config {
   int iters = 20;
   int warmup = 3;
   std::string device = "cpu";
-  bool compile = false;
+  std::string mode = "eager";  // eager, default, reduce-overhead
   bool freeze = false;
 };
 
@@ -46,9 +51,10 @@ struct Config {
 // returns (a tensor or a tuple of them).
 template <typename F>
 std::function<void()> forward_of(const Config& c, F f, kiln::Tensor x) {
-  if (!c.compile) return [f, x] { (void)f(x); };
-  auto compiled =
-      std::make_shared<kiln::Compiled<F>>(f, kiln::CompileOptions{.freeze = c.freeze, .name = c.model});
+  if (c.mode == "eager") return [f, x] { (void)f(x); };
+  const kiln::Mode mode = c.mode == "reduce-overhead" ? kiln::Mode::ReduceOverhead : kiln::Mode::Default;
+  auto compiled = std::make_shared<kiln::Compiled<F>>(
+      f, kiln::CompileOptions{.mode = mode, .freeze = c.freeze, .name = c.model});
   return [compiled, x] { (void)(*compiled)(x); };
 }
 
@@ -101,6 +107,10 @@ int run(const Config& c) {
   kiln::InferenceModeGuard inference;
   const std::function<void()> model_forward = make_forward(c);
   const bool on_cuda = c.device == "cuda";
+  const kiln::Device device = on_cuda ? kiln::Device::cuda() : kiln::Device::cpu();
+  if (on_cuda) kiln::cuda::synchronize();
+  const size_t resident = kiln::memory_stats(device).allocated_bytes;  // weights and inputs
+  kiln::reset_peak_memory_stats(device);
   const std::function<void()> forward = [&] {
     model_forward();
     if (on_cuda) kiln::cuda::synchronize();
@@ -117,13 +127,16 @@ int run(const Config& c) {
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
+  const size_t peak = kiln::memory_stats(device).peak_allocated_bytes;
+  const double peak_extra_mb = static_cast<double>(peak > resident ? peak - resident : 0) / (1 << 20);
+  const std::string mode = c.freeze ? c.mode + ", frozen" : c.mode;
   std::printf(
       "{\"framework\": \"kiln\", \"model\": \"%s\", \"device\": \"%s\", \"batch\": %lld, \"threads\": %d, "
       "\"iters\": %d, \"mode\": \"%s\", "
-      "\"median_ms\": %.4f, \"min_ms\": %.4f, \"p90_ms\": %.4f, \"first_call_ms\": %.3f}\n",
+      "\"median_ms\": %.4f, \"min_ms\": %.4f, \"p90_ms\": %.4f, \"first_call_ms\": %.3f, "
+      "\"peak_extra_mb\": %.2f}\n",
       c.model.c_str(), c.device.c_str(), static_cast<long long>(c.batch), kiln::get_num_threads(), c.iters,
-      c.compile ? (c.freeze ? "compiled, frozen" : "compiled") : "eager", ms[ms.size() / 2], ms.front(),
-      ms[ms.size() * 9 / 10], first_ms);
+      mode.c_str(), ms[ms.size() / 2], ms.front(), ms[ms.size() * 9 / 10], first_ms, peak_extra_mb);
   return 0;
 }
 
@@ -142,9 +155,15 @@ int main(int argc, char** argv) {
   app.add_option("--iters", c.iters, "timed calls")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", c.warmup, "untimed calls first")->check(CLI::Range(0, 100000));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  CLI::Option* compile = app.add_flag("--compile", c.compile, "run the forward through kiln::compile");
-  app.add_flag("--freeze", c.freeze, "with --compile: freeze the parameters (folds batch norms)")->needs(compile);
+  app.add_option("--mode", c.mode, "eager, or kiln::compile's default or reduce-overhead mode")
+      ->check(CLI::IsMember({"eager", "default", "reduce-overhead"}));
+  app.add_flag_callback("--compile", [&c] { c.mode = "default"; }, "the same as --mode default");
+  app.add_flag("--freeze", c.freeze, "with a compiled mode: freeze the parameters (folds batch norms)");
   CLI11_PARSE(app, argc, argv);
+  if (c.freeze && c.mode == "eager") {
+    std::fprintf(stderr, "kiln_bench_models: --freeze needs a compiled mode (--mode default or reduce-overhead)\n");
+    return 2;
+  }
   try {
     return run(c);
   } catch (const kiln::Error& e) {

@@ -39,9 +39,12 @@ namespace kiln {
 enum class Mode { Default, ReduceOverhead, MaxAutotune };
 
 struct CompileOptions {
-  // Default: passes and the planned executable. ReduceOverhead (CUDA graphs)
-  // and MaxAutotune (benchmarked algorithms) are not built yet: asking for
-  // them is a ValueError rather than a silent Default.
+  // Default: passes and the planned executable. ReduceOverhead: as Default,
+  // and a graph whose work is all on one CUDA device is recorded as one CUDA
+  // graph on its first call and replayed by one launch from then on
+  // (docs/compile.md says how arguments and results are bound, and explain()
+  // why a graph was not recorded). MaxAutotune (benchmarked algorithms) is
+  // not built yet: asking for it is a ValueError rather than a silent Default.
   Mode mode = Mode::Default;
   // A data-dependent read while tracing is an error naming the read, instead
   // of eager execution for that key.
@@ -64,6 +67,7 @@ struct CompileStats {
   int64_t traces = 0;       // times the function was traced (the first included; breaks among them)
   int64_t eager_calls = 0;  // calls past the recompile limit or after a graph break
   int64_t graph_breaks = 0;
+  int64_t graph_launches = 0;  // replays served by one CUDA graph launch (Mode::ReduceOverhead)
 };
 
 // What a compiled function recorded: its graphs with their ops and guards,
@@ -79,7 +83,9 @@ struct ExplainReport {
     size_t arena_bytes = 0;   // the memory plan's arenas, all devices
     size_t planned_bytes = 0; // the planned storages' sizes before sharing
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
+    bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
+    double record_ms = 0;      // recording the CUDA graph (all recordings)
     std::string text;  // the graph, as compiler::to_text prints it
   };
   std::string name;

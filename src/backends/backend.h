@@ -47,6 +47,26 @@ struct MemoryStats {
   size_t reserved_bytes = 0;        // allocated plus cached for reuse
 };
 
+// Device work recorded once and replayed whole by later calls (a CUDA graph).
+// Memory allocated while recording (or inside allocate_from_pool) comes from
+// a pool private to the graph: the graph's replays keep using it, so it goes
+// back to the device only when the graph and every tensor allocated from it
+// are gone.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Runs fn with this thread's allocations on the graph's device served from
+  // the graph's pool; nothing is recorded.
+  virtual void allocate_from_pool(const std::function<void()>& fn) = 0;
+  // Records the device work fn queues on the current stream (which it sees
+  // as a recording stream, ordered after the work queued so far). Throws
+  // kiln::Error with the reason when the work cannot be recorded; a graph
+  // records once.
+  virtual void record(const std::function<void()>& fn) = 0;
+  // Queues the recorded work on the device's current stream.
+  virtual void launch() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,6 +94,10 @@ class Backend {
   virtual void reset_peak_memory_stats(Device device) = 0;
   // Returns cached, unused memory to the system.
   virtual void empty_cache(Device device) = 0;
+  // A graph to record device work into; DeviceError for a backend without graphs.
+  virtual std::unique_ptr<DeviceGraph> make_graph(Device device) {
+    throw DeviceError(detail::str_cat("the ", name(), " backend cannot record graphs (", device, ")"));
+  }
   const KernelTable& kernels() const noexcept { return kernels_; }
 
  protected:

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "compiler/capture.h"
+#include "compiler/device_graph.h"
 #include "compiler/executable.h"
 #include "compiler/graph.h"
 #include "compiler/logs.h"
@@ -64,19 +65,78 @@ struct Entry {
   std::shared_ptr<const Executable> executable;
   std::vector<int64_t> structure;
   std::vector<LayoutGuard> captured;
-  double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
+  double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0;
   size_t traced_nodes = 0;
   int64_t order = 0;  // the trace's number, from 1
+  // Mode::ReduceOverhead: the executable recorded as one device graph, or
+  // why it is not (obstacles found before recording, or the recording's failure).
+  mutable std::mutex graph_mutex;
+  std::shared_ptr<GraphedExecutable> graphed;
+  std::vector<std::string> graph_obstacles;
+  int64_t recordings = 0;
 };
-
-// A recorded graph's call: its executable, or where autograd must record,
-// a replay through dispatch.
-TensorList run_entry(const Entry& entry, const TensorList& tensors) {
-  return entry.executable ? entry.executable->run(tensors) : replay(*entry.trace, tensors);
-}
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Records the entry's executable as a device graph for arguments laid out as
+// `tensors` (the executable has just run on them); a failure becomes the
+// reason the entry has none.
+void record_graph(Entry& entry, const TensorList& tensors, const std::string& name) {
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<GraphedExecutable> graphed;
+  std::string failure;
+  try {
+    graphed = std::make_shared<GraphedExecutable>(entry.executable, tensors);
+  } catch (const Error& e) {
+    failure = detail::str_cat("the device refused to record it: ", e.what());
+  }
+  const double ms = ms_since(start);
+  std::lock_guard lock(entry.graph_mutex);
+  entry.graphed = std::move(graphed);
+  entry.record_ms += ms;
+  ++entry.recordings;
+  if (!failure.empty()) {
+    entry.graph_obstacles.push_back(failure);
+    log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order, ": not a CUDA graph: ", failure));
+  } else {
+    log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order, ": recorded as a CUDA graph in ", ms, " ms"));
+  }
+}
+
+// A recorded graph's call: its device graph, its executable, or where
+// autograd must record, a replay through dispatch.
+TensorList run_entry(Entry& entry, const TensorList& tensors, const std::string& name, int64_t& graph_calls) {
+  if (!entry.executable) return replay(*entry.trace, tensors);
+  std::shared_ptr<GraphedExecutable> graphed;
+  {
+    std::lock_guard lock(entry.graph_mutex);
+    graphed = entry.graphed;
+  }
+  if (graphed) {
+    TensorList results;
+    switch (graphed->run(tensors, results)) {
+      case GraphedExecutable::Outcome::kRan:
+        ++graph_calls;
+        return results;
+      case GraphedExecutable::Outcome::kBusy:
+        break;  // another thread is in the graph: this call runs the executable
+      case GraphedExecutable::Outcome::kMoved: {
+        {
+          std::lock_guard lock(entry.graph_mutex);
+          if (entry.graphed != graphed) break;  // another thread is recording it anew
+          entry.graphed.reset();
+        }
+        log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order,
+                                               ": a captured tensor moved to other memory; recording again"));
+        TensorList out = entry.executable->run(tensors);
+        record_graph(entry, tensors, name);
+        return out;
+      }
+    }
+  }
+  return entry.executable->run(tensors);
 }
 
 void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
@@ -183,10 +243,10 @@ struct Core::Impl {
 
 Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_shared<Impl>()) {
   if (options.name.empty()) options.name = std::move(default_name);
-  if (options.mode != Mode::Default) {
-    throw ValueError(detail::str_cat("compile: ", options.name, ": mode ",
-                                     options.mode == Mode::ReduceOverhead ? "ReduceOverhead" : "MaxAutotune",
-                                     " is not available yet; Mode::Default is"));
+  if (options.mode == Mode::MaxAutotune) {
+    throw ValueError(detail::str_cat("compile: ", options.name,
+                                     ": mode MaxAutotune is not available yet; Mode::Default and "
+                                     "Mode::ReduceOverhead are"));
   }
   if (options.recompile_limit < 1) {
     throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ", options.recompile_limit));
@@ -241,6 +301,13 @@ ExplainReport Core::explain() const {
     g.passes_ms = e->passes_ms;
     g.traced_nodes = static_cast<int64_t>(e->traced_nodes);
     g.lower_ms = e->lower_ms;
+    {
+      std::lock_guard graph_lock(e->graph_mutex);
+      g.cuda_graph = e->graphed != nullptr;
+      g.record_ms = e->record_ms;
+      for (const std::string& why : e->graph_obstacles)
+        r.cuda_graph_skips.push_back(detail::str_cat("graph ", r.graphs.size() + 1, ": ", why));
+    }
     g.text = to_text(graph);
     r.graphs.push_back(std::move(g));
   }
@@ -288,7 +355,13 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
           ++m.stats.replays;
         }
         structure = entry->structure;
-        return run_entry(*entry, args.tensors);
+        int64_t graph_calls = 0;
+        TensorList out = run_entry(*entry, args.tensors, m.options.name, graph_calls);
+        if (graph_calls) {
+          std::lock_guard lock(m.mutex);
+          m.stats.graph_launches += graph_calls;
+        }
+        return out;
       }
     }
     if (!entry->trace) return run(args.tensors, structure);
@@ -369,6 +442,16 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     const auto lower_start = std::chrono::steady_clock::now();
     if (!(needs_grad && is_grad_enabled())) entry->executable = std::make_shared<const Executable>(entry->trace);
     entry->lower_ms = ms_since(lower_start);
+    if (m.options.mode == Mode::ReduceOverhead) {
+      if (entry->executable) {
+        entry->graph_obstacles = GraphedExecutable::obstacles(*entry->executable);
+      } else {
+        entry->graph_obstacles.push_back(
+            "its arguments or captured tensors require grad: calls replay through dispatch, which records autograd");
+      }
+      for (const std::string& why : entry->graph_obstacles)
+        log(LogChannel::kPerf, detail::str_cat(m.options.name, ", trace ", entry->order, ": not a CUDA graph: ", why));
+    }
     log(LogChannel::kGraphs, detail::str_cat(m.options.name, ", trace ", m.stats.traces, ":\n",
                                              to_text(entry->trace->graph)));
   }
@@ -391,7 +474,15 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     std::lock_guard lock(m.mutex);
     ++m.stats.replays;
   }
-  return run_entry(*entry, args.tensors);
+  if (m.options.mode == Mode::ReduceOverhead && entry->executable && entry->graph_obstacles.empty()) {
+    // This first run of the executable makes the libraries' plans and
+    // handles; the graph records the same work, and replays from the next call.
+    TensorList out = entry->executable->run(args.tensors);
+    record_graph(*entry, args.tensors, m.options.name);
+    return out;
+  }
+  int64_t graph_calls = 0;
+  return run_entry(*entry, args.tensors, m.options.name, graph_calls);
 }
 
 }  // namespace internal
@@ -404,7 +495,9 @@ std::string ExplainReport::to_string() const {
   os << name << ": " << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << graph_breaks.size()
      << " graph break" << (graph_breaks.size() == 1 ? "" : "s") << ", " << recompiles.size() << " recompile"
      << (recompiles.size() == 1 ? "" : "s") << "; " << stats.calls << " calls: " << stats.replays << " replayed, "
-     << stats.eager_calls << " eager\n";
+     << stats.eager_calls << " eager";
+  if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
+  os << "\n";
   for (size_t i = 0; i < graphs.size(); ++i) {
     const Graph& g = graphs[i];
     os << "graph " << i + 1 << ": " << g.nodes << " ops (";
@@ -412,8 +505,11 @@ std::string ExplainReport::to_string() const {
     os << "), " << g.captured << " captured tensors, "
        << (g.executable ? "planned executable" : "replayed through dispatch (records autograd)");
     if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
+    if (g.cuda_graph) os << ", replayed as one CUDA graph";
     os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
-       << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms\n";
+       << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms";
+    if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
+    os << "\n";
     os << "  guards:\n";
     for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
   }
@@ -430,7 +526,8 @@ std::string ExplainReport::to_json() const {
                 {"replays", stats.replays},
                 {"traces", stats.traces},
                 {"eager_calls", stats.eager_calls},
-                {"graph_breaks", stats.graph_breaks}};
+                {"graph_breaks", stats.graph_breaks},
+                {"graph_launches", stats.graph_launches}};
   j["graphs"] = nlohmann::json::array();
   for (const Graph& g : graphs) {
     nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
@@ -441,11 +538,16 @@ std::string ExplainReport::to_json() const {
                            {"guards", guards},
                            {"captured", g.captured},
                            {"executable", g.executable},
+                           {"cuda_graph", g.cuda_graph},
                            {"arena_bytes", g.arena_bytes},
                            {"planned_bytes", g.planned_bytes},
                            {"traced_nodes", g.traced_nodes},
                            {"compile_ms",
-                            {{"trace", g.trace_ms}, {"verify", g.verify_ms}, {"passes", g.passes_ms}, {"lower", g.lower_ms}}},
+                            {{"trace", g.trace_ms},
+                             {"verify", g.verify_ms},
+                             {"passes", g.passes_ms},
+                             {"lower", g.lower_ms},
+                             {"record", g.record_ms}}},
                            {"text", g.text}});
   }
   j["graph_breaks"] = graph_breaks;

@@ -28,6 +28,7 @@ class Executable {
   TensorList run(const TensorList& inputs) const;
 
   const MemoryPlan& plan() const noexcept { return plan_; }
+  const Trace& trace() const noexcept { return *trace_; }
   size_t num_steps() const noexcept;
 
  private:

@@ -50,6 +50,30 @@ CudaAllocator& CudaAllocator::for_device(int index) {
   return *allocators[index];
 }
 
+std::shared_ptr<CudaAllocator> CudaAllocator::make_private(int index) {
+  CudaAllocator& parent = for_device(index);
+  return std::shared_ptr<CudaAllocator>(new CudaAllocator(index, &parent));
+}
+
+CudaAllocator::~CudaAllocator() {
+  if (!parent_) return;  // a device's allocator lives as long as the process
+  // Every tensor of the pool is gone (each holds the pool). Segments whose
+  // blocks all came back are one free block again: give them back.
+  release_cached_segments();
+}
+
+void CudaAllocator::account_private(size_t bytes, bool add) {
+  std::lock_guard lock(mutex_);
+  if (add) {
+    allocated_ += bytes;
+    reserved_ += bytes;
+    peak_ = std::max(peak_, allocated_);
+  } else {
+    allocated_ -= bytes;
+    reserved_ -= bytes;
+  }
+}
+
 CudaAllocator::Block* CudaAllocator::find_free(Pool& pool, size_t size, void* stream) {
   Block key{nullptr, size, stream, false};
   auto it = pool.free_blocks.lower_bound(&key);
@@ -63,6 +87,10 @@ CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size
   const size_t segment = size <= kSmallRequest ? kSmallSegment
                                                : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
   DeviceGuard guard(device_);
+  // A private pool grows while a graph is being recorded on this thread:
+  // cudaMalloc does not touch the recorded stream, so it is allowed then.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, segment);
   if (status == cudaErrorMemoryAllocation) {
@@ -70,6 +98,7 @@ CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size
     release_cached_segments();
     status = cudaMalloc(&ptr, segment);
   }
+  cudaThreadExchangeStreamCaptureMode(&mode);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
@@ -80,6 +109,7 @@ CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size
                                 " of ", total_bytes, " free on the device"));
   }
   check(status, "cudaMalloc");
+  if (parent_) parent_->account_private(segment, true);
   reserved_ += segment;
   ++device_mallocs_;
   return new Block{ptr, segment, stream, size <= kSmallRequest};
@@ -152,6 +182,7 @@ void CudaAllocator::release_cached_segments() {
       }
       cudaFree(block->ptr);
       reserved_ -= block->size;
+      if (parent_) parent_->account_private(block->size, false);
       it = pool->free_blocks.erase(it);
       delete block;
     }

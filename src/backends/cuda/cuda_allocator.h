@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -26,6 +27,12 @@ class CudaAllocator {
 
   // The allocator of device `index`, created on first use.
   static CudaAllocator& for_device(int index);
+  // A pool private to one device graph (DeviceGraph): it never gives its
+  // blocks to anyone else, and returns its segments to the driver when
+  // destroyed. Its segments count as allocated (and reserved) in the
+  // statistics of the device's allocator while the pool exists.
+  static std::shared_ptr<CudaAllocator> make_private(int index);
+  ~CudaAllocator();
 
   // A block of at least nbytes (one kRound block for 0) usable on `stream`.
   void* allocate(size_t nbytes, void* stream);
@@ -48,7 +55,9 @@ class CudaAllocator {
     std::set<Block*, BySize> free_blocks;
   };
 
-  explicit CudaAllocator(int index) : device_(index) {}
+  explicit CudaAllocator(int index, CudaAllocator* parent = nullptr) : device_(index), parent_(parent) {}
+  // A private pool's segments, as the parent's statistics see them.
+  void account_private(size_t bytes, bool add);
   Pool& pool_of(const Block* block);
   Block* find_free(Pool& pool, size_t size, void* stream);
   Block* new_segment(size_t size, void* stream, size_t requested);
@@ -56,6 +65,7 @@ class CudaAllocator {
   void merge_into(Block* block, Block* neighbour);
 
   int device_;
+  CudaAllocator* parent_;  // set for a private pool
   mutable std::mutex mutex_;
   Pool small_, large_;
   std::unordered_map<void*, Block*> live_;  // allocated blocks by address

@@ -80,6 +80,10 @@ std::shared_ptr<Storage> CudaBackend::allocate(size_t nbytes, Device device) {
   const int index = device.index();
   // Blocks are reused by later allocations on the same stream only, which
   // are ordered after every use of the block on that stream.
+  if (const std::shared_ptr<CudaAllocator>* pool = routed_pool(index)) {
+    void* ptr = (*pool)->allocate(nbytes, current_stream_handle(index));
+    return std::make_shared<Storage>(ptr, nbytes, device, [keep = *pool](void* p) { keep->free(p); });
+  }
   void* ptr = CudaAllocator::for_device(index).allocate(nbytes, current_stream_handle(index));
   return std::make_shared<Storage>(ptr, nbytes, device,
                                    [index](void* p) { CudaAllocator::for_device(index).free(p); });

@@ -23,6 +23,7 @@ class CudaBackend final : public Backend {
   MemoryStats memory_stats(Device device) const override;
   void reset_peak_memory_stats(Device device) override;
   void empty_cache(Device device) override;
+  std::unique_ptr<DeviceGraph> make_graph(Device device) override;
 };
 
 CudaBackend& cuda_backend();
@@ -34,6 +35,11 @@ std::string unavailable_reason();
 
 // This thread's current stream on the device (a cudaStream_t; null: the default stream).
 void* current_stream_handle(int device);
+
+class CudaAllocator;
+// The private pool of the graph this thread is recording or filling on
+// `device` (cuda_graph.cpp), or null: allocations come from the device's allocator.
+const std::shared_ptr<CudaAllocator>* routed_pool(int device) noexcept;
 
 // DeviceError unless `device` is a CUDA device this process can use.
 void check_device(Device device, const char* what);

@@ -1,0 +1,112 @@
+// CUDA graphs (DeviceGraph): device work recorded by stream capture on a
+// stream of its own, with the memory it allocates taken from a private pool,
+// and replayed by one cudaGraphLaunch.
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+#include "kiln/cuda.h"
+
+namespace kiln::backend::cuda {
+namespace {
+
+struct PoolRoute {
+  int device = -1;
+  const std::shared_ptr<CudaAllocator>* pool = nullptr;
+};
+
+thread_local PoolRoute t_route;
+
+// Routes this thread's allocations on a device to a pool while alive.
+class RouteGuard {
+ public:
+  RouteGuard(int device, const std::shared_ptr<CudaAllocator>& pool) : previous_(t_route) {
+    t_route = {device, &pool};
+  }
+  ~RouteGuard() { t_route = previous_; }
+  RouteGuard(const RouteGuard&) = delete;
+  RouteGuard& operator=(const RouteGuard&) = delete;
+
+ private:
+  PoolRoute previous_;
+};
+
+class CudaGraph final : public DeviceGraph {
+ public:
+  explicit CudaGraph(int device) : device_(device), pool_(CudaAllocator::make_private(device)) {}
+  ~CudaGraph() override {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+
+  void allocate_from_pool(const std::function<void()>& fn) override {
+    RouteGuard route(device_, pool_);
+    fn();
+  }
+
+  void record(const std::function<void()>& fn) override {
+    if (exec_) throw Error(detail::str_cat("cuda graph on cuda:", device_, ": already recorded"));
+    DeviceGuard device(device_);
+    // Capture needs a stream other than the legacy default one; it starts
+    // after the work queued so far on the caller's stream.
+    const kiln::cuda::Stream caller = kiln::cuda::Stream::current(device_);
+    const kiln::cuda::Stream recording = kiln::cuda::Stream::create(device_);
+    kiln::cuda::Event ready(false, device_);
+    ready.record(caller);
+    recording.wait(ready);
+    const auto stream = static_cast<cudaStream_t>(recording.handle());
+    std::string failure;
+    cudaGraph_t graph = nullptr;
+    {
+      kiln::cuda::StreamGuard on(recording);
+      RouteGuard route(device_, pool_);
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+      if (ended != cudaSuccess && failure.empty()) {
+        failure = detail::str_cat("cudaStreamEndCapture: ", cudaGetErrorName(ended), ": ", cudaGetErrorString(ended));
+      }
+      cudaGetLastError();
+    }
+    if (failure.empty()) {
+      const cudaError_t made = cudaGraphInstantiate(&exec_, graph, 0);
+      if (made != cudaSuccess) {
+        exec_ = nullptr;
+        failure = detail::str_cat("cudaGraphInstantiate: ", cudaGetErrorName(made), ": ", cudaGetErrorString(made));
+        cudaGetLastError();
+      }
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (!failure.empty()) throw Error(failure);
+    // Uploaded now, so that the first launch does not pay for it.
+    check(cudaGraphUpload(exec_, static_cast<cudaStream_t>(caller.handle())), "cudaGraphUpload");
+  }
+
+  void launch() override {
+    if (!exec_) throw Error(detail::str_cat("cuda graph on cuda:", device_, ": launched before it was recorded"));
+    DeviceGuard device(device_);
+    check(cudaGraphLaunch(exec_, static_cast<cudaStream_t>(current_stream_handle(device_))), "cudaGraphLaunch");
+  }
+
+ private:
+  int device_;
+  std::shared_ptr<CudaAllocator> pool_;  // tensors allocated from it hold it too
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace
+
+const std::shared_ptr<CudaAllocator>* routed_pool(int device) noexcept {
+  return t_route.pool && t_route.device == device ? t_route.pool : nullptr;
+}
+
+std::unique_ptr<DeviceGraph> CudaBackend::make_graph(Device device) {
+  check_device(device, "make_graph");
+  return std::make_unique<CudaGraph>(device.index());
+}
+
+}  // namespace kiln::backend::cuda

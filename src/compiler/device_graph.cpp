@@ -1,0 +1,140 @@
+#include "compiler/device_graph.h"
+
+#include <algorithm>
+
+namespace kiln::compiler {
+namespace {
+
+const char* kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::kInput: return "an argument";
+    case ValueKind::kCaptured: return "a captured tensor";
+    case ValueKind::kConstant: return "a constant";
+    case ValueKind::kNode: return "a result";
+  }
+  return "a value";
+}
+
+// Elements from a layout's first to its last, inclusive (0 when empty).
+int64_t extent(const Shape& sizes, const Shape& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    last += (sizes[d] - 1) * strides[d];
+  }
+  return last + 1;
+}
+
+// A tensor of `like`'s sizes, strides and dtype in a new storage of just its extent.
+Tensor empty_strided(const Shape& sizes, const Shape& strides, DType dtype, Device device) {
+  const auto nbytes = static_cast<size_t>(extent(sizes, strides)) * dtype_size(dtype);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = backend::backend_for(device.kind()).allocate(nbytes, device);
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+const char* bytes_of(const Tensor& t) {
+  return static_cast<const char*>(t.storage()->data()) + t.storage_offset() * static_cast<int64_t>(t.element_size());
+}
+
+// Copies a layout's whole extent (src and dst have equal sizes and strides).
+void copy_extent(const Tensor& dst, const Tensor& src) {
+  const auto nbytes = static_cast<size_t>(extent(src.sizes(), src.strides())) * src.element_size();
+  backend::backend_for(src.device().kind())
+      .copy_bytes(const_cast<char*>(bytes_of(dst)), dst.device(), bytes_of(src), src.device(), nbytes, true);
+}
+
+}  // namespace
+
+std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
+  const Graph& g = exe.trace().graph;
+  std::vector<std::string> out;
+  std::vector<Device> devices;
+  for (const Value& v : g.values())
+    if (v.kind != ValueKind::kConstant && std::find(devices.begin(), devices.end(), v.device) == devices.end())
+      devices.push_back(v.device);
+  for (const Device& d : devices) {
+    if (!d.is_cuda()) {
+      out.push_back(detail::str_cat("it uses the ", d, ": device graphs record CUDA work only"));
+      break;
+    }
+  }
+  if (out.empty() && devices.size() > 1) out.push_back("it uses several CUDA devices");
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.draw_count >= 0) {
+      out.push_back(detail::str_cat("node ", i, " (", ops::op_schema(n.op).name,
+                                    ") draws random numbers: a recorded graph would repeat one draw"));
+      break;
+    }
+  }
+  const std::vector<bool> written = written_storages(g);
+  std::vector<int32_t> input_of_storage(g.storages().size(), -1);
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const auto s = static_cast<size_t>(g.value(g.inputs()[i]).storage);
+    if (written[s]) out.push_back(detail::str_cat("it writes argument ", i, " in place"));
+    if (input_of_storage[s] >= 0) {
+      out.push_back(detail::str_cat("arguments ", input_of_storage[s], " and ", i, " share memory"));
+    }
+    input_of_storage[s] = static_cast<int32_t>(i);
+  }
+  std::vector<int32_t> output_of_storage(g.storages().size(), -1);
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const Value& v = g.value(g.outputs()[i]);
+    const auto s = static_cast<size_t>(v.storage);
+    const Value& root = g.value(g.storages()[s].root);
+    if (root.kind != ValueKind::kNode) {
+      out.push_back(detail::str_cat("result ", i, " is ", kind_name(root.kind), " or a view of one"));
+    } else if (output_of_storage[s] >= 0) {
+      out.push_back(detail::str_cat("results ", output_of_storage[s], " and ", i, " share memory"));
+    }
+    output_of_storage[s] = static_cast<int32_t>(i);
+  }
+  return out;
+}
+
+GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, const TensorList& inputs)
+    : exe_(std::move(exe)) {
+  const Trace& trace = exe_->trace();
+  const Graph& g = trace.graph;
+  device_ = g.value(g.outputs().empty() ? g.inputs().at(0) : g.outputs()[0]).device;
+  graph_ = backend::backend_for(device_.kind()).make_graph(device_);
+  graph_->allocate_from_pool([&] {
+    for (const Tensor& in : inputs) {
+      static_inputs_.push_back(empty_strided(in.sizes(), in.strides(), in.dtype(), in.device()));
+    }
+  });
+  graph_->record([&] { static_outputs_ = exe_->run(static_inputs_); });
+  for (const Tensor& t : trace.captured) captured_at_.push_back(t.storage()->data());
+}
+
+GraphedExecutable::~GraphedExecutable() = default;
+
+GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, TensorList& results) {
+  const std::vector<Tensor>& captured = exe_->trace().captured;
+  for (size_t i = 0; i < captured.size(); ++i)
+    if (captured[i].storage()->data() != captured_at_[i]) return Outcome::kMoved;
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return Outcome::kBusy;
+  const cuda::Stream stream = cuda::Stream::current(device_.index());
+  // The static buffers are free once the last call's work is done, which
+  // this stream has to wait for when that call ran on another one.
+  if (last_stream_ && !(*last_stream_ == stream)) stream.wait(*done_);
+  for (size_t i = 0; i < inputs.size(); ++i) copy_extent(static_inputs_[i], inputs[i]);
+  graph_->launch();
+  results.clear();
+  for (const Tensor& s : static_outputs_) {
+    Tensor out = empty_strided(s.sizes(), s.strides(), s.dtype(), s.device());
+    copy_extent(out, s);
+    results.push_back(std::move(out));
+  }
+  if (!done_) done_.emplace(false, device_.index());
+  done_->record(stream);
+  last_stream_ = stream;
+  return Outcome::kRan;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,59 @@
+// Mode::ReduceOverhead: an executable recorded once as a device graph (a CUDA
+// graph) and replayed by one launch per call, so that a call costs the host
+// a few copies and one launch instead of a launch per kernel.
+//
+// The graph reads static copies of the arguments and writes static results,
+// all in memory private to the graph (backend::DeviceGraph). A call copies
+// its arguments in, launches the graph and copies the results out into
+// fresh tensors on the current stream, so results stay valid for as long as
+// the caller keeps them, as in eager mode. Captured tensors (parameters,
+// buffers) are read where they are: updates made to them in place are seen;
+// a captured tensor that moved to other memory makes the call report kMoved,
+// and the caller records anew.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "compiler/executable.h"
+#include "kiln/cuda.h"
+
+namespace kiln::compiler {
+
+class GraphedExecutable {
+ public:
+  // Why `exe` cannot be replayed as one device graph: empty when it can.
+  static std::vector<std::string> obstacles(const Executable& exe);
+
+  // Records `exe` over static arguments laid out as `inputs`. The executable
+  // must have run once on such arguments (libraries' plans and handles are
+  // made by then). kiln::Error with the reason when the device refuses to
+  // record the work.
+  GraphedExecutable(std::shared_ptr<const Executable> exe, const TensorList& inputs);
+  ~GraphedExecutable();
+
+  enum class Outcome {
+    kRan,    // results are set
+    kBusy,   // another thread is in a call of this graph: run the executable instead
+    kMoved,  // a captured tensor is no longer where the graph reads it: record anew
+  };
+  Outcome run(const TensorList& inputs, TensorList& results);
+
+ private:
+  std::shared_ptr<const Executable> exe_;
+  Device device_;
+  std::unique_ptr<backend::DeviceGraph> graph_;
+  TensorList static_inputs_, static_outputs_;
+  std::vector<const void*> captured_at_;  // where each captured tensor's data was when recorded
+  std::mutex mutex_;
+  // The end of the last call's work, and the stream it ran on: a call on
+  // another stream waits for it before touching the static buffers.
+  std::optional<cuda::Event> done_;
+  std::optional<cuda::Stream> last_stream_;
+};
+
+}  // namespace kiln::compiler

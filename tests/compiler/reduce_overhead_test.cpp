@@ -1,0 +1,239 @@
+// Mode::ReduceOverhead: graphs recorded as CUDA graphs and replayed by one
+// launch, checked against eager mode bitwise; the reasons a graph is not
+// recorded; parameters and buffers read and written where they live; results
+// that outlive later calls; threads and streams sharing one graph; the
+// graph's private memory in the device's statistics.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "compiler/compiler_testing.h"
+#include "kiln/kiln.h"
+#include "unit/expect_error.h"
+
+namespace kiln {
+namespace {
+
+namespace F = nn::functional;
+using compiler::testing::same;
+using kiln::testing::expect_error;
+
+bool mentions(const std::vector<std::string>& lines, const std::string& s) {
+  for (const auto& l : lines)
+    if (l.find(s) != std::string::npos) return true;
+  return false;
+}
+
+#define REQUIRE_CUDA() \
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
+
+// A small network with the usual op kinds: matmuls, a normalization, a
+// reduction, pointwise ops, a view.
+struct Block : nn::Module {
+  nn::Linear a{16, 32}, b{32, 16};
+  nn::LayerNorm norm{16};
+  Block() {
+    register_module("a", a);
+    register_module("b", b);
+    register_module("norm", norm);
+  }
+  Tensor forward(const Tensor& x) {
+    const Tensor h = gelu(a(x));
+    const Tensor y = norm(b(h) + x);
+    return (y.softmax(-1) * 2.0).view({-1, 4, 4}).sum({2});
+  }
+};
+
+TEST(ReduceOverhead, OnTheCpuGraphsRunTheExecutableAndExplainSaysWhy) {
+  Block block;
+  NoGradGuard no_grad;
+  const auto fast = compile(block, {.mode = Mode::ReduceOverhead});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({5, 16});
+    EXPECT_TRUE(same(fast(x), block.forward(x))) << i;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.graph_launches, 0);
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_FALSE(r.graphs[0].cuda_graph);
+  EXPECT_TRUE(mentions(r.cuda_graph_skips, "graph 1: it uses the cpu")) << r.to_string();
+  EXPECT_NE(r.to_string().find("not captured as a CUDA graph: graph 1: it uses the cpu"), std::string::npos);
+  expect_error<ValueError>([] { compile([](const Tensor& x) { return x; }, {.mode = Mode::MaxAutotune}); },
+                           "MaxAutotune is not available yet");
+}
+
+TEST(ReduceOverhead, ReplaysAsOneLaunchEqualToEagerAndResultsOutliveLaterCalls) {
+  REQUIRE_CUDA();
+  manual_seed(3);
+  Block block;
+  block.to(Device::cuda());
+  NoGradGuard no_grad;
+  const auto fast = compile(block, {.mode = Mode::ReduceOverhead, .name = "block"});
+  std::vector<Tensor> inputs, results;
+  for (int i = 0; i < 6; ++i) {
+    inputs.push_back(randn({8, 16}).to(Device::cuda()));
+    results.push_back(fast(inputs.back()));
+  }
+  // Every result is its own tensor: later calls did not overwrite it.
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(same(results[i], block.forward(inputs[i]))) << i;
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 1);
+  EXPECT_EQ(r.stats.graph_launches, 5);  // the first call runs the executable, then records
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
+  EXPECT_GT(r.graphs[0].record_ms, 0.0);
+  EXPECT_TRUE(r.cuda_graph_skips.empty()) << r.to_string();
+  EXPECT_NE(r.to_string().find("replayed as one CUDA graph"), std::string::npos);
+  EXPECT_NE(r.to_json().find("\"graph_launches\": 5"), std::string::npos);
+  // A new shape is a new graph, recorded on its first call too.
+  const Tensor x = randn({3, 16}).to(Device::cuda());
+  EXPECT_TRUE(same(fast(x), block.forward(x)));
+  EXPECT_TRUE(same(fast(x), block.forward(x)));
+  EXPECT_EQ(fast.stats().traces, 2);
+  EXPECT_EQ(fast.stats().graph_launches, 6);
+}
+
+TEST(ReduceOverhead, ParametersAreReadWhereTheyLiveAndBuffersWrittenAsInEager) {
+  REQUIRE_CUDA();
+  manual_seed(4);
+  nn::Linear linear(8, 8);
+  linear.to(Device::cuda());
+  Tensor mean = zeros({8}).to(Device::cuda()), var = ones({8}).to(Device::cuda());
+  Tensor eager_mean = mean.clone(), eager_var = var.clone();
+  NoGradGuard no_grad;
+  const auto f = [&](const Tensor& x, const Tensor& m, const Tensor& v) {
+    return F::batch_norm(linear(x), m, v, {}, {}, /*training=*/true, 0.1).relu();
+  };
+  const auto fast = compile([&](const Tensor& x) { return f(x, mean, var); }, {.mode = Mode::ReduceOverhead});
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = randn({6, 8}).to(Device::cuda());
+    EXPECT_TRUE(same(fast(x), f(x, eager_mean, eager_var))) << i;
+    EXPECT_TRUE(same(mean, eager_mean)) << i;
+    EXPECT_TRUE(same(var, eager_var)) << i;
+    // An update in place (an optimizer step) is seen by the next replay.
+    linear.weight.mul_(0.9);
+  }
+  EXPECT_EQ(fast.stats().graph_launches, 3);
+  // Parameters moved to other memory (converted and back): recorded anew.
+  linear.to(kFloat64);
+  linear.to(kFloat32);
+  for (int i = 0; i < 2; ++i) {
+    const Tensor x = randn({6, 8}).to(Device::cuda());
+    EXPECT_TRUE(same(fast(x), f(x, eager_mean, eager_var))) << i;
+  }
+  EXPECT_EQ(fast.stats().traces, 1);
+  EXPECT_EQ(fast.stats().graph_launches, 4);  // the call that found the move ran the executable
+  EXPECT_TRUE(same(mean, eager_mean));
+}
+
+TEST(ReduceOverhead, ExplainNamesWhatKeepsAGraphFromBeingRecorded) {
+  REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  const Tensor x = randn({4, 4}).to(Device::cuda());
+  struct Case {
+    std::function<TensorList(const Tensor&)> fn;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {[](const Tensor& a) { return TensorList{F::dropout(a, 0.5, true) * 2}; }, "draws random numbers"},
+      {[](const Tensor& a) {
+         Tensor b = a;
+         b.add_(1.0);
+         return TensorList{b * 2};
+       },
+       "writes argument 0 in place"},
+      {[](const Tensor& a) { return TensorList{a * 2, a.view({16})}; }, "result 1 is an argument"},
+      {[](const Tensor& a) {
+         const Tensor y = a * 2;
+         return TensorList{y, y.t()};
+       },
+       "results 0 and 1 share memory"},
+      {[](const Tensor& a) { return TensorList{(a.to(Device::cpu()) + 1).to(Device::cuda())}; }, ""},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    const auto fast = compile(cases[i].fn, {.mode = Mode::ReduceOverhead});
+    for (int k = 0; k < 3; ++k) {
+      Tensor a = x.clone(), b = x.clone();
+      manual_seed(k);
+      const TensorList got = fast(a);
+      manual_seed(k);
+      const TensorList want = cases[i].fn(b);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(same(got[j], want[j])) << k << " " << j;
+      EXPECT_TRUE(same(a, b));
+    }
+    const ExplainReport r = fast.explain();
+    EXPECT_EQ(r.stats.graph_launches, 0);
+    if (cases[i].reason.empty()) {
+      EXPECT_EQ(r.stats.graph_breaks, 1);  // a copy between devices: runs eagerly
+    } else {
+      EXPECT_TRUE(mentions(r.cuda_graph_skips, cases[i].reason)) << r.to_string();
+    }
+  }
+  // Autograd: a call that needs gradients replays through dispatch.
+  nn::Linear linear(4, 4);
+  linear.to(Device::cuda());
+  EnableGradGuard grad;
+  const auto fast = compile(linear, {.mode = Mode::ReduceOverhead});
+  fast(x).sum().backward();
+  EXPECT_TRUE(linear.weight.grad().defined());
+  EXPECT_TRUE(mentions(fast.explain().cuda_graph_skips, "require grad"));
+}
+
+TEST(ReduceOverhead, ThreadsOnSeveralStreamsShareOneGraph) {
+  REQUIRE_CUDA();
+  manual_seed(5);
+  Block block;
+  block.to(Device::cuda());
+  NoGradGuard no_grad;
+  const auto fast = compile(block, {.mode = Mode::ReduceOverhead});
+  (void)fast(randn({8, 16}).to(Device::cuda()));  // recorded
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      NoGradGuard no_grad_here;
+      // Half the threads work on a stream of their own, half on the default one.
+      std::optional<cuda::StreamGuard> on;
+      const cuda::Stream own = cuda::Stream::create();
+      if (t % 2) on.emplace(own);
+      Generator gen(static_cast<uint64_t>(t));
+      for (int i = 0; i < 20; ++i) {
+        const Tensor x = randn({8, 16}, {}, &gen).to(Device::cuda());
+        const Tensor got = fast(x), want = block.forward(x);
+        if (!same(got, want)) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  const CompileStats s = fast.stats();
+  EXPECT_EQ(s.calls, 161);
+  EXPECT_EQ(s.traces, 1);
+  EXPECT_GT(s.graph_launches, 0);
+}
+
+TEST(ReduceOverhead, TheGraphsMemoryCountsInTheDevicesStatisticsUntilReset) {
+  REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  const Device gpu = Device::cuda();
+  cuda::synchronize();
+  const size_t before = memory_stats(gpu).allocated_bytes;
+  {
+    const auto fast = compile([](const Tensor& x) { return (x.exp() + 1).log().sum({1}); },
+                              {.mode = Mode::ReduceOverhead});
+    const Tensor x = randn({256, 1024}).to(gpu);
+    (void)fast(x);
+    const size_t with_graph = memory_stats(gpu).allocated_bytes;
+    // The static argument and the graph's intermediates: at least 2 MiB.
+    EXPECT_GE(with_graph, before + 2 * 256 * 1024 * sizeof(float));
+    EXPECT_TRUE(same(fast(x), (x.exp() + 1).log().sum({1})));
+  }
+  cuda::synchronize();
+  EXPECT_LE(memory_stats(gpu).allocated_bytes, before + (size_t{1} << 20));
+}
+
+}  // namespace
+}  // namespace kiln
