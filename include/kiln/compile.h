@@ -55,6 +55,18 @@ struct CompileOptions {
   // folded, convolutions absorb the eval-mode batch norms after them. Results
   // then differ from eager by rounding (the folded weights).
   bool freeze = false;
+  // Results must equal eager's bitwise: no transformation that rounds
+  // differently is allowed (with freeze, a ValueError), and check compares
+  // bitwise. Without it, compiled results may differ from eager's within the
+  // tolerance of their dtype (docs/compile.md); today only freeze does.
+  bool strict = false;
+  // Debugging: every call served by a graph also runs the function eagerly
+  // from the same state (arguments and captured tensors the graph writes,
+  // random generators) and compares results and written tensors. On a
+  // difference, the graph's nodes are run one by one through the executable
+  // and through eager dispatch to find the first node that diverges, and a
+  // kiln::Error names it. Slow: each call runs at least twice.
+  bool check = false;
   // Traces per compiled function; past it calls run eagerly, with one warning.
   int recompile_limit = 8;
   // For logs and explain(): defaults to "compiled function".

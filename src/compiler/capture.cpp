@@ -195,7 +195,7 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
   return scratch;
 }
 
-TensorList replay(const Trace& trace, const TensorList& inputs) {
+TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserver& observe) {
   const Graph& g = trace.graph;
   if (inputs.size() != g.inputs().size()) {
     throw Error(detail::str_cat("compile: replay: expected ", g.inputs().size(), " tensor arguments, got ",
@@ -214,7 +214,8 @@ TensorList replay(const Trace& trace, const TensorList& inputs) {
   std::vector<Tensor> env = bind_sources(trace, inputs);
   TensorList args;
   ops::Attrs scratch;
-  for (const Node& n : g.nodes()) {
+  for (size_t index = 0; index < g.nodes().size(); ++index) {
+    const Node& n = g.nodes()[index];
     std::optional<NoGradGuard> no_grad;
     if (!n.grad_enabled) no_grad.emplace();
     args.clear();
@@ -224,9 +225,11 @@ TensorList replay(const Trace& trace, const TensorList& inputs) {
       Tensor target = env[static_cast<size_t>(n.target)];
       ops::dispatch_inplace(n.op, target, args, attrs);
       env[static_cast<size_t>(n.outputs[0])] = target;
+      if (observe) observe(index, std::span<const Tensor>(&target, 1));
       continue;
     }
     TensorList outs = ops::dispatch(n.op, args, attrs);
+    if (observe) observe(index, outs);
     for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
   }
   TensorList results;

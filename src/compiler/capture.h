@@ -18,6 +18,7 @@
 // kernels eager mode uses: the reference executable, equal to eager bitwise.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <unordered_map>
 
@@ -92,11 +93,15 @@ class Tracer {
   int64_t pending_count_ = -1;
 };
 
+// Called after each node of a run with the node's index and its results
+// (for an in-place node, its target), for CompileOptions::check.
+using NodeObserver = std::function<void(size_t node, std::span<const Tensor> outputs)>;
+
 // Runs the trace on real inputs of the traced layouts (sizes, strides,
 // dtypes, devices; kiln::Error naming the first that differs) and returns
 // its outputs. Captured tensors are read as they are now; in-place nodes
 // write inputs and captured tensors as the program did.
-TensorList replay(const Trace& trace, const TensorList& inputs);
+TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserver& observe = {});
 
 // The environment of a run over a trace: a tensor per value, with the
 // inputs, captured tensors and constants bound (the rest undefined).

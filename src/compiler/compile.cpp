@@ -2,12 +2,14 @@
 #include "kiln/compile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <bit>
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <unordered_map>
 
@@ -139,6 +141,160 @@ TensorList run_entry(Entry& entry, const TensorList& tensors, const std::string&
   return entry.executable->run(tensors);
 }
 
+// --- CompileOptions::check ----------------------------------------------------
+
+// Where compiled and eager values may differ without strict: |a - b| <=
+// atol + rtol * |b| (docs/compile.md).
+std::pair<double, double> tolerance_of(DType t) {
+  switch (t) {
+    case kFloat64: return {1e-12, 1e-12};
+    case kFloat32: return {1e-5, 1e-6};
+    case kFloat16: return {1e-3, 1e-5};
+    case kBFloat16: return {1e-2, 1e-5};
+    default: return {0.0, 0.0};
+  }
+}
+
+// Why `got` does not pass for `want`; empty when it does.
+std::string difference(const Tensor& got, const Tensor& want, bool strict) {
+  if (!got.defined() || !want.defined()) {
+    return got.defined() == want.defined() ? "" : "one side is an undefined tensor";
+  }
+  if (got.sizes() != want.sizes() || got.dtype() != want.dtype()) {
+    return detail::str_cat("it is ", got.dtype(), got.sizes(), ", eager's is ", want.dtype(), want.sizes());
+  }
+  NoGradGuard no_grad;
+  const std::vector<double> a = got.detach().to_vector<double>(), b = want.detach().to_vector<double>();
+  const auto [rtol, atol] = strict ? std::pair<double, double>{0.0, 0.0} : tolerance_of(got.dtype());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool both_nan = a[i] != a[i] && b[i] != b[i];
+    if (both_nan || a[i] == b[i] || std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i])) continue;
+    return detail::str_cat("element ", i, " is ", a[i], ", eager's is ", b[i],
+                           strict ? " (strict: bitwise)" : detail::str_cat(" (tolerance ", rtol, " relative, ", atol, " absolute)"));
+  }
+  return "";
+}
+
+// What a graph's call may change besides its results: the arguments and
+// captured tensors it writes, and the generators its random nodes draw
+// from. Saved before the compiled run so that eager starts from the same state.
+class CallState {
+ public:
+  CallState(const Trace& trace, const TensorList& args) {
+    const Graph& g = trace.graph;
+    const std::vector<bool> written = written_storages(g);
+    for (size_t i = 0; i < g.inputs().size(); ++i) {
+      if (!written[static_cast<size_t>(g.value(g.inputs()[i]).storage)]) continue;
+      tensors_.push_back(args[i]);
+      labels_.push_back(detail::str_cat("argument ", i));
+    }
+    for (size_t i = 0; i < g.captured().size(); ++i) {
+      if (!written[static_cast<size_t>(g.value(g.captured()[i]).storage)]) continue;
+      tensors_.push_back(trace.captured[i]);
+      labels_.push_back(detail::str_cat("captured tensor ", i));
+    }
+    for (const Node& n : g.nodes()) {
+      if (n.draw_count < 0) continue;
+      Generator* gen = n.generator ? n.generator : &default_generator();
+      if (std::none_of(generators_.begin(), generators_.end(), [&](const auto& p) { return p.first == gen; }))
+        generators_.emplace_back(gen, *gen);
+    }
+    saved_ = values();
+  }
+  // The written tensors' values now.
+  TensorList values() const {
+    NoGradGuard no_grad;
+    TensorList out;
+    for (const Tensor& t : tensors_) out.push_back(t.detach().clone());
+    return out;
+  }
+  const std::string& label(size_t i) const { return labels_[i]; }
+  // Back to the state at construction.
+  void restore() {
+    restore_values(saved_);
+    for (auto& [gen, state] : generators_) *gen = state;
+  }
+  // The written tensors back to `values`.
+  void restore_values(const TensorList& values) {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      Tensor t = tensors_[i].detach();
+      t.copy_(values[i]);
+    }
+  }
+
+ private:
+  TensorList tensors_, saved_;
+  std::vector<std::string> labels_;
+  std::vector<std::pair<Generator*, Generator>> generators_;
+};
+
+TensorList detached_clones(std::span<const Tensor> ts) {
+  TensorList out;
+  for (const Tensor& t : ts) out.push_back(t.defined() ? t.detach().clone() : Tensor());
+  return out;
+}
+
+// The first node whose value the executable computes differently from eager
+// dispatch (replay), both run from the call's saved state.
+std::string first_divergence(const Entry& entry, const TensorList& args, CallState& state, bool strict) {
+  if (!entry.executable) {
+    return "the graph replays through dispatch (for autograd), as eager runs its ops: the trace does not record "
+           "what the function does";
+  }
+  NoGradGuard no_grad;
+  std::vector<TensorList> reference;
+  state.restore();
+  (void)replay(*entry.trace, args, [&](size_t, std::span<const Tensor> outs) { reference.push_back(detached_clones(outs)); });
+  state.restore();
+  std::string found;
+  (void)entry.executable->run(args, [&](size_t node, std::span<const Tensor> outs) {
+    for (size_t k = 0; k < outs.size() && found.empty(); ++k) {
+      const std::string d = difference(outs[k], reference.at(node)[k], strict);
+      if (!d.empty()) {
+        const Node& n = entry.trace->graph.nodes()[node];
+        found = detail::str_cat("node ", node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", ") output ",
+                                k, " is the first to differ from eager dispatch: ", d);
+      }
+    }
+  });
+  return found.empty() ? "every node of the graph gives eager dispatch's value: the trace does not record what the "
+                         "function does"
+                       : found;
+}
+
+// CompileOptions::check: runs the graph's call (`compiled`) and the function
+// eagerly from the same state and compares results and written tensors;
+// kiln::Error naming the first divergence. Leaves eager's state.
+TensorList checked_call(const Entry& entry, const TensorList& args, const internal::Runner& run,
+                        const CompileOptions& options, const std::function<TensorList()>& compiled) {
+  CallState state(*entry.trace, args);
+  const TensorList got = compiled();
+  const TensorList got_state = state.values();
+  state.restore();
+  std::vector<int64_t> structure;
+  TensorList want;
+  {
+    TracerPause no_tracing;
+    want = run(args, structure);
+  }
+  const TensorList want_state = state.values();
+  std::string what;
+  if (got.size() != want.size()) what = detail::str_cat("it returns ", got.size(), " tensors, eager ", want.size());
+  for (size_t i = 0; i < got.size() && what.empty(); ++i) {
+    const std::string d = difference(got[i], want[i], options.strict);
+    if (!d.empty()) what = detail::str_cat("result ", i, ": ", d);
+  }
+  for (size_t i = 0; i < got_state.size() && what.empty(); ++i) {
+    const std::string d = difference(got_state[i], want_state[i], options.strict);
+    if (!d.empty()) what = detail::str_cat(state.label(i), " after the call: ", d);
+  }
+  if (what.empty()) return got;
+  const std::string where = first_divergence(entry, args, state, options.strict);
+  state.restore_values(want_state);
+  throw Error(detail::str_cat("compile: ", options.name, " (check): ", what, "; ", where));
+}
+
 void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
   key.push_back(t.dim());
   key.insert(key.end(), t.sizes().begin(), t.sizes().end());
@@ -248,6 +404,11 @@ Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_s
                                      ": mode MaxAutotune is not available yet; Mode::Default and "
                                      "Mode::ReduceOverhead are"));
   }
+  if (options.strict && options.freeze) {
+    throw ValueError(detail::str_cat("compile: ", options.name,
+                                     ": strict and freeze: freezing folds batch norms into convolutions, which "
+                                     "rounds differently from eager"));
+  }
   if (options.recompile_limit < 1) {
     throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ", options.recompile_limit));
   }
@@ -356,7 +517,8 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
         }
         structure = entry->structure;
         int64_t graph_calls = 0;
-        TensorList out = run_entry(*entry, args.tensors, m.options.name, graph_calls);
+        const auto compiled = [&] { return run_entry(*entry, args.tensors, m.options.name, graph_calls); };
+        TensorList out = m.options.check ? checked_call(*entry, args.tensors, run, m.options, compiled) : compiled();
         if (graph_calls) {
           std::lock_guard lock(m.mutex);
           m.stats.graph_launches += graph_calls;
@@ -474,15 +636,18 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     std::lock_guard lock(m.mutex);
     ++m.stats.replays;
   }
-  if (m.options.mode == Mode::ReduceOverhead && entry->executable && entry->graph_obstacles.empty()) {
-    // This first run of the executable makes the libraries' plans and
-    // handles; the graph records the same work, and replays from the next call.
-    TensorList out = entry->executable->run(args.tensors);
-    record_graph(*entry, args.tensors, m.options.name);
-    return out;
-  }
-  int64_t graph_calls = 0;
-  return run_entry(*entry, args.tensors, m.options.name, graph_calls);
+  const auto compiled = [&] {
+    if (m.options.mode == Mode::ReduceOverhead && entry->executable && entry->graph_obstacles.empty()) {
+      // This first run of the executable makes the libraries' plans and
+      // handles; the graph records the same work, and replays from the next call.
+      TensorList out = entry->executable->run(args.tensors);
+      record_graph(*entry, args.tensors, m.options.name);
+      return out;
+    }
+    int64_t graph_calls = 0;
+    return run_entry(*entry, args.tensors, m.options.name, graph_calls);
+  };
+  return m.options.check ? checked_call(*entry, args.tensors, run, m.options, compiled) : compiled();
 }
 
 }  // namespace internal

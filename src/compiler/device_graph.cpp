@@ -121,8 +121,13 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   if (!lock.owns_lock()) return Outcome::kBusy;
   const cuda::Stream stream = cuda::Stream::current(device_.index());
   // The static buffers are free once the last call's work is done, which
-  // this stream has to wait for when that call ran on another one.
-  if (last_stream_ && !(*last_stream_ == stream)) stream.wait(*done_);
+  // this stream has to wait for when that call ran on another one: an event
+  // recorded there now follows that work.
+  if (last_stream_ && !(*last_stream_ == stream)) {
+    if (!done_) done_.emplace(false, device_.index());
+    done_->record(*last_stream_);
+    stream.wait(*done_);
+  }
   for (size_t i = 0; i < inputs.size(); ++i) copy_extent(static_inputs_[i], inputs[i]);
   graph_->launch();
   results.clear();
@@ -131,8 +136,6 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
     copy_extent(out, s);
     results.push_back(std::move(out));
   }
-  if (!done_) done_.emplace(false, device_.index());
-  done_->record(stream);
   last_stream_ = stream;
   return Outcome::kRan;
 }

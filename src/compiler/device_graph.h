@@ -50,8 +50,8 @@ class GraphedExecutable {
   TensorList static_inputs_, static_outputs_;
   std::vector<const void*> captured_at_;  // where each captured tensor's data was when recorded
   std::mutex mutex_;
-  // The end of the last call's work, and the stream it ran on: a call on
-  // another stream waits for it before touching the static buffers.
+  // The stream the last call ran on: a call on another stream waits for the
+  // work queued there (through done_) before touching the static buffers.
   std::optional<cuda::Event> done_;
   std::optional<cuda::Stream> last_stream_;
 };

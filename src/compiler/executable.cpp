@@ -66,7 +66,7 @@ Executable::~Executable() = default;
 
 size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
-TensorList Executable::run(const TensorList& inputs) const {
+TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe) const {
   const Graph& g = trace_->graph;
   std::vector<Tensor> env = bind_sources(*trace_, inputs);
   // One arena per device; planned storages are slices that keep it alive.
@@ -76,7 +76,8 @@ TensorList Executable::run(const TensorList& inputs) const {
     arenas.push_back(backend::backend_for(a.device.kind()).allocate(a.nbytes, a.device));
   TensorList args;
   ops::Attrs scratch;
-  for (const Step& s : steps_) {
+  for (size_t index = 0; index < steps_.size(); ++index) {
+    const Step& s = steps_[index];
     const Node& n = *s.node;
     args.clear();
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
@@ -88,11 +89,17 @@ TensorList Executable::run(const TensorList& inputs) const {
           env[static_cast<size_t>(n.outputs[k])] =
               view_of(args[0], v, args[0].storage_offset() + s.view_offset_delta[k]);
         }
+        if (observe) {
+          TensorList views;
+          for (ValueId out : n.outputs) views.push_back(env[static_cast<size_t>(out)]);
+          observe(index, views);
+        }
         break;
       case Step::Kind::kInplace: {
         Tensor target = env[static_cast<size_t>(n.target)];
         ops::dispatch_inplace(n.op, target, args, *attrs);
         env[static_cast<size_t>(n.outputs[0])] = target;
+        if (observe) observe(index, std::span<const Tensor>(&target, 1));
         break;
       }
       case Step::Kind::kKernel: {
@@ -115,6 +122,7 @@ TensorList Executable::run(const TensorList& inputs) const {
           }
         }
         (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs});
+        if (observe) observe(index, outs);
         for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
         break;
       }

@@ -25,7 +25,7 @@ class Executable {
   ~Executable();
 
   // Runs on inputs laid out as the trace's (the caller has checked the guards).
-  TensorList run(const TensorList& inputs) const;
+  TensorList run(const TensorList& inputs, const NodeObserver& observe = {}) const;
 
   const MemoryPlan& plan() const noexcept { return plan_; }
   const Trace& trace() const noexcept { return *trace_; }

@@ -274,6 +274,56 @@ TEST(Compile, ExplainReportsGraphsBreaksRecompilesAndStages) {
   EXPECT_NE(b.to_string().find("branchy: 0 graphs, 2 graph breaks, 1 recompile"), std::string::npos) << b.to_string();
 }
 
+TEST(Compile, CheckRunsEveryCallEagerlyFromTheSameStateToo) {
+  manual_seed(7);
+  nn::BatchNorm1d bn(4), eager_bn(4);
+  const auto f = [](nn::BatchNorm1d& m, const Tensor& x) { return F::dropout(m(x), 0.3) * 2.0; };
+  const auto fast = compile([&](const Tensor& x) { return f(bn, x); }, {.check = true});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({5, 4});
+    manual_seed(100 + i);
+    const Tensor got = fast(x);
+    const Tensor next_draw = rand({3});
+    manual_seed(100 + i);
+    const Tensor want = f(eager_bn, x);
+    EXPECT_TRUE(same(got, want)) << i;
+    // The generator advanced as far as one eager call takes it.
+    EXPECT_TRUE(same(next_draw, rand({3}))) << i;
+    // The running statistics were updated once per call, not once per run.
+    EXPECT_TRUE(same(bn.running_mean, eager_bn.running_mean)) << i;
+    EXPECT_TRUE(same(bn.running_var, eager_bn.running_var)) << i;
+  }
+  EXPECT_EQ(fast.stats().replays, 3);
+}
+
+TEST(Compile, CheckNamesWhatDivergesFromEager) {
+  // A host side effect the trace cannot see: the scale is the call count,
+  // 1 when traced, 2 in the eager run that checks the first call.
+  int calls = 0;
+  const auto counted = compile([&](const Tensor& x) { return x * static_cast<double>(++calls); },
+                               {.check = true, .name = "counted"});
+  const Tensor x = ones({3});
+  expect_error<Error>([&] { (void)counted(x); },
+                      "counted (check): result 0: element 0 is 1, eager's is 2 (tolerance 1e-05 relative, 1e-06 "
+                      "absolute); every node of the graph gives eager dispatch's value");
+  // Folding batch norms into convolutions rounds differently: within the
+  // float32 tolerance, and not allowed under strict.
+  manual_seed(8);
+  nn::Sequential cnn(std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2d::Options{.padding = 1}),
+                     std::make_shared<nn::BatchNorm2d>(8), std::make_shared<nn::ReLU>());
+  NoGradGuard no_grad;
+  for (const auto& [name, b] : cnn.named_buffers()) {
+    Tensor buffer = b;
+    if (is_floating(buffer.dtype())) buffer.copy_(rand(buffer.sizes()) + 0.5);
+  }
+  cnn.eval();
+  const auto frozen = compile(cnn, {.freeze = true, .check = true});
+  const Tensor img = randn({2, 3, 6, 6});
+  EXPECT_LT((frozen(img) - cnn.forward(img)).abs().max().item<double>(), 1e-4);
+  EXPECT_EQ(frozen.explain().graphs.at(0).ops.size(), 2u) << frozen.explain().to_string();  // conv, relu: folded
+  expect_error<ValueError>([&] { (void)compile(cnn, {.freeze = true, .strict = true}); }, "strict and freeze");
+}
+
 TEST(Compile, ResetForgetsTheGraphs) {
   int calls = 0;
   const auto fast = compile([&](const Tensor& x) {

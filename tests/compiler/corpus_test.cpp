@@ -234,7 +234,10 @@ std::vector<Case> corpus() {
   return c;
 }
 
-TEST(CompileCorpus, EveryProgramMatchesEager) {
+// Runs every program compiled and eagerly; with `check`, each compiled call
+// also checks itself against an eager run from the same state (which must
+// leave the state as one call does).
+void run_corpus(bool check) {
   const std::vector<Case> cases = corpus();
   ASSERT_GE(cases.size(), 30u);
   for (const Case& cs : cases) {
@@ -243,7 +246,7 @@ TEST(CompileCorpus, EveryProgramMatchesEager) {
     const Instance compiled_side = cs.make();
     manual_seed(21);
     const Instance eager_side = cs.make();
-    const auto fast = compile(compiled_side.fn, {.recompile_limit = 64, .name = cs.name});
+    const auto fast = compile(compiled_side.fn, {.check = check, .recompile_limit = 64, .name = cs.name});
     uint64_t seed = 100;
     for (const Call& call : cs.calls) {
       std::vector<Tensor> a = arguments(call, seed), b = arguments(call, seed);
@@ -268,6 +271,10 @@ TEST(CompileCorpus, EveryProgramMatchesEager) {
     EXPECT_EQ(st.calls, static_cast<int64_t>(cs.calls.size()));
   }
 }
+
+TEST(CompileCorpus, EveryProgramMatchesEager) { run_corpus(false); }
+
+TEST(CompileCorpus, EveryProgramPassesItsOwnCheck) { run_corpus(true); }
 
 }  // namespace
 }  // namespace kiln
