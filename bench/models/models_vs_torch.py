@@ -115,7 +115,8 @@ def main():
     ap.add_argument("--models", nargs="+", default=["resnet50", "bert", "lstm", "lstm_loop"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--modes", nargs="+", choices=["eager", "default", "reduce-overhead"], default=["eager"])
+    ap.add_argument("--modes", nargs="+", choices=["eager", "default", "reduce-overhead", "max-autotune"],
+                    default=["eager"])
     ap.add_argument("--out", help="also write the rows as JSON here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -43,8 +43,11 @@ struct CompileOptions {
   // and a graph whose work is all on one CUDA device is recorded as one CUDA
   // graph on its first call and replayed by one launch from then on
   // (docs/compile.md says how arguments and results are bound, and explain()
-  // why a graph was not recorded). MaxAutotune (benchmarked algorithms) is
-  // not built yet: asking for it is a ValueError rather than a silent Default.
+  // why a graph was not recorded). MaxAutotune: as ReduceOverhead, and the
+  // first call times cuDNN's and cuBLASLt's candidate algorithms for each
+  // new convolution and matmul shape, keeps the fastest (for eager calls of
+  // those shapes too) and records the choices in an on-disk cache
+  // (docs/compile.md, "MaxAutotune").
   Mode mode = Mode::Default;
   // A data-dependent read while tracing is an error naming the read, instead
   // of eager execution for that key.
@@ -98,6 +101,7 @@ struct ExplainReport {
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     double record_ms = 0;      // recording the CUDA graph (all recordings)
+    double autotune_ms = 0;    // MaxAutotune: the first run, which times the libraries' candidates
     std::string text;  // the graph, as compiler::to_text prints it
   };
   std::string name;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "backends/autotune.h"
 #include "compiler/capture.h"
 #include "compiler/device_graph.h"
 #include "compiler/executable.h"
@@ -67,7 +68,7 @@ struct Entry {
   std::shared_ptr<const Executable> executable;
   std::vector<int64_t> structure;
   std::vector<LayoutGuard> captured;
-  double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0;
+  double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
   int64_t order = 0;  // the trace's number, from 1
   // Mode::ReduceOverhead: the executable recorded as one device graph, or
@@ -399,11 +400,6 @@ struct Core::Impl {
 
 Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_shared<Impl>()) {
   if (options.name.empty()) options.name = std::move(default_name);
-  if (options.mode == Mode::MaxAutotune) {
-    throw ValueError(detail::str_cat("compile: ", options.name,
-                                     ": mode MaxAutotune is not available yet; Mode::Default and "
-                                     "Mode::ReduceOverhead are"));
-  }
   if (options.strict && options.freeze) {
     throw ValueError(detail::str_cat("compile: ", options.name,
                                      ": strict and freeze: freezing folds batch norms into convolutions, which "
@@ -466,6 +462,7 @@ ExplainReport Core::explain() const {
       std::lock_guard graph_lock(e->graph_mutex);
       g.cuda_graph = e->graphed != nullptr;
       g.record_ms = e->record_ms;
+      g.autotune_ms = e->autotune_ms;
       for (const std::string& why : e->graph_obstacles)
         r.cuda_graph_skips.push_back(detail::str_cat("graph ", r.graphs.size() + 1, ": ", why));
     }
@@ -604,7 +601,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     const auto lower_start = std::chrono::steady_clock::now();
     if (!(needs_grad && is_grad_enabled())) entry->executable = std::make_shared<const Executable>(entry->trace);
     entry->lower_ms = ms_since(lower_start);
-    if (m.options.mode == Mode::ReduceOverhead) {
+    if (m.options.mode != Mode::Default) {
       if (entry->executable) {
         entry->graph_obstacles = GraphedExecutable::obstacles(*entry->executable);
       } else {
@@ -637,13 +634,23 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     ++m.stats.replays;
   }
   const auto compiled = [&] {
-    if (m.options.mode == Mode::ReduceOverhead && entry->executable && entry->graph_obstacles.empty()) {
+    if (m.options.mode != Mode::Default && entry->executable && entry->graph_obstacles.empty()) {
       // This first run of the executable makes the libraries' plans and
-      // handles; the graph records the same work, and replays from the next call.
-      TensorList out = entry->executable->run(args.tensors);
+      // handles (under MaxAutotune, by timing their candidates); the graph
+      // records the same work, and replays from the next call.
+      TensorList out;
+      {
+        const auto start = std::chrono::steady_clock::now();
+        std::optional<backend::autotune::Scope> tune;
+        if (m.options.mode == Mode::MaxAutotune) tune.emplace();
+        out = entry->executable->run(args.tensors);
+        if (tune) entry->autotune_ms = ms_since(start);
+      }
       record_graph(*entry, args.tensors, m.options.name);
       return out;
     }
+    std::optional<backend::autotune::Scope> tune;
+    if (m.options.mode == Mode::MaxAutotune) tune.emplace();
     int64_t graph_calls = 0;
     return run_entry(*entry, args.tensors, m.options.name, graph_calls);
   };
@@ -673,6 +680,7 @@ std::string ExplainReport::to_string() const {
     if (g.cuda_graph) os << ", replayed as one CUDA graph";
     os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
        << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms";
+    if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
     if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
     os << "\n";
     os << "  guards:\n";
@@ -712,7 +720,8 @@ std::string ExplainReport::to_json() const {
                              {"verify", g.verify_ms},
                              {"passes", g.passes_ms},
                              {"lower", g.lower_ms},
-                             {"record", g.record_ms}}},
+                             {"record", g.record_ms},
+                             {"autotune", g.autotune_ms}}},
                            {"text", g.text}});
   }
   j["graph_breaks"] = graph_breaks;

@@ -102,8 +102,6 @@ TEST(Compile, PastTheRecompileLimitCallsRunEagerly) {
   EXPECT_EQ(calls, 4);  // two traces, two eager calls
   expect_error<ValueError>([] { compile([](const Tensor& x) { return x; }, {.recompile_limit = 0}); },
                            "recompile_limit");
-  expect_error<ValueError>([] { compile([](const Tensor& x) { return x; }, {.mode = Mode::MaxAutotune}); },
-                           "MaxAutotune is not available yet");
 }
 
 TEST(Compile, AValueReadOnTheHostRunsThatKeyEagerlyOrFailsUnderFullgraph) {

@@ -6,8 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <thread>
 
+#include <unistd.h>
+
+#include "backends/autotune.h"
 #include "compiler/compiler_testing.h"
 #include "kiln/kiln.h"
 #include "unit/expect_error.h"
@@ -48,19 +54,108 @@ struct Block : nn::Module {
 TEST(ReduceOverhead, OnTheCpuGraphsRunTheExecutableAndExplainSaysWhy) {
   Block block;
   NoGradGuard no_grad;
-  const auto fast = compile(block, {.mode = Mode::ReduceOverhead});
-  for (int i = 0; i < 3; ++i) {
-    const Tensor x = randn({5, 16});
-    EXPECT_TRUE(same(fast(x), block.forward(x))) << i;
+  for (const Mode mode : {Mode::ReduceOverhead, Mode::MaxAutotune}) {
+    const auto fast = compile(block, {.mode = mode});
+    for (int i = 0; i < 3; ++i) {
+      const Tensor x = randn({5, 16});
+      EXPECT_TRUE(same(fast(x), block.forward(x))) << i;
+    }
+    const ExplainReport r = fast.explain();
+    EXPECT_EQ(r.stats.graph_launches, 0);
+    ASSERT_EQ(r.graphs.size(), 1u);
+    EXPECT_FALSE(r.graphs[0].cuda_graph);
+    EXPECT_TRUE(mentions(r.cuda_graph_skips, "graph 1: it uses the cpu")) << r.to_string();
+    EXPECT_NE(r.to_string().find("not captured as a CUDA graph: graph 1: it uses the cpu"), std::string::npos);
   }
+}
+
+// Points the autotune cache at a file of its own while alive.
+class TempCache {
+ public:
+  TempCache()
+      : path_((std::filesystem::temp_directory_path() / ("kiln_autotune_" + std::to_string(::getpid()) + ".json"))
+                  .string()) {
+    std::filesystem::remove(path_);
+    ::setenv("KILN_AUTOTUNE_CACHE", path_.c_str(), 1);
+    backend::autotune::forget_loaded();
+  }
+  ~TempCache() {
+    ::unsetenv("KILN_AUTOTUNE_CACHE");
+    backend::autotune::forget_loaded();
+    std::filesystem::remove(path_);
+  }
+  const std::string& path() const { return path_; }
+  std::string text() const {
+    std::ifstream in(path_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST(Autotune, TheCacheFileRoundTripsAndAMalformedOneIsSetAside) {
+  namespace tune = backend::autotune;
+  const TempCache cache;
+  EXPECT_EQ(tune::cache_path(), cache.path());
+  EXPECT_FALSE(tune::lookup("conv a").has_value());
+  tune::store("conv a", 3);
+  tune::store("matmul b", 0);
+  tune::forget_loaded();  // read back from the file
+  EXPECT_EQ(tune::lookup("conv a"), std::optional<int64_t>(3));
+  EXPECT_EQ(tune::lookup("matmul b"), std::optional<int64_t>(0));
+  EXPECT_NE(cache.text().find("\"format\": \"kiln autotune cache\""), std::string::npos) << cache.text();
+  for (const std::string bad : {"{\"entries\": [1, 2", "[]", "not json"}) {
+    std::ofstream(cache.path(), std::ios::trunc) << bad;
+    tune::forget_loaded();
+    EXPECT_FALSE(tune::lookup("conv a").has_value()) << bad;  // tuned again, not an error
+    tune::store("conv a", 1);                                  // and the file is whole again
+    tune::forget_loaded();
+    EXPECT_EQ(tune::lookup("conv a"), std::optional<int64_t>(1)) << bad;
+  }
+  {
+    const tune::Scope on;
+    EXPECT_TRUE(tune::active());
+  }
+  EXPECT_FALSE(tune::active());
+}
+
+TEST(Autotune, MaxAutotuneTimesEachNewShapeOnceAndEagerUsesTheWinners) {
+  REQUIRE_CUDA();
+  namespace tune = backend::autotune;
+  const TempCache cache;
+  manual_seed(6);
+  // Shapes no other test uses: their plans are made here, tuned.
+  nn::Conv2d conv(5, 7, 3, {.padding = 1});
+  nn::Linear linear(7 * 9 * 9, 33);
+  conv.to(Device::cuda());
+  linear.to(Device::cuda());
+  NoGradGuard no_grad;
+  const auto net = [&](const Tensor& x) { return linear(conv(x).relu().flatten(1)); };
+  const auto fast = compile(net, {.mode = Mode::MaxAutotune});
+  const int64_t timed_before = tune::candidates_timed();
+  std::vector<Tensor> inputs, results;
+  for (int i = 0; i < 3; ++i) {
+    inputs.push_back(randn({11, 5, 9, 9}).to(Device::cuda()));
+    results.push_back(fast(inputs.back()));
+  }
+  const int64_t timed = tune::candidates_timed() - timed_before;
+  EXPECT_GT(timed, 0);
+  // Eager calls of these shapes now take the tuned algorithms: equal bitwise.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(results[i], net(inputs[i]))) << i;
   const ExplainReport r = fast.explain();
-  EXPECT_EQ(r.stats.graph_launches, 0);
+  EXPECT_EQ(r.stats.graph_launches, 2);
   ASSERT_EQ(r.graphs.size(), 1u);
-  EXPECT_FALSE(r.graphs[0].cuda_graph);
-  EXPECT_TRUE(mentions(r.cuda_graph_skips, "graph 1: it uses the cpu")) << r.to_string();
-  EXPECT_NE(r.to_string().find("not captured as a CUDA graph: graph 1: it uses the cpu"), std::string::npos);
-  expect_error<ValueError>([] { compile([](const Tensor& x) { return x; }, {.mode = Mode::MaxAutotune}); },
-                           "MaxAutotune is not available yet");
+  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
+  EXPECT_GT(r.graphs[0].autotune_ms, 0.0);
+  EXPECT_NE(r.to_string().find("first run with autotuning"), std::string::npos);
+  const std::string text = cache.text();
+  EXPECT_NE(text.find("cudnn "), std::string::npos) << text;
+  EXPECT_NE(text.find("cublasLt "), std::string::npos) << text;
+  // Compiled again: the shapes are tuned already, nothing is timed.
+  const auto again = compile(net, {.mode = Mode::MaxAutotune});
+  EXPECT_TRUE(same(again(inputs[0]), results[0]));
+  EXPECT_EQ(tune::candidates_timed() - timed_before, timed);
 }
 
 TEST(ReduceOverhead, ReplaysAsOneLaunchEqualToEagerAndResultsOutliveLaterCalls) {

@@ -173,9 +173,17 @@ bool run_graph(DeviceState& state, ConvPass pass, const ConvGeometry& g, DType d
   }();
   if (legacy_only) return false;
   const bool tf32 = dtype == kFloat32 && allow_tf32().conv;
+  // Under autotuning: milliseconds per run of a candidate, on these very
+  // buffers (the pass's output is written again by the chosen plan).
+  const auto time = [&](const ConvGraphCache::Plan& candidate) {
+    Tensor scratch = ops::make_tensor({std::max<int64_t>(candidate.workspace, 1)}, kUInt8, on, false);
+    return time_device_ms(device, [&] {
+      return execute_conv_plan(state.handle, candidate, x, w, y, scratch.data_ptr()) == CUDNN_STATUS_SUCCESS;
+    });
+  };
   const ConvGraphCache::Plan& plan =
       state.graphs.plan(state.handle, pass, g, dtype, tf32, common_alignment({x, w, y}),
-                        [device] { return workspace_limit(device); });
+                        [device] { return workspace_limit(device); }, time, device_name(device));
   if (!plan.plan) return false;
   Tensor workspace =
       ops::make_tensor({std::max<int64_t>(plan.workspace, 1)}, kUInt8, on, false);

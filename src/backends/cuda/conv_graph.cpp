@@ -1,7 +1,13 @@
 #include "backends/cuda/conv_graph.h"
 
 #include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include "backends/autotune.h"
 
 #include "backends/cuda/cudnn_common.h"
 
@@ -78,11 +84,11 @@ cudnnStatus_t acceptable(cudnnBackendDescriptor_t config, bool exact_float32, bo
   return CUDNN_STATUS_SUCCESS;
 }
 
-// The first plan, in the heuristics' order of `mode`, that is acceptable,
-// builds and fits max_workspace; plan.plan stays null when none does.
-cudnnStatus_t first_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
-                         cudnnBackendHeurMode_t mode, bool exact_float32, size_t max_workspace,
-                         ConvGraphCache::Plan& out) {
+// The first `limit` plans, in the heuristics' order of `mode`, that are
+// acceptable, build and fit max_workspace (the caller owns their descriptors).
+cudnnStatus_t collect_plans(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
+                            cudnnBackendHeurMode_t mode, bool exact_float32, size_t max_workspace,
+                            size_t limit, std::vector<ConvGraphCache::Plan>& out) {
   Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   KILN_DNN_TRY(heur.status());
   KILN_DNN_TRY(set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
@@ -102,7 +108,7 @@ cudnnStatus_t first_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
   int64_t got = 0;
   KILN_DNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
-  for (int64_t i = 0; i < got; ++i) {
+  for (int64_t i = 0; i < got && out.size() < limit; ++i) {
     bool ok = false;
     if (acceptable(raw[static_cast<size_t>(i)], exact_float32, ok) != CUDNN_STATUS_SUCCESS || !ok)
       continue;
@@ -120,16 +126,18 @@ cudnnStatus_t first_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph,
                                  CUDNN_TYPE_INT64, 1, &n, &workspace) != CUDNN_STATUS_SUCCESS ||
         workspace < 0 || static_cast<size_t>(workspace) > max_workspace)
       continue;
-    out.workspace = workspace;
-    out.plan = plan.release();
-    return CUDNN_STATUS_SUCCESS;
+    ConvGraphCache::Plan p;
+    p.workspace = workspace;
+    p.plan = plan.release();
+    out.push_back(p);
   }
   return CUDNN_STATUS_SUCCESS;
 }
 
+// Up to `limit` candidate plans for a pass (none when cuDNN offers none).
 cudnnStatus_t build(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, DType dtype,
-                    bool tf32, int64_t alignment, size_t max_workspace,
-                    ConvGraphCache::Plan& out) {
+                    bool tf32, int64_t alignment, size_t max_workspace, size_t limit,
+                    std::vector<ConvGraphCache::Plan>& out) {
   const cudnnDataType_t type = dnn_type(dtype);
   const cudnnDataType_t compute = dtype == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   Desc x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR),
@@ -205,13 +213,16 @@ cudnnStatus_t build(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, 
   KILN_DNN_TRY(cudnnBackendFinalize(graph.get()));
 
   const bool exact_float32 = dtype == kFloat32 && !tf32;
-  KILN_DNN_TRY(first_plan(handle, graph.get(), CUDNN_HEUR_MODE_A, exact_float32, max_workspace, out));
-  if (!out.plan) {
-    KILN_DNN_TRY(
-        first_plan(handle, graph.get(), CUDNN_HEUR_MODE_FALLBACK, exact_float32, max_workspace, out));
+  KILN_DNN_TRY(collect_plans(handle, graph.get(), CUDNN_HEUR_MODE_A, exact_float32, max_workspace, limit, out));
+  if (out.empty()) {
+    KILN_DNN_TRY(collect_plans(handle, graph.get(), CUDNN_HEUR_MODE_FALLBACK, exact_float32, max_workspace,
+                               limit, out));
   }
   return CUDNN_STATUS_SUCCESS;
 }
+
+// Candidates timed per convolution pass under autotuning.
+constexpr size_t kTunedCandidates = 8;
 
 }  // namespace
 
@@ -223,15 +234,49 @@ ConvGraphCache::~ConvGraphCache() {
 const ConvGraphCache::Plan& ConvGraphCache::plan(cudnnHandle_t handle, ConvPass pass,
                                                  const ConvGeometry& g, DType dtype, bool tf32,
                                                  int64_t alignment,
-                                                 const std::function<size_t()>& max_workspace) {
+                                                 const std::function<size_t()>& max_workspace,
+                                                 const std::function<double(const Plan&)>& time,
+                                                 const std::string& device) {
   std::vector<int64_t> key = g.key();
   key.insert(key.end(), {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), tf32, alignment});
   auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
-  Plan p;
-  // A configuration cuDNN refuses leaves the plan null: the caller takes the legacy API.
-  (void)build(handle, pass, g, dtype, tf32, alignment, max_workspace(), p);
-  return plans_.emplace(std::move(key), p).first->second;
+  const bool tune = autotune::active() && time;
+  if (it != plans_.end() && (!tune || it->second.tuned)) return it->second;
+  std::vector<Plan> candidates;
+  // A configuration cuDNN refuses leaves no candidate: the caller takes the legacy API.
+  (void)build(handle, pass, g, dtype, tf32, alignment, max_workspace(), tune ? kTunedCandidates : 1, candidates);
+  size_t best = 0;
+  if (tune && candidates.size() > 1) {
+    std::string disk_key = detail::str_cat("cudnn ", cudnnGetVersion(), " conv on ", device, ":");
+    for (int64_t v : key) disk_key += detail::str_cat(" ", v);
+    const std::optional<int64_t> known = autotune::lookup(disk_key);
+    if (known && *known >= 0 && static_cast<size_t>(*known) < candidates.size()) {
+      best = static_cast<size_t>(*known);
+    } else {
+      double best_ms = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const double ms = time(candidates[i]);
+        if (ms < best_ms) best_ms = ms, best = i;
+      }
+      autotune::note_timed(static_cast<int64_t>(candidates.size()));
+      autotune::store(disk_key, static_cast<int64_t>(best));
+    }
+  }
+  Plan chosen;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (i == best) {
+      chosen = candidates[i];
+    } else {
+      cudnnBackendDestroyDescriptor(candidates[i].plan);
+    }
+  }
+  chosen.tuned = tune;
+  if (it != plans_.end()) {  // a plan taken from the heuristics before: the tuned one replaces it
+    if (it->second.plan) cudnnBackendDestroyDescriptor(it->second.plan);
+    it->second = chosen;
+    return it->second;
+  }
+  return plans_.emplace(std::move(key), chosen).first->second;
 }
 
 cudnnStatus_t execute_conv_plan(cudnnHandle_t handle, const ConvGraphCache::Plan& plan, void* x,

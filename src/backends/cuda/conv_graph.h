@@ -11,6 +11,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "backends/conv_geometry.h"
@@ -30,14 +31,19 @@ class ConvGraphCache {
   struct Plan {
     cudnnBackendDescriptor_t plan = nullptr;  // null: cuDNN offered no usable plan
     int64_t workspace = 0;
+    bool tuned = false;  // chosen by timing the candidates (autotune::Scope)
   };
 
   // The plan of a convolution pass (x [n, c, h, w], w [o, c / groups, kh, kw],
   // y [n, o, oh, ow], padding as g's, possibly asymmetric), made on first use;
   // plan is null when cuDNN has none. max_workspace(), asked when a plan is
-  // made, bounds its workspace.
+  // made, bounds its workspace. Under autotune::Scope, a plan not tuned yet is
+  // chosen among cuDNN's candidates by time(plan) (milliseconds per run;
+  // infinity when it fails), or by the choice recorded on disk for `device`
+  // (its name) and this cuDNN version, and then serves every later call.
   const Plan& plan(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, DType dtype,
-                   bool tf32, int64_t alignment, const std::function<size_t()>& max_workspace);
+                   bool tf32, int64_t alignment, const std::function<size_t()>& max_workspace,
+                   const std::function<double(const Plan&)>& time = {}, const std::string& device = {});
 
  private:
   std::map<std::vector<int64_t>, Plan> plans_;

@@ -2,13 +2,19 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
 
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/host_allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_errors.h"
+#include "kiln/cuda.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -39,6 +45,35 @@ const RuntimeState& runtime_state() {
 }  // namespace
 
 int device_count() noexcept { return runtime_state().count; }
+
+double time_device_ms(int device, const std::function<bool()>& run) {
+  constexpr int kRuns = 3;
+  if (!run()) return std::numeric_limits<double>::infinity();
+  kiln::cuda::Event start(true, device), end(true, device);
+  std::array<float, kRuns> ms{};
+  for (float& m : ms) {
+    start.record();
+    if (!run()) return std::numeric_limits<double>::infinity();
+    end.record();
+    end.synchronize();
+    m = start.elapsed_ms(end);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[kRuns / 2];
+}
+
+const std::string& device_name(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::string> names;
+  std::lock_guard lock(mutex);
+  auto it = names.find(device);
+  if (it == names.end()) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    it = names.emplace(device, detail::str_cat(prop.name, " sm_", prop.major, prop.minor)).first;
+  }
+  return it->second;
+}
 
 std::string unavailable_reason() { return runtime_state().reason; }
 

@@ -33,6 +33,15 @@ CudaBackend& cuda_backend();
 int device_count() noexcept;
 std::string unavailable_reason();
 
+// Autotuning: the median milliseconds of `run` (which queues device work on
+// the current stream and returns false when it cannot) over a few timed runs
+// after one untimed; infinity when a run fails.
+double time_device_ms(int device, const std::function<bool()>& run);
+
+// The device's name and compute capability ("NVIDIA H200 sm_90"), for keys
+// of the autotune cache.
+const std::string& device_name(int device);
+
 // This thread's current stream on the device (a cudaStream_t; null: the default stream).
 void* current_stream_handle(int device);
 

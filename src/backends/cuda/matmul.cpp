@@ -10,15 +10,22 @@
 // 8 rows take a warp-per-feature kernel instead (few_rows_linear.cu).
 //
 // Each distinct problem (sizes, layouts, dtype, epilogue, alignment) keeps its
-// descriptors and the algorithm cuBLASLt's heuristic chose. float32 uses pure
+// descriptors and the algorithm cuBLASLt's heuristic chose (under
+// autotune::Scope, the fastest of its first candidates, timed once and
+// remembered on disk). float32 uses pure
 // float32 math unless TF32 is allowed for matmul (kiln::set_allow_tf32).
 #include <cublasLt.h>
 
+#include <array>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <tuple>
 
+#include "backends/autotune.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
@@ -115,7 +122,12 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool algo_set = false;  // the heuristics (or tuning) chose algo
+  bool tuned = false;     // chosen by timing the candidates (autotune::Scope)
 };
+
+// Candidates timed per matmul shape under autotuning.
+constexpr size_t kTunedCandidates = 8;
 
 struct DeviceState {
   std::mutex mutex;
@@ -178,6 +190,7 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
       ops::make_tensor({static_cast<int64_t>(kWorkspaceBytes)}, kUInt8, d.device(), false);
   std::lock_guard<std::mutex> lock(state.mutex);
   auto it = state.plans.find(key);
+  const bool tune = autotune::active();
   if (it == state.plans.end()) {
     Plan p;
     check_lt(cublasLtMatmulDescCreate(&p.desc, compute, scale_type), "cublasLtMatmulDescCreate");
@@ -200,6 +213,19 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
     p.a = make_layout(type, ob.rows, ob.cols, ob.ld, batch, ob.batch_stride);
     p.b = make_layout(type, oa.rows, oa.cols, oa.ld, batch, oa.batch_stride);
     p.d = make_layout(type, n, m, n, batch, m * n);
+    it = state.plans.emplace(key, p).first;
+  }
+  Plan& p = it->second;
+  if (bias.defined()) {
+    const void* bias_ptr = bias.data_ptr();
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                            sizeof(bias_ptr)),
+             "set BIAS_POINTER");
+  }
+  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  const void* alpha_p = dtype == kFloat64 ? static_cast<const void*>(&alpha) : &alpha_f;
+  const void* beta_p = dtype == kFloat64 ? static_cast<const void*>(&beta) : &beta_f;
+  if (!p.algo_set || (tune && !p.tuned)) {
     cublasLtMatmulPreference_t pref;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     const size_t ws = kWorkspaceBytes;
@@ -216,33 +242,52 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
           cublasLtMatmulPreferenceSetAttribute(pref, which[i], &alignments[i], sizeof(uint32_t)),
           "set MIN_ALIGNMENT");
     }
-    cublasLtMatmulHeuristicResult_t result{};
+    std::array<cublasLtMatmulHeuristicResult_t, kTunedCandidates> results{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        state.handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+        state.handle, p.desc, p.a, p.b, p.d, p.d, pref, tune ? static_cast<int>(kTunedCandidates) : 1,
+        results.data(), &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.d);
-      cublasLtMatmulDescDestroy(p.desc);
+      if (!p.algo_set) {
+        cublasLtMatrixLayoutDestroy(p.a);
+        cublasLtMatrixLayoutDestroy(p.b);
+        cublasLtMatrixLayoutDestroy(p.d);
+        cublasLtMatmulDescDestroy(p.desc);
+        state.plans.erase(it);
+      }
       throw Error(detail::str_cat("cuda matmul: cuBLASLt has no algorithm for ", dtype, " [", batch,
                                   " x ", m, " x ", k, "] @ [", k, " x ", n, "]",
                                   bias.defined() ? " with bias" : ""));
     }
-    p.algo = result.algo;
-    it = state.plans.emplace(key, p).first;
+    int best = 0;
+    if (tune && found > 1) {
+      std::string disk_key = detail::str_cat("cublasLt ", cublasLtGetVersion(), " matmul on ", device_name(device), ":");
+      std::apply([&](const auto&... v) { ((disk_key += detail::str_cat(" ", static_cast<int64_t>(v))), ...); },
+                 key.fields);
+      const std::optional<int64_t> known = autotune::lookup(disk_key);
+      if (known && *known >= 0 && *known < found) {
+        best = static_cast<int>(*known);
+      } else {
+        // Each candidate writes a scratch result (D may be accumulated into).
+        Tensor scratch = ops::make_tensor({batch * m * n}, dtype, d.device(), false);
+        double best_ms = std::numeric_limits<double>::infinity();
+        for (int i = 0; i < found; ++i) {
+          const double ms = time_device_ms(device, [&] {
+            return cublasLtMatmul(state.handle, p.desc, alpha_p, ob.ptr, p.a, oa.ptr, p.b, beta_p,
+                                  scratch.data_ptr(), p.d, scratch.data_ptr(), p.d, &results[i].algo,
+                                  workspace.data_ptr(), kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+          });
+          if (ms < best_ms) best_ms = ms, best = i;
+        }
+        autotune::note_timed(found);
+        autotune::store(disk_key, best);
+      }
+    }
+    p.algo = results[static_cast<size_t>(best)].algo;
+    p.algo_set = true;
+    p.tuned = tune;
   }
-  const Plan& p = it->second;
-  if (bias.defined()) {
-    const void* bias_ptr = bias.data_ptr();
-    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
-                                            sizeof(bias_ptr)),
-             "set BIAS_POINTER");
-  }
-  const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
-  const void* alpha_p = dtype == kFloat64 ? static_cast<const void*>(&alpha) : &alpha_f;
-  const void* beta_p = dtype == kFloat64 ? static_cast<const void*>(&beta) : &beta_f;
   check_lt(cublasLtMatmul(state.handle, p.desc, alpha_p, ob.ptr, p.a, oa.ptr, p.b, beta_p,
                           d.data_ptr(), p.d, d.data_ptr(), p.d, &p.algo, workspace.data_ptr(),
                           kWorkspaceBytes, stream),
