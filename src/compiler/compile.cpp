@@ -76,7 +76,6 @@ struct Entry {
   mutable std::mutex graph_mutex;
   std::shared_ptr<GraphedExecutable> graphed;
   std::vector<std::string> graph_obstacles;
-  int64_t recordings = 0;
 };
 
 double ms_since(std::chrono::steady_clock::time_point start) {
@@ -99,7 +98,6 @@ void record_graph(Entry& entry, const TensorList& tensors, const std::string& na
   std::lock_guard lock(entry.graph_mutex);
   entry.graphed = std::move(graphed);
   entry.record_ms += ms;
-  ++entry.recordings;
   if (!failure.empty()) {
     entry.graph_obstacles.push_back(failure);
     log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order, ": not a CUDA graph: ", failure));

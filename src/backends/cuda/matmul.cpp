@@ -37,6 +37,8 @@ namespace {
 
 using ops::OpId;
 
+// The most workspace an algorithm may ask for; a call allocates only what
+// its algorithm needs.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 void check_lt(cublasStatus_t status, const char* what) {
@@ -122,6 +124,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;   // bytes algo needs
   bool algo_set = false;  // the heuristics (or tuning) chose algo
   bool tuned = false;     // chosen by timing the candidates (autotune::Scope)
 };
@@ -186,8 +189,6 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
   DeviceState& state = state_for(device);
   DeviceGuard guard(device);
   const cudaStream_t stream = static_cast<cudaStream_t>(current_stream_handle(device));
-  Tensor workspace =
-      ops::make_tensor({static_cast<int64_t>(kWorkspaceBytes)}, kUInt8, d.device(), false);
   std::lock_guard<std::mutex> lock(state.mutex);
   auto it = state.plans.find(key);
   const bool tune = autotune::active();
@@ -271,6 +272,8 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
       } else {
         // Each candidate writes a scratch result (D may be accumulated into).
         Tensor scratch = ops::make_tensor({batch * m * n}, dtype, d.device(), false);
+        const Tensor workspace =
+            ops::make_tensor({static_cast<int64_t>(kWorkspaceBytes)}, kUInt8, d.device(), false);
         double best_ms = std::numeric_limits<double>::infinity();
         for (int i = 0; i < found; ++i) {
           const double ms = time_device_ms(device, [&] {
@@ -285,12 +288,15 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
       }
     }
     p.algo = results[static_cast<size_t>(best)].algo;
+    p.workspace = results[static_cast<size_t>(best)].workspaceSize;
     p.algo_set = true;
     p.tuned = tune;
   }
+  const Tensor workspace =
+      p.workspace ? ops::make_tensor({static_cast<int64_t>(p.workspace)}, kUInt8, d.device(), false) : Tensor();
   check_lt(cublasLtMatmul(state.handle, p.desc, alpha_p, ob.ptr, p.a, oa.ptr, p.b, beta_p,
-                          d.data_ptr(), p.d, d.data_ptr(), p.d, &p.algo, workspace.data_ptr(),
-                          kWorkspaceBytes, stream),
+                          d.data_ptr(), p.d, d.data_ptr(), p.d, &p.algo,
+                          p.workspace ? workspace.data_ptr() : nullptr, p.workspace, stream),
            "cublasLtMatmul");
 }
 
