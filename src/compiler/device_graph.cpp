@@ -63,6 +63,7 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
     }
   }
   if (out.empty() && devices.size() > 1) out.push_back("it uses several CUDA devices");
+  if (devices.empty()) out.push_back("it has no tensors on a device (nothing to record)");
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (n.draw_count >= 0) {
@@ -100,7 +101,12 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
     : exe_(std::move(exe)) {
   const Trace& trace = exe_->trace();
   const Graph& g = trace.graph;
-  device_ = g.value(g.outputs().empty() ? g.inputs().at(0) : g.outputs()[0]).device;
+  for (const Value& v : g.values()) {
+    if (v.kind != ValueKind::kConstant) {
+      device_ = v.device;  // obstacles() found one device
+      break;
+    }
+  }
   graph_ = backend::backend_for(device_.kind()).make_graph(device_);
   graph_->allocate_from_pool([&] {
     for (const Tensor& in : inputs) {

@@ -67,6 +67,9 @@ TEST(ReduceOverhead, OnTheCpuGraphsRunTheExecutableAndExplainSaysWhy) {
     EXPECT_TRUE(mentions(r.cuda_graph_skips, "graph 1: it uses the cpu")) << r.to_string();
     EXPECT_NE(r.to_string().find("not captured as a CUDA graph: graph 1: it uses the cpu"), std::string::npos);
   }
+  const auto nothing = compile([] { return std::vector<Tensor>{}; }, {.mode = Mode::ReduceOverhead});
+  EXPECT_TRUE(nothing().empty());
+  EXPECT_TRUE(mentions(nothing.explain().cuda_graph_skips, "no tensors on a device"));
 }
 
 // Points the autotune cache at a file of its own while alive.
