@@ -632,25 +632,19 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     ++m.stats.replays;
   }
   const auto compiled = [&] {
-    if (m.options.mode != Mode::Default && entry->executable && entry->graph_obstacles.empty()) {
-      // This first run of the executable makes the libraries' plans and
-      // handles (under MaxAutotune, by timing their candidates); the graph
-      // records the same work, and replays from the next call.
-      TensorList out;
-      {
-        const auto start = std::chrono::steady_clock::now();
-        std::optional<backend::autotune::Scope> tune;
-        if (m.options.mode == Mode::MaxAutotune) tune.emplace();
-        out = entry->executable->run(args.tensors);
-        if (tune) entry->autotune_ms = ms_since(start);
-      }
-      record_graph(*entry, args.tensors, m.options.name);
-      return out;
-    }
+    // This first run makes the libraries' plans and handles (under
+    // MaxAutotune, by timing their candidates).
+    const auto start = std::chrono::steady_clock::now();
     std::optional<backend::autotune::Scope> tune;
     if (m.options.mode == Mode::MaxAutotune) tune.emplace();
     int64_t graph_calls = 0;
-    return run_entry(*entry, args.tensors, m.options.name, graph_calls);
+    TensorList out = run_entry(*entry, args.tensors, m.options.name, graph_calls);
+    if (tune) entry->autotune_ms = ms_since(start);
+    tune.reset();  // recording times nothing
+    // The graph records the same work, and replays it from the next call.
+    if (m.options.mode != Mode::Default && entry->executable && entry->graph_obstacles.empty())
+      record_graph(*entry, args.tensors, m.options.name);
+    return out;
   };
   return m.options.check ? checked_call(*entry, args.tensors, run, m.options, compiled) : compiled();
 }

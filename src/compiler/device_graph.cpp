@@ -25,7 +25,7 @@ int64_t extent(const Shape& sizes, const Shape& strides) {
   return last + 1;
 }
 
-// A tensor of `like`'s sizes, strides and dtype in a new storage of just its extent.
+// A tensor of these sizes, strides and dtype in a new storage of just its extent.
 Tensor empty_strided(const Shape& sizes, const Shape& strides, DType dtype, Device device) {
   const auto nbytes = static_cast<size_t>(extent(sizes, strides)) * dtype_size(dtype);
   auto impl = std::make_shared<TensorImpl>();
