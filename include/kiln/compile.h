@@ -16,10 +16,19 @@
 // sizes, strides, dtype and device.
 //
 // Contract: host side effects inside the function (printing, counters, I/O
-// that is not a kiln op) happen while tracing only. A function that reads
-// tensor values on the host (item(), to_vector(), data()) cannot be recorded:
-// calls with that key run eagerly, and say so once (KILN_LOGS=graph_breaks);
-// with fullgraph the read is an error instead.
+// that is not a kiln op) happen while tracing only.
+//
+// Graph breaks: when the function reads tensor values on the host (item(),
+// to_vector()), the graph traced so far ends there and runs, the read is
+// answered with the real values, and tracing goes on in a new graph. The
+// graphs of a key form a tree: the graph after a read is chosen by the
+// values read, and a value not seen there before traces the function again
+// (re-running the graphs before it is not needed: their results are reused)
+// and compiles only graphs that differ from those already kept. A read
+// through a pointer (data(), data_ptr()) or a copy to another device cannot
+// be guarded: that call finishes from its trace and later calls with the key
+// run eagerly. KILN_LOGS=graph_breaks logs each break with its source line;
+// with fullgraph a break is an error naming it.
 #pragma once
 
 #include <bit>
@@ -70,7 +79,9 @@ struct CompileOptions {
   // and through eager dispatch to find the first node that diverges, and a
   // kiln::Error names it. Slow: each call runs at least twice.
   bool check = false;
-  // Traces per compiled function; past it calls run eagerly, with one warning.
+  // Traces that compile a new graph, per compiled function. Past it, calls
+  // with new guards run eagerly, with one warning, and a call that reads a
+  // value not seen before at a graph break finishes without keeping graphs.
   int recompile_limit = 8;
   // For logs and explain(): defaults to "compiled function".
   std::string name = {};
@@ -78,10 +89,12 @@ struct CompileOptions {
 
 struct CompileStats {
   int64_t calls = 0;
-  int64_t replays = 0;      // calls served by a recorded graph
-  int64_t traces = 0;       // times the function was traced (the first included; breaks among them)
-  int64_t eager_calls = 0;  // calls past the recompile limit or after a graph break
-  int64_t graph_breaks = 0;
+  int64_t replays = 0;      // calls served by graphs (a tracing call that kept its graphs included)
+  // Times the function was traced: the first, for new guards, and for values
+  // not seen before at a graph break.
+  int64_t traces = 0;
+  int64_t eager_calls = 0;   // calls past the recompile limit, or with a key a break made eager
+  int64_t graph_breaks = 0;  // the graph breaks kept (each ends a graph)
   int64_t graph_launches = 0;  // replays served by one CUDA graph launch (Mode::ReduceOverhead)
 };
 
@@ -99,6 +112,8 @@ struct ExplainReport {
     size_t planned_bytes = 0; // the planned storages' sizes before sharing
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
+    int64_t resumes = 0;       // after a graph break: the number of the graph whose read it follows (else 0)
+    std::string read;          // the graph break it ends at (empty: its outputs are the results)
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     double record_ms = 0;      // recording the CUDA graph (all recordings)
     double autotune_ms = 0;    // MaxAutotune: the first run, which times the libraries' candidates

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <source_location>
 #include <span>
 #include <string>
 #include <variant>
@@ -163,16 +164,18 @@ class Tensor {
   void remove_hook(int64_t handle) const;
 
   // --- data access (CPU tensors) ---------------------------------------------
+  // Inside kiln::compile these reads are graph breaks; `where` (the caller's
+  // line) names them in explain() and in fullgraph's error.
   void* data_ptr() const;  // first element of this view; DeviceError for meta tensors
   template <typename T>
-  T* data() const;
+  T* data(std::source_location where = std::source_location::current()) const;
   // The one value of a one-element tensor, converted to T.
   template <typename T>
-  T item() const;
-  Scalar item() const;
+  T item(std::source_location where = std::source_location::current()) const;
+  Scalar item(std::source_location where = std::source_location::current()) const;
   // All values in row-major order, converted to T.
   template <typename T>
-  std::vector<T> to_vector() const;
+  std::vector<T> to_vector(std::source_location where = std::source_location::current()) const;
 
   // --- conversion and copies -------------------------------------------------
   Tensor contiguous() const;  // this tensor when already contiguous
@@ -185,7 +188,8 @@ class Tensor {
   // and must be waited for (kiln::cuda::synchronize, a stream or an event)
   // before its values are read; a copy from the CPU has read its source on
   // return (pageable sources are staged through pinned buffers).
-  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor to(Device device, bool non_blocking = false,
+           std::source_location where = std::source_location::current()) const;
   // A copy in page-locked host memory (this tensor when already pinned), from
   // which copies to CUDA devices run asynchronously. DeviceError without a
   // CUDA device.

@@ -1,5 +1,6 @@
 #include "compiler/capture.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "kiln/autograd.h"
@@ -59,16 +60,104 @@ Tensor Tracer::input(const Tensor& real) {
   const int32_t storage = trace_.graph.value(id).storage;
   real_storages_[real.storage().get()] = storage;
   keep_.push_back(real);
+  env_.push_back(real);
+  sources_.push_back(static_cast<int32_t>(env_.size() - 1));
   Tensor proxy = make_proxy(real, storage);
   bind(proxy, id);
   return proxy;
+}
+
+std::string HostRead::describe(const Tensor& proxy) const {
+  std::string at;
+  if (known_where) {
+    std::string file = where.file_name();
+    if (const size_t slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
+    at = detail::str_cat(" at ", file, ":", where.line());
+  }
+  if (sentence) return what + (at.empty() ? "" : " (" + at.substr(1) + ")");
+  return detail::str_cat("the function reads the values of a ", proxy.dtype(), proxy.sizes(), " tensor on the host (",
+                         what, at, ")");
+}
+
+Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
+  std::string description = read.describe(proxy);
+  if (!on_break_) throw DataDependentRead(description);
+  const auto found = values_.find(proxy.impl_ptr().get());
+  if (found == values_.end()) {
+    throw Error("compile: the traced function read a meta tensor it did not get from the trace");
+  }
+  // The values the program still holds: proxies referenced from outside the
+  // tracer (by the program's handles, or views of them).
+  std::unordered_map<const TensorImpl*, std::pair<const Tensor*, long>> held;  // impl -> (a handle, tracer's references)
+  for (const Tensor& p : proxies_) {
+    if (!p.defined()) continue;
+    auto& h = held[p.impl_ptr().get()];
+    h.first = &p;
+    ++h.second;
+  }
+  std::vector<std::pair<ValueId, const Tensor*>> live;  // current value of each held proxy
+  for (const auto& [impl, id] : values_) {
+    const auto h = held.find(impl);
+    if (h == held.end() || !impl->storage->is_meta()) continue;  // real tensors are bound again when read
+    if (h->second.first->impl_ptr().use_count() > h->second.second || id == found->second)
+      live.emplace_back(id, h->second.first);
+  }
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ValueId> outputs;
+  for (const auto& [id, handle] : live)
+    if (outputs.empty() || outputs.back() != id) outputs.push_back(id);
+  const size_t read_output = static_cast<size_t>(
+      std::lower_bound(outputs.begin(), outputs.end(), found->second) - outputs.begin());
+  trace_.graph.set_outputs(outputs);
+
+  Cut cut{std::move(trace_), std::move(sources_), read_output, read, std::move(description)};
+  trace_ = Trace{};
+  sources_.clear();
+  values_.clear();
+  real_storages_.clear();
+  meta_storages_.clear();
+  // Handles of the cut graph stay alive, so that no new tensor takes their addresses.
+  std::vector<std::pair<const TensorImpl*, size_t>> carried;  // proxy -> output index
+  for (const auto& [id, handle] : live) {
+    carried.emplace_back(handle->impl_ptr().get(),
+                         static_cast<size_t>(std::lower_bound(outputs.begin(), outputs.end(), id) - outputs.begin()));
+  }
+  for (Tensor& p : proxies_)
+    if (p.defined()) retired_.push_back(std::move(p));
+  proxies_.clear();
+  pending_generator_ = nullptr;
+  pending_count_ = -1;
+
+  TensorList real;
+  {
+    TracerPause pause;  // the handler runs real ops
+    real = on_break_(std::move(cut));
+  }
+  if (real.size() != outputs.size()) {
+    throw Error(detail::str_cat("compile: a graph cut at a read gave ", real.size(), " results for ", outputs.size(),
+                                " outputs"));
+  }
+  const size_t base = env_.size();
+  env_.insert(env_.end(), real.begin(), real.end());
+  for (const auto& [impl, index] : carried) carried_[impl] = static_cast<int32_t>(base + index);
+  return real[read_output];
 }
 
 ValueId Tracer::value_of(const Tensor& t) {
   const auto it = values_.find(t.impl_ptr().get());
   if (it != values_.end()) return it->second;
   if (t.is_meta()) {
-    throw Error("compile: the traced function used a meta tensor it did not get from the trace");
+    // A value of a graph cut earlier (a graph break): an input of this one.
+    const auto carried = carried_.find(t.impl_ptr().get());
+    if (carried == carried_.end()) {
+      throw Error("compile: the traced function used a meta tensor it did not get from the trace");
+    }
+    const Tensor& real = env_.at(static_cast<size_t>(carried->second));
+    const ValueId id = trace_.graph.add_input(real, storage_of_real(real));
+    real_storages_[real.storage().get()] = trace_.graph.value(id).storage;
+    sources_.push_back(carried->second);
+    bind(t, id);
+    return id;
   }
   ValueId id;
   if (t.is_wrapped_number()) {

@@ -19,7 +19,9 @@
 #pragma once
 
 #include <functional>
+#include <source_location>
 #include <span>
+#include <string>
 #include <unordered_map>
 
 #include "compiler/graph.h"
@@ -43,6 +45,31 @@ struct Trace {
   TensorList captured;
 };
 
+// A read of a proxy's values on the host, which ends the graph being traced
+// (a graph break).
+struct HostRead {
+  std::string what;  // "item()", "to_vector()", "data()"; or with `sentence`, the whole description
+  bool sentence = false;
+  std::source_location where;
+  bool known_where = false;  // where is the program's call
+  // The values read decide what the program does next, and can be guarded
+  // (item(), to_vector()). A read through a pointer, or a copy to another
+  // device, cannot: the program may use it in ways a trace does not see.
+  bool guardable = true;
+  // "the function reads the values of a float32[] tensor on the host (item() at f.cpp:12)"
+  std::string describe(const Tensor& proxy) const;
+};
+
+// A graph that ended at a graph break: its outputs are every value the
+// program still holds, so that whatever it does next can start from them.
+struct Cut {
+  Trace trace;
+  std::vector<int32_t> sources;  // graph input i is the call's tensor sources[i] (Tracer::sources)
+  size_t read = 0;               // the output the program read
+  HostRead how;
+  std::string description;       // HostRead::describe
+};
+
 class Tracer {
  public:
   // Active on this thread until destroyed; tracers do not nest.
@@ -58,6 +85,21 @@ class Tracer {
   // A proxy for the next argument of the traced function. Arguments that
   // view one storage (x and x.t()) get proxies that view one meta storage.
   Tensor input(const Tensor& real);
+
+  // Graph breaks that resume. When the program reads a proxy's values on the
+  // host, the graph recorded so far is cut there (Cut) and handed to the
+  // handler, which runs it on the call's real tensors and returns its
+  // outputs' real values; the read is answered from them and tracing goes on
+  // in a new graph, whose inputs are the earlier graphs' outputs the program
+  // goes on to use. Without a handler a read throws DataDependentRead.
+  using BreakHandler = std::function<TensorList(Cut cut)>;
+  void on_break(BreakHandler handler) { on_break_ = std::move(handler); }
+  // The real tensor behind a proxy the program reads (HostRead), by a cut.
+  Tensor materialize(const Tensor& proxy, const HostRead& read);
+  // The call's tensors a graph's inputs may come from: the arguments, then
+  // each cut graph's outputs in order. The graph being traced reads
+  // sources()[i] as input i.
+  const std::vector<int32_t>& sources() const noexcept { return sources_; }
   // Ends the trace with these results (proxies, or real tensors the program
   // returned untouched) and hands the graph over.
   Trace finish(const TensorList& outputs);
@@ -83,6 +125,11 @@ class Tracer {
   void take_random_draw(ops::OpId op, int32_t node);
 
   Trace trace_;
+  BreakHandler on_break_;
+  std::vector<int32_t> sources_;  // of the graph being traced
+  TensorList env_;                // the call's tensors: arguments, then cut graphs' outputs
+  std::unordered_map<const TensorImpl*, int32_t> carried_;  // a proxy from a cut graph -> its tensor in env_
+  TensorList retired_;            // proxies of cut graphs, alive so their addresses stay unique
   std::unordered_map<const TensorImpl*, ValueId> values_;       // proxy or real tensor -> value
   std::unordered_map<const Storage*, int32_t> real_storages_;   // storages of inputs and captures
   std::unordered_map<int32_t, std::shared_ptr<Storage>> meta_storages_;  // graph storage -> its meta storage

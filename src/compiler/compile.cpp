@@ -59,61 +59,90 @@ LayoutGuard layout_of(const Tensor& t) {
   return {t.sizes(), t.strides(), t.dtype(), t.device(), t.requires_grad()};
 }
 
-struct Entry {
-  std::vector<int64_t> key;
-  std::vector<std::pair<std::string, std::string>> described;  // (guard, value), for logs
-  std::shared_ptr<const Trace> trace;  // none: calls with this key run eagerly (a graph break)
+// One graph of a trace. A trace that breaks at host reads (graph breaks) is a
+// tree of segments: each ends where the program read a value on the host,
+// and the segment that follows is chosen by the bytes read.
+struct Segment;
+
+struct Link {
+  std::shared_ptr<Segment> next;
+  std::string value;  // the value read, printed
+};
+
+struct Segment {
+  std::shared_ptr<const Trace> trace;  // after the passes
   // The lowered schedule, where no gradient is recorded; else calls replay
   // the trace through dispatch, which records autograd as eager does.
   std::shared_ptr<const Executable> executable;
-  std::vector<int64_t> structure;
+  std::vector<int32_t> sources;  // graph input i is the call's tensor sources[i] (Tracer::sources)
   std::vector<LayoutGuard> captured;
+  // What a later trace must match to reuse this graph: the traced graph's
+  // structure, its captured tensors and random generators.
+  uint64_t traced_hash = 0;
+  std::vector<const TensorImpl*> captured_ids;
+  std::vector<const Generator*> generators;
+  int32_t read = -1;      // the output the program read on the host; -1: the last graph
+  bool guarded = true;    // the read can be guarded (else calls with this key run eagerly afterwards)
+  std::string read_description;
+  std::vector<int64_t> structure;  // the last graph's: the results' nesting
+  std::unordered_map<std::string, Link> next;  // by the bytes read (under Impl::mutex)
+  int64_t order = 0;    // the graph's number in its function, from 1
+  int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
   double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
-  int64_t order = 0;  // the trace's number, from 1
   // Mode::ReduceOverhead: the executable recorded as one device graph, or
   // why it is not (obstacles found before recording, or the recording's failure).
   mutable std::mutex graph_mutex;
   std::shared_ptr<GraphedExecutable> graphed;
   std::vector<std::string> graph_obstacles;
+
+  size_t outputs() const { return trace->graph.outputs().size(); }
+};
+
+struct Entry {
+  std::vector<int64_t> key;
+  std::vector<std::pair<std::string, std::string>> described;  // (guard, value), for logs
+  // The first graph (under Impl::mutex); none: calls with this key run
+  // eagerly (a graph break that cannot resume, or the recompile limit).
+  std::shared_ptr<Segment> root;
 };
 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Records the entry's executable as a device graph for arguments laid out as
-// `tensors` (the executable has just run on them); a failure becomes the
-// reason the entry has none.
-void record_graph(Entry& entry, const TensorList& tensors, const std::string& name) {
+// Records the segment's executable as a device graph for arguments laid out
+// as `tensors` (the executable has just run on them); a failure becomes the
+// reason the segment has none.
+void record_graph(Segment& seg, const TensorList& tensors, const std::string& name) {
   const auto start = std::chrono::steady_clock::now();
   std::shared_ptr<GraphedExecutable> graphed;
   std::string failure;
   try {
-    graphed = std::make_shared<GraphedExecutable>(entry.executable, tensors);
+    graphed = std::make_shared<GraphedExecutable>(seg.executable, tensors);
   } catch (const Error& e) {
     failure = detail::str_cat("the device refused to record it: ", e.what());
   }
   const double ms = ms_since(start);
-  std::lock_guard lock(entry.graph_mutex);
-  entry.graphed = std::move(graphed);
-  entry.record_ms += ms;
+  std::lock_guard lock(seg.graph_mutex);
+  seg.graphed = std::move(graphed);
+  seg.record_ms += ms;
   if (!failure.empty()) {
-    entry.graph_obstacles.push_back(failure);
-    log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order, ": not a CUDA graph: ", failure));
+    seg.graph_obstacles.push_back(failure);
+    log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order, ": not a CUDA graph: ", failure));
   } else {
-    log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order, ": recorded as a CUDA graph in ", ms, " ms"));
+    log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order, ": recorded as a CUDA graph in ", ms, " ms"));
   }
 }
 
-// A recorded graph's call: its device graph, its executable, or where
-// autograd must record, a replay through dispatch.
-TensorList run_entry(Entry& entry, const TensorList& tensors, const std::string& name, int64_t& graph_calls) {
-  if (!entry.executable) return replay(*entry.trace, tensors);
+// A segment's call: its device graph, its executable, or where autograd
+// must record, a replay through dispatch.
+TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name, int64_t& graph_calls) {
+  if (!seg.executable) return replay(*seg.trace, tensors);
   std::shared_ptr<GraphedExecutable> graphed;
   {
-    std::lock_guard lock(entry.graph_mutex);
-    graphed = entry.graphed;
+    std::lock_guard lock(seg.graph_mutex);
+    graphed = seg.graphed;
   }
   if (graphed) {
     TensorList results;
@@ -125,19 +154,64 @@ TensorList run_entry(Entry& entry, const TensorList& tensors, const std::string&
         break;  // another thread is in the graph: this call runs the executable
       case GraphedExecutable::Outcome::kMoved: {
         {
-          std::lock_guard lock(entry.graph_mutex);
-          if (entry.graphed != graphed) break;  // another thread is recording it anew
-          entry.graphed.reset();
+          std::lock_guard lock(seg.graph_mutex);
+          if (seg.graphed != graphed) break;  // another thread is recording it anew
+          seg.graphed.reset();
         }
-        log(LogChannel::kPerf, detail::str_cat(name, ", trace ", entry.order,
+        log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order,
                                                ": a captured tensor moved to other memory; recording again"));
-        TensorList out = entry.executable->run(tensors);
-        record_graph(entry, tensors, name);
+        TensorList out = seg.executable->run(tensors);
+        record_graph(seg, tensors, name);
         return out;
       }
     }
   }
-  return entry.executable->run(tensors);
+  return seg.executable->run(tensors);
+}
+
+// A segment's first call: it makes the libraries' plans and handles (under
+// MaxAutotune, by timing their candidates); then, under ReduceOverhead and
+// MaxAutotune, the same work is recorded as a device graph for later calls.
+TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptions& options, int64_t& graph_calls) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<backend::autotune::Scope> tune;
+  if (options.mode == Mode::MaxAutotune) tune.emplace();
+  TensorList out = run_segment(seg, tensors, options.name, graph_calls);
+  if (tune) seg.autotune_ms = ms_since(start);
+  tune.reset();  // recording times nothing
+  if (options.mode != Mode::Default && seg.executable && seg.graph_obstacles.empty())
+    record_graph(seg, tensors, options.name);
+  return out;
+}
+
+// The tensors a segment reads, from the call's tensors.
+TensorList gather(const TensorList& env, const std::vector<int32_t>& sources) {
+  TensorList out;
+  out.reserve(sources.size());
+  for (int32_t s : sources) out.push_back(env.at(static_cast<size_t>(s)));
+  return out;
+}
+
+// The bytes of a tensor the program read: what a graph break is guarded on.
+std::string read_key(const Tensor& t) {
+  TracerPause untraced;
+  NoGradGuard no_grad;
+  const Tensor c = t.detach().to(Device::cpu()).contiguous();
+  std::string key = detail::str_cat(dtype_name(c.dtype()), ":");
+  key.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * c.element_size());
+  return key;
+}
+
+std::string read_value_text(const Tensor& t) {
+  TracerPause untraced;
+  NoGradGuard no_grad;
+  if (t.numel() > 8) return detail::str_cat(t.numel(), " values");
+  std::ostringstream os;
+  const std::vector<double> v = t.detach().to_vector<double>();
+  if (t.dim() > 0) os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  if (t.dim() > 0) os << "]";
+  return os.str();
 }
 
 // --- CompileOptions::check ----------------------------------------------------
@@ -174,23 +248,39 @@ std::string difference(const Tensor& got, const Tensor& want, bool strict) {
   return "";
 }
 
-// What a graph's call may change besides its results: the arguments and
-// captured tensors it writes, and the generators its random nodes draw
-// from. Saved before the compiled run so that eager starts from the same state.
+// What a call may change besides its results: the arguments and captured
+// tensors its graphs write, and the generators their random nodes draw
+// from. Each graph's share is saved before the graph runs, so that eager
+// can start from the state the call started from.
 class CallState {
  public:
-  CallState(const Trace& trace, const TensorList& args) {
+  explicit CallState(size_t arguments) : arguments_(arguments) {}
+
+  // Saves what `seg` may change, before it runs on the call's tensors `env`.
+  void add(const Segment& seg, const TensorList& env) {
+    const Trace& trace = *seg.trace;
     const Graph& g = trace.graph;
     const std::vector<bool> written = written_storages(g);
+    const auto take = [&](const Tensor& t, std::string label) {
+      for (const Tensor& have : tensors_)
+        if (have.shares_storage(t) && have.sizes() == t.sizes() && have.strides() == t.strides() &&
+            have.storage_offset() == t.storage_offset())
+          return;
+      tensors_.push_back(t);
+      labels_.push_back(std::move(label));
+      NoGradGuard no_grad;
+      saved_.push_back(t.detach().clone());
+    };
     for (size_t i = 0; i < g.inputs().size(); ++i) {
-      if (!written[static_cast<size_t>(g.value(g.inputs()[i]).storage)]) continue;
-      tensors_.push_back(args[i]);
-      labels_.push_back(detail::str_cat("argument ", i));
+      const auto source = static_cast<size_t>(seg.sources[i]);
+      // Other inputs are tensors of earlier graphs of this call, which eager never sees.
+      if (source < arguments_ && written[static_cast<size_t>(g.value(g.inputs()[i]).storage)])
+        take(env[source], detail::str_cat("argument ", source));
     }
     for (size_t i = 0; i < g.captured().size(); ++i) {
-      if (!written[static_cast<size_t>(g.value(g.captured()[i]).storage)]) continue;
-      tensors_.push_back(trace.captured[i]);
-      labels_.push_back(detail::str_cat("captured tensor ", i));
+      if (written[static_cast<size_t>(g.value(g.captured()[i]).storage)])
+        take(trace.captured[i], seg.order == 1 ? detail::str_cat("captured tensor ", i)
+                                               : detail::str_cat("captured tensor ", i, " of graph ", seg.order));
     }
     for (const Node& n : g.nodes()) {
       if (n.draw_count < 0) continue;
@@ -198,7 +288,6 @@ class CallState {
       if (std::none_of(generators_.begin(), generators_.end(), [&](const auto& p) { return p.first == gen; }))
         generators_.emplace_back(gen, *gen);
     }
-    saved_ = values();
   }
   // The written tensors' values now.
   TensorList values() const {
@@ -208,7 +297,7 @@ class CallState {
     return out;
   }
   const std::string& label(size_t i) const { return labels_[i]; }
-  // Back to the state at construction.
+  // Back to the state the call started from.
   void restore() {
     restore_values(saved_);
     for (auto& [gen, state] : generators_) *gen = state;
@@ -223,6 +312,7 @@ class CallState {
   }
 
  private:
+  size_t arguments_;
   TensorList tensors_, saved_;
   std::vector<std::string> labels_;
   std::vector<std::pair<Generator*, Generator>> generators_;
@@ -234,41 +324,64 @@ TensorList detached_clones(std::span<const Tensor> ts) {
   return out;
 }
 
-// The first node whose value the executable computes differently from eager
-// dispatch (replay), both run from the call's saved state.
-std::string first_divergence(const Entry& entry, const TensorList& args, CallState& state, bool strict) {
-  if (!entry.executable) {
-    return "the graph replays through dispatch (for autograd), as eager runs its ops: the trace does not record "
+// The first node whose value an executable computes differently from eager
+// dispatch (replay), both run along the graphs the call took from its saved state.
+std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path, const TensorList& args,
+                             CallState& state, bool strict) {
+  NoGradGuard no_grad;
+  std::vector<std::vector<TensorList>> reference(path.size());
+  state.restore();
+  TensorList env = args;
+  for (size_t k = 0; k < path.size(); ++k) {
+    const TensorList outs = replay(*path[k]->trace, gather(env, path[k]->sources),
+                                   [&](size_t, std::span<const Tensor> o) { reference[k].push_back(detached_clones(o)); });
+    env.insert(env.end(), outs.begin(), outs.end());
+  }
+  state.restore();
+  env = args;
+  std::string found;
+  bool any_executable = false;
+  for (size_t k = 0; k < path.size() && found.empty(); ++k) {
+    const Segment& seg = *path[k];
+    const TensorList inputs = gather(env, seg.sources);
+    TensorList outs;
+    if (!seg.executable) {
+      outs = replay(*seg.trace, inputs);
+    } else {
+      any_executable = true;
+      outs = seg.executable->run(inputs, [&](size_t node, std::span<const Tensor> o) {
+        for (size_t i = 0; i < o.size() && found.empty(); ++i) {
+          const std::string d = difference(o[i], reference[k].at(node)[i], strict);
+          if (d.empty()) continue;
+          const Node& n = seg.trace->graph.nodes()[node];
+          found = detail::str_cat(path.size() > 1 ? detail::str_cat("graph ", seg.order, " ") : std::string(), "node ",
+                                  node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", ") output ", i,
+                                  " is the first to differ from eager dispatch: ", d);
+        }
+      });
+    }
+    env.insert(env.end(), outs.begin(), outs.end());
+  }
+  if (!found.empty()) return found;
+  if (!any_executable) {
+    return "the graphs replay through dispatch (for autograd), as eager runs its ops: the trace does not record "
            "what the function does";
   }
-  NoGradGuard no_grad;
-  std::vector<TensorList> reference;
-  state.restore();
-  (void)replay(*entry.trace, args, [&](size_t, std::span<const Tensor> outs) { reference.push_back(detached_clones(outs)); });
-  state.restore();
-  std::string found;
-  (void)entry.executable->run(args, [&](size_t node, std::span<const Tensor> outs) {
-    for (size_t k = 0; k < outs.size() && found.empty(); ++k) {
-      const std::string d = difference(outs[k], reference.at(node)[k], strict);
-      if (!d.empty()) {
-        const Node& n = entry.trace->graph.nodes()[node];
-        found = detail::str_cat("node ", node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", ") output ",
-                                k, " is the first to differ from eager dispatch: ", d);
-      }
-    }
-  });
-  return found.empty() ? "every node of the graph gives eager dispatch's value: the trace does not record what the "
-                         "function does"
-                       : found;
+  return detail::str_cat("every node of the graph", path.size() == 1 ? "" : "s",
+                         " gives eager dispatch's value: the trace does not record what the function does");
 }
 
-// CompileOptions::check: runs the graph's call (`compiled`) and the function
-// eagerly from the same state and compares results and written tensors;
-// kiln::Error naming the first divergence. Leaves eager's state.
-TensorList checked_call(const Entry& entry, const TensorList& args, const internal::Runner& run,
-                        const CompileOptions& options, const std::function<TensorList()>& compiled) {
-  CallState state(*entry.trace, args);
-  const TensorList got = compiled();
+// CompileOptions::check: runs the call through its graphs (`compiled`, which
+// saves state into the CallState and lists the graphs it ran) and the
+// function eagerly from the same state, and compares results and written
+// tensors; kiln::Error naming the first divergence. Leaves eager's state.
+using CompiledCall = std::function<TensorList(CallState*, std::vector<std::shared_ptr<Segment>>& path)>;
+
+TensorList checked_call(const TensorList& args, const internal::Runner& run, const CompileOptions& options,
+                        const CompiledCall& compiled) {
+  CallState state(args.size());
+  std::vector<std::shared_ptr<Segment>> path;
+  const TensorList got = compiled(&state, path);
   const TensorList got_state = state.values();
   state.restore();
   std::vector<int64_t> structure;
@@ -289,7 +402,7 @@ TensorList checked_call(const Entry& entry, const TensorList& args, const intern
     if (!d.empty()) what = detail::str_cat(state.label(i), " after the call: ", d);
   }
   if (what.empty()) return got;
-  const std::string where = first_divergence(entry, args, state, options.strict);
+  const std::string where = first_divergence(path, args, state, options.strict);
   state.restore_values(want_state);
   throw Error(detail::str_cat("compile: ", options.name, " (check): ", what, "; ", where));
 }
@@ -386,6 +499,22 @@ void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 namespace internal {
 
+namespace {
+
+// A graph break's tree keeps at most this many values per read; a value
+// read past it runs the rest of its call from a trace, unkept.
+constexpr size_t kMaxValuesPerRead = 256;
+
+// One call's way through an entry's graphs.
+struct Walk {
+  TensorList env;                    // the arguments, then each graph's outputs
+  std::vector<size_t> offsets;       // where each graph's outputs start in env
+  std::vector<std::string> keys;     // the bytes read after each graph
+  std::string last_value;            // the last of them, printed
+};
+
+}  // namespace
+
 struct Core::Impl {
   CompileOptions options;
   std::mutex mutex;
@@ -394,7 +523,291 @@ struct Core::Impl {
   std::vector<std::string> recompiles, graph_breaks;
   bool warned_limit = false;
   uint64_t epoch = 0;
+  int64_t compiling_traces = 0;  // traces that compiled a graph: what recompile_limit bounds
+  int64_t graphs = 0;            // graphs compiled, which numbers them
+
+  void warn_limit() {  // under mutex
+    if (warned_limit) return;
+    warned_limit = true;
+    std::fprintf(stderr,
+                 "kiln: %s reached its recompile limit (%d traces); calls with new guards run eagerly "
+                 "(CompileOptions::recompile_limit; KILN_LOGS=recompiles shows why each trace was made)\n",
+                 options.name.c_str(), options.recompile_limit);
+  }
+
+  std::shared_ptr<Segment> compile_segment(Trace traced, double trace_ms, bool keep);
+  TensorList serve(Entry& entry, const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure,
+                   CallState* state, std::vector<std::shared_ptr<Segment>>& path);
+  TensorList trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
+                   std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path,
+                   const std::string& reason, bool new_key);
 };
+
+// A traced graph made ready to run: verified, rewritten by the passes and
+// lowered (or, when it is not kept, run as traced through dispatch).
+std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_ms, bool keep) {
+  auto seg = std::make_shared<Segment>();
+  seg->trace_ms = trace_ms;
+  seg->traced_hash = structural_hash(traced.graph);
+  for (const Tensor& t : traced.captured) seg->captured_ids.push_back(t.impl_ptr().get());
+  for (const Node& n : traced.graph.nodes())
+    if (n.draw_count >= 0) seg->generators.push_back(n.generator);
+  seg->traced_nodes = traced.graph.nodes().size();
+  if (!keep) {
+    seg->trace = std::make_shared<const Trace>(std::move(traced));
+    return seg;
+  }
+  const auto verify_start = std::chrono::steady_clock::now();
+  verify(traced.graph);
+  seg->verify_ms = ms_since(verify_start);
+  const auto passes_start = std::chrono::steady_clock::now();
+  seg->trace = std::make_shared<const Trace>(run_passes(traced, nullptr, options.freeze));
+  seg->passes_ms = ms_since(passes_start);
+  for (const Tensor& t : seg->trace->captured) seg->captured.push_back(layout_of(t));
+  return seg;
+}
+
+TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure,
+                             CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
+  Walk walk;
+  walk.env = args.tensors;
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lock(mutex);
+    seg = entry.root;
+  }
+  std::string reason;
+  int64_t launches = 0;
+  while (true) {
+    for (size_t i = 0; i < seg->captured.size() && reason.empty(); ++i) {
+      const LayoutGuard& was = seg->captured[i];
+      const Tensor& now = seg->trace->captured[i];
+      if (!was.matches(now)) {
+        reason = detail::str_cat("captured tensor ", i, " (", was.dtype, was.sizes, " ", was.device, ") is now ",
+                                 now.dtype(), now.sizes(), " ", now.device());
+        if (seg->order > 1) reason += detail::str_cat(" (graph ", seg->order, ")");
+      }
+    }
+    if (!reason.empty()) break;
+    if (state) state->add(*seg, walk.env);
+    const TensorList outs = run_segment(*seg, gather(walk.env, seg->sources), options.name, launches);
+    path.push_back(seg);
+    if (seg->read < 0) {
+      structure = seg->structure;
+      std::lock_guard lock(mutex);
+      ++stats.replays;
+      stats.graph_launches += launches;
+      return outs;
+    }
+    walk.offsets.push_back(walk.env.size());
+    walk.env.insert(walk.env.end(), outs.begin(), outs.end());
+    walk.keys.push_back(read_key(outs[static_cast<size_t>(seg->read)]));
+    std::shared_ptr<Segment> child;
+    {
+      std::lock_guard lock(mutex);
+      const auto it = seg->next.find(walk.keys.back());
+      if (it != seg->next.end()) child = it->second.next;
+    }
+    if (!child) {
+      walk.last_value = read_value_text(outs[static_cast<size_t>(seg->read)]);
+      reason = detail::str_cat("graph ", seg->order, " ended at a graph break where ", seg->read_description,
+                               " and read ", walk.last_value, ", a value not seen there before");
+      break;
+    }
+    seg = child;
+  }
+  {
+    std::lock_guard lock(mutex);
+    stats.graph_launches += launches;
+  }
+  return trace(entry, walk, args, run, structure, state, path, reason, false);
+}
+
+// Traces the function for this call. The graphs the call already ran (path)
+// are traced again and answered from their results (their outputs in
+// walk.env); from there on, each graph the trace cuts is placed in the tree:
+// an equal graph already there is reused, else a new one is compiled (within
+// the recompile limit) and linked under the value read before it.
+TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
+                             std::vector<int64_t>& structure, CallState* state,
+                             std::vector<std::shared_ptr<Segment>>& path, const std::string& reason, bool new_key) {
+  const size_t follow = path.size();
+  {
+    std::lock_guard lock(mutex);
+    ++stats.traces;
+  }
+  if (!new_key) {
+    log(LogChannel::kRecompiles, detail::str_cat("tracing ", options.name, " again: ", reason));
+  }
+  bool compiled_any = false, kept_all = true, unguarded = false;
+  int64_t launches = 0;
+  auto mark = std::chrono::steady_clock::now();
+
+  // The graph for the trace's next cut: an equal one already in the tree, or a new one.
+  const auto place = [&](Trace traced, const std::vector<int32_t>& sources, int32_t read, const HostRead* how,
+                         const std::string& description, const std::vector<int64_t>& result_structure) {
+    const double trace_ms = ms_since(mark);
+    const size_t depth = path.size();
+    const std::shared_ptr<Segment> parent = depth == 0 ? nullptr : path.back();
+    const bool guarded = how == nullptr || how->guardable;
+    const uint64_t hash = structural_hash(traced.graph);
+    std::vector<const TensorImpl*> ids;
+    for (const Tensor& t : traced.captured) ids.push_back(t.impl_ptr().get());
+    std::vector<const Generator*> gens;
+    for (const Node& n : traced.graph.nodes())
+      if (n.draw_count >= 0) gens.push_back(n.generator);
+    std::shared_ptr<Segment> seg;
+    bool keep = !unguarded && guarded;
+    {
+      std::lock_guard lock(mutex);
+      std::vector<std::shared_ptr<Segment>> candidates;
+      if (parent) {
+        for (const auto& [key, link] : parent->next) candidates.push_back(link.next);
+      } else if (entry.root) {
+        candidates.push_back(entry.root);
+      }
+      for (const auto& c : candidates) {
+        bool fresh = true;
+        for (size_t i = 0; i < c->captured.size() && fresh; ++i) fresh = c->captured[i].matches(c->trace->captured[i]);
+        if (fresh && c->traced_hash == hash && c->sources == sources && c->read == read && c->guarded == guarded &&
+            c->structure == result_structure && c->captured_ids == ids && c->generators == gens) {
+          seg = c;
+          break;
+        }
+      }
+      if (!seg && keep && !compiled_any) {
+        if (compiling_traces >= options.recompile_limit) {
+          keep = false;
+          warn_limit();
+        } else {
+          ++compiling_traces;
+          compiled_any = true;
+        }
+      }
+    }
+    const bool fresh_segment = !seg;
+    if (fresh_segment) {
+      seg = compile_segment(std::move(traced), trace_ms, keep);
+      seg->sources = sources;
+      seg->read = read;
+      seg->guarded = guarded;
+      seg->read_description = description;
+      seg->structure = result_structure;
+      if (keep) {
+        const auto lower_start = std::chrono::steady_clock::now();
+        bool needs_grad = false;
+        for (const Tensor& t : seg->trace->captured) needs_grad = needs_grad || t.requires_grad();
+        for (int32_t s : sources) needs_grad = needs_grad || walk.env.at(static_cast<size_t>(s)).requires_grad();
+        if (!(needs_grad && is_grad_enabled())) seg->executable = std::make_shared<const Executable>(seg->trace);
+        seg->lower_ms = ms_since(lower_start);
+        std::lock_guard lock(mutex);
+        seg->order = ++graphs;
+        seg->resumes = parent ? parent->order : 0;
+        if (read >= 0) {
+          ++stats.graph_breaks;
+          graph_breaks.push_back(detail::str_cat("graph ", seg->order, ": ", description,
+                                                 "; the graph after it is chosen by the value read"));
+          log(LogChannel::kGraphBreaks, detail::str_cat(options.name, ": ", graph_breaks.back()));
+        }
+      }
+      if (keep && options.mode != Mode::Default) {
+        if (seg->executable) {
+          seg->graph_obstacles = GraphedExecutable::obstacles(*seg->executable);
+        } else {
+          seg->graph_obstacles.push_back(
+              "its arguments or captured tensors require grad: calls replay through dispatch, which records "
+              "autograd");
+        }
+        for (const std::string& why : seg->graph_obstacles)
+          log(LogChannel::kPerf, detail::str_cat(options.name, ", graph ", seg->order, ": not a CUDA graph: ", why));
+      }
+      if (keep) {
+        log(LogChannel::kGraphs, detail::str_cat(options.name, ", graph ", seg->order, ":\n", to_text(seg->trace->graph)));
+      }
+    }
+    kept_all = kept_all && keep;
+    if (keep) {
+      std::lock_guard lock(mutex);
+      if (!parent) {
+        entry.root = seg;
+      } else {
+        auto it = parent->next.find(walk.keys.back());
+        if (it != parent->next.end()) {
+          it->second.next = seg;  // it was stale
+        } else if (parent->next.size() < kMaxValuesPerRead) {
+          parent->next.emplace(walk.keys.back(), Link{seg, walk.last_value});
+        }
+      }
+    }
+    // Its run.
+    const TensorList inputs = gather(walk.env, seg->sources);
+    if (state) state->add(*seg, walk.env);
+    TensorList outs = fresh_segment && keep ? first_run(*seg, inputs, options, launches)
+                                            : run_segment(*seg, inputs, options.name, launches);
+    path.push_back(seg);
+    mark = std::chrono::steady_clock::now();
+    return outs;
+  };
+
+  std::optional<Tracer> tracer(std::in_place);
+  size_t cuts = 0;
+  tracer->on_break([&](Cut cut) -> TensorList {
+    const size_t k = cuts++;
+    if (k < follow) {  // a graph this call has run: its results answer the trace
+      const Segment& ran = *path[k];
+      if (cut.read != static_cast<size_t>(ran.read) || cut.sources != ran.sources ||
+          structural_hash(cut.trace.graph) != ran.traced_hash) {
+        throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function did "
+                                    "not reach graph break ", k + 1, " as before (", ran.read_description, "; now ",
+                                    cut.description, "): its ops depend on something besides its arguments, captured "
+                                    "tensors and the values it read"));
+      }
+      mark = std::chrono::steady_clock::now();
+      return TensorList(walk.env.begin() + static_cast<std::ptrdiff_t>(walk.offsets[k]),
+                        walk.env.begin() + static_cast<std::ptrdiff_t>(walk.offsets[k] + ran.outputs()));
+    }
+    if (options.fullgraph) {
+      throw Error(detail::str_cat("compile: ", options.name, " (fullgraph): ", cut.description));
+    }
+    const int32_t read = static_cast<int32_t>(cut.read);
+    if (!cut.how.guardable && !unguarded) {
+      unguarded = true;
+      std::lock_guard lock(mutex);
+      ++stats.graph_breaks;
+      graph_breaks.push_back(detail::str_cat(cut.description, "; calls with this key run eagerly"));
+      log(LogChannel::kGraphBreaks, detail::str_cat(options.name, ": ", graph_breaks.back()));
+    }
+    TensorList outs = place(std::move(cut.trace), cut.sources, read, &cut.how, cut.description, {});
+    walk.offsets.push_back(walk.env.size());
+    walk.env.insert(walk.env.end(), outs.begin(), outs.end());
+    walk.keys.push_back(read_key(outs[cut.read]));
+    walk.last_value = read_value_text(outs[cut.read]);
+    return outs;
+  });
+  TensorList proxies;
+  proxies.reserve(args.tensors.size());
+  for (const Tensor& t : args.tensors) proxies.push_back(tracer->input(t));
+  const TensorList outputs = run(proxies, structure);
+  Trace last = tracer->finish(outputs);
+  const std::vector<int32_t> sources = tracer->sources();
+  tracer.reset();  // the last graph runs for real
+  if (cuts < follow) {
+    throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function ended "
+                                "before graph break ", cuts + 1, " (", path[cuts]->read_description, "): its ops "
+                                "depend on something besides its arguments, captured tensors and the values it read"));
+  }
+  TensorList results = place(std::move(last), sources, -1, nullptr, "", structure);
+  std::lock_guard lock(mutex);
+  stats.graph_launches += launches;
+  if (unguarded) entry.root.reset();  // later calls with this key run eagerly
+  if (kept_all) {
+    ++stats.replays;
+  } else {
+    ++stats.eager_calls;
+  }
+  if (!new_key && compiled_any) recompiles.push_back(reason);
+  return results;
+}
 
 Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_shared<Impl>()) {
   if (options.name.empty()) options.name = std::move(default_name);
@@ -426,13 +839,34 @@ ExplainReport Core::explain() const {
   r.stats = impl_->stats;
   r.recompiles = impl_->recompiles;
   r.graph_breaks = impl_->graph_breaks;
-  std::vector<std::shared_ptr<Entry>> entries;
-  for (const auto& [key, e] : impl_->cache)
-    if (e->trace) entries.push_back(e);
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a->order < b->order; });
-  for (const auto& e : entries) {
+  // Every kept graph, once, with the guards that lead to it.
+  struct Found {
+    std::shared_ptr<Segment> seg;
+    std::vector<std::pair<std::string, std::string>> guards;
+  };
+  std::vector<Found> found;
+  std::unordered_map<const Segment*, size_t> seen;
+  for (const auto& [key, e] : impl_->cache) {
+    if (!e->root) continue;
+    std::vector<std::pair<std::shared_ptr<Segment>, std::pair<std::string, std::string>>> stack{{e->root, {}}};
+    while (!stack.empty()) {
+      auto [seg, via] = std::move(stack.back());
+      stack.pop_back();
+      auto [it, added] = seen.emplace(seg.get(), found.size());
+      if (added) found.push_back({seg, e->described});
+      if (!via.first.empty()) found[it->second].guards.push_back(std::move(via));
+      if (!added) continue;
+      for (const auto& [bytes, link] : seg->next) {
+        stack.push_back({link.next, {detail::str_cat("value read by graph ", seg->order, " (", seg->read_description, ")"),
+                                     link.value}});
+      }
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.seg->order < b.seg->order; });
+  for (const Found& f : found) {
+    const Segment& s = *f.seg;
     ExplainReport::Graph g;
-    const Graph& graph = e->trace->graph;
+    const Graph& graph = s.trace->graph;
     g.nodes = static_cast<int64_t>(graph.nodes().size());
     for (const Node& n : graph.nodes()) {
       const std::string name(ops::op_schema(n.op).name);
@@ -444,24 +878,26 @@ ExplainReport Core::explain() const {
         ++it->second;
       }
     }
-    g.guards = e->described;
+    g.guards = f.guards;
     g.captured = static_cast<int64_t>(graph.captured().size());
-    g.executable = e->executable != nullptr;
-    if (e->executable) {
-      for (const auto& a : e->executable->plan().arenas) g.arena_bytes += a.nbytes;
-      g.planned_bytes = e->executable->plan().planned_bytes;
+    g.executable = s.executable != nullptr;
+    if (s.executable) {
+      for (const auto& a : s.executable->plan().arenas) g.arena_bytes += a.nbytes;
+      g.planned_bytes = s.executable->plan().planned_bytes;
     }
-    g.trace_ms = e->trace_ms;
-    g.verify_ms = e->verify_ms;
-    g.passes_ms = e->passes_ms;
-    g.traced_nodes = static_cast<int64_t>(e->traced_nodes);
-    g.lower_ms = e->lower_ms;
+    g.resumes = s.resumes;
+    g.read = s.read >= 0 ? s.read_description : "";
+    g.trace_ms = s.trace_ms;
+    g.verify_ms = s.verify_ms;
+    g.passes_ms = s.passes_ms;
+    g.traced_nodes = static_cast<int64_t>(s.traced_nodes);
+    g.lower_ms = s.lower_ms;
     {
-      std::lock_guard graph_lock(e->graph_mutex);
-      g.cuda_graph = e->graphed != nullptr;
-      g.record_ms = e->record_ms;
-      g.autotune_ms = e->autotune_ms;
-      for (const std::string& why : e->graph_obstacles)
+      std::lock_guard graph_lock(s.graph_mutex);
+      g.cuda_graph = s.graphed != nullptr;
+      g.record_ms = s.record_ms;
+      g.autotune_ms = s.autotune_ms;
+      for (const std::string& why : s.graph_obstacles)
         r.cuda_graph_skips.push_back(detail::str_cat("graph ", r.graphs.size() + 1, ": ", why));
     }
     g.text = to_text(graph);
@@ -482,6 +918,8 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       m.recompiles.clear();
       m.graph_breaks.clear();
       m.stats.traces = 0;
+      m.compiling_traces = 0;
+      m.graphs = 0;
       m.warned_limit = false;
       m.epoch = epoch;
     }
@@ -489,164 +927,62 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     const auto it = m.cache.find(key);
     if (it != m.cache.end()) entry = it->second;
   }
-  std::string reason;
   if (entry) {
-    if (!entry->trace) {  // a graph break: this key runs eagerly
+    bool eager;
+    {
       std::lock_guard lock(m.mutex);
-      ++m.stats.eager_calls;
-    } else {
-      bool fresh = true;
-      for (size_t i = 0; i < entry->captured.size() && fresh; ++i) {
-        if (!entry->captured[i].matches(entry->trace->captured[i])) {
-          fresh = false;
-          reason = detail::str_cat("captured tensor ", i, " (", entry->captured[i].dtype, entry->captured[i].sizes,
-                                   " ", entry->captured[i].device, ") is now ",
-                                   entry->trace->captured[i].dtype(), entry->trace->captured[i].sizes(), " ",
-                                   entry->trace->captured[i].device());
-        }
-      }
-      if (fresh) {
-        {
-          std::lock_guard lock(m.mutex);
-          ++m.stats.replays;
-        }
-        structure = entry->structure;
-        int64_t graph_calls = 0;
-        const auto compiled = [&] { return run_entry(*entry, args.tensors, m.options.name, graph_calls); };
-        TensorList out = m.options.check ? checked_call(*entry, args.tensors, run, m.options, compiled) : compiled();
-        if (graph_calls) {
-          std::lock_guard lock(m.mutex);
-          m.stats.graph_launches += graph_calls;
-        }
-        return out;
-      }
+      eager = !entry->root;
+      if (eager) ++m.stats.eager_calls;
     }
-    if (!entry->trace) return run(args.tensors, structure);
+    if (eager) return run(args.tensors, structure);  // a graph break that cannot resume
+    const CompiledCall served = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
+      return m.serve(*entry, args, run, structure, state, path);
+    };
+    if (m.options.check) return checked_call(args.tensors, run, m.options, served);
+    std::vector<std::shared_ptr<Segment>> path;
+    return served(nullptr, path);
   }
-  // A new key (or a stale graph): trace, within the limit.
+  // A new key: trace, within the limit.
   const auto described = describe(args);
+  std::string reason;
   {
     std::lock_guard lock(m.mutex);
-    if (m.stats.traces >= m.options.recompile_limit) {
+    if (m.compiling_traces >= m.options.recompile_limit) {
       ++m.stats.eager_calls;
-      if (!m.warned_limit) {
-        m.warned_limit = true;
-        std::fprintf(stderr,
-                     "kiln: %s reached its recompile limit (%d traces); calls with new guards run eagerly "
-                     "(CompileOptions::recompile_limit; KILN_LOGS=recompiles shows why each trace was made)\n",
-                     m.options.name.c_str(), m.options.recompile_limit);
-      }
-      entry.reset();
+      m.warn_limit();
     } else {
-      ++m.stats.traces;
-      if (reason.empty()) {  // against the cached graph whose guards are closest
-        size_t best = SIZE_MAX;
-        for (const auto& [k, e] : m.cache) {
-          size_t differences = e->described.size() == described.size() ? 0 : SIZE_MAX / 2;
-          for (size_t i = 0; i < std::min(e->described.size(), described.size()); ++i)
-            differences += e->described[i] != described[i];
-          if (differences < best) {
-            best = differences;
-            reason = first_difference(e->described, described);
-          }
+      size_t best = SIZE_MAX;  // against the cached graph whose guards are closest
+      for (const auto& [k, e] : m.cache) {
+        size_t differences = e->described.size() == described.size() ? 0 : SIZE_MAX / 2;
+        for (size_t i = 0; i < std::min(e->described.size(), described.size()); ++i)
+          differences += e->described[i] != described[i];
+        if (differences < best) {
+          best = differences;
+          reason = first_difference(e->described, described);
         }
       }
-      if (m.stats.traces > 1) {
+      if (!m.cache.empty()) {
         m.recompiles.push_back(reason);
-        log(LogChannel::kRecompiles, detail::str_cat("recompiling ", m.options.name, " (trace ", m.stats.traces,
+        log(LogChannel::kRecompiles, detail::str_cat("recompiling ", m.options.name, " (trace ", m.compiling_traces + 1,
                                                      " of at most ", m.options.recompile_limit, "): ", reason));
       }
       entry = std::make_shared<Entry>();
-      entry->order = m.stats.traces;
     }
   }
   if (!entry) return run(args.tensors, structure);
   entry->key = key;
   entry->described = described;
-  std::string break_reason;
-  const auto trace_start = std::chrono::steady_clock::now();
-  try {
-    Tracer tracer;
-    TensorList proxies;
-    proxies.reserve(args.tensors.size());
-    for (const Tensor& t : args.tensors) proxies.push_back(tracer.input(t));
-    const TensorList outputs = run(proxies, structure);
-    entry->trace = std::make_shared<const Trace>(tracer.finish(outputs));
-  } catch (const DataDependentRead& e) {
-    if (m.options.fullgraph) {
-      throw Error(detail::str_cat("compile: ", m.options.name, " (fullgraph): ", e.what()));
-    }
-    break_reason = e.what();
-    log(LogChannel::kGraphBreaks, detail::str_cat(m.options.name, ": ", e.what(), "; this key runs eagerly"));
-    entry->trace.reset();
-  }
-  entry->trace_ms = ms_since(trace_start);
-  entry->structure = structure;
-  if (entry->trace) {
-    const auto verify_start = std::chrono::steady_clock::now();
-    verify(entry->trace->graph);
-    entry->verify_ms = ms_since(verify_start);
-    const auto passes_start = std::chrono::steady_clock::now();
-    entry->traced_nodes = entry->trace->graph.nodes().size();
-    entry->trace = std::make_shared<const Trace>(run_passes(*entry->trace, nullptr, m.options.freeze));
-    entry->passes_ms = ms_since(passes_start);
-    bool needs_grad = false;
-    for (const Tensor& t : entry->trace->captured) {
-      entry->captured.push_back(layout_of(t));
-      needs_grad = needs_grad || t.requires_grad();
-    }
-    for (const Tensor& t : args.tensors) needs_grad = needs_grad || t.requires_grad();
-    const auto lower_start = std::chrono::steady_clock::now();
-    if (!(needs_grad && is_grad_enabled())) entry->executable = std::make_shared<const Executable>(entry->trace);
-    entry->lower_ms = ms_since(lower_start);
-    if (m.options.mode != Mode::Default) {
-      if (entry->executable) {
-        entry->graph_obstacles = GraphedExecutable::obstacles(*entry->executable);
-      } else {
-        entry->graph_obstacles.push_back(
-            "its arguments or captured tensors require grad: calls replay through dispatch, which records autograd");
-      }
-      for (const std::string& why : entry->graph_obstacles)
-        log(LogChannel::kPerf, detail::str_cat(m.options.name, ", trace ", entry->order, ": not a CUDA graph: ", why));
-    }
-    log(LogChannel::kGraphs, detail::str_cat(m.options.name, ", trace ", m.stats.traces, ":\n",
-                                             to_text(entry->trace->graph)));
-  }
-  {
+  const CompiledCall traced = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
+    Walk walk;
+    walk.env = args.tensors;
+    TensorList out = m.trace(*entry, walk, args, run, structure, state, path, reason, true);
     std::lock_guard lock(m.mutex);
-    if (!entry->trace) {
-      ++m.stats.graph_breaks;
-      m.graph_breaks.push_back(break_reason);
-    }
     m.cache[key] = entry;
-  }
-  if (!entry->trace) {
-    {
-      std::lock_guard lock(m.mutex);
-      ++m.stats.eager_calls;
-    }
-    return run(args.tensors, structure);
-  }
-  {
-    std::lock_guard lock(m.mutex);
-    ++m.stats.replays;
-  }
-  const auto compiled = [&] {
-    // This first run makes the libraries' plans and handles (under
-    // MaxAutotune, by timing their candidates).
-    const auto start = std::chrono::steady_clock::now();
-    std::optional<backend::autotune::Scope> tune;
-    if (m.options.mode == Mode::MaxAutotune) tune.emplace();
-    int64_t graph_calls = 0;
-    TensorList out = run_entry(*entry, args.tensors, m.options.name, graph_calls);
-    if (tune) entry->autotune_ms = ms_since(start);
-    tune.reset();  // recording times nothing
-    // The graph records the same work, and replays it from the next call.
-    if (m.options.mode != Mode::Default && entry->executable && entry->graph_obstacles.empty())
-      record_graph(*entry, args.tensors, m.options.name);
     return out;
   };
-  return m.options.check ? checked_call(*entry, args.tensors, run, m.options, compiled) : compiled();
+  if (m.options.check) return checked_call(args.tensors, run, m.options, traced);
+  std::vector<std::shared_ptr<Segment>> path;
+  return traced(nullptr, path);
 }
 
 }  // namespace internal
@@ -670,6 +1006,8 @@ std::string ExplainReport::to_string() const {
        << (g.executable ? "planned executable" : "replayed through dispatch (records autograd)");
     if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
     if (g.cuda_graph) os << ", replayed as one CUDA graph";
+    if (g.resumes) os << "\n  resumes after graph " << g.resumes;
+    if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
     os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
        << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms";
     if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
@@ -707,6 +1045,8 @@ std::string ExplainReport::to_json() const {
                            {"arena_bytes", g.arena_bytes},
                            {"planned_bytes", g.planned_bytes},
                            {"traced_nodes", g.traced_nodes},
+                           {"resumes", g.resumes},
+                           {"read", g.read},
                            {"compile_ms",
                             {{"trace", g.trace_ms},
                              {"verify", g.verify_ms},

@@ -1,6 +1,7 @@
 #include "kiln/tensor.h"
 
 #include <cstring>
+#include <optional>
 
 #include "core/shape_util.h"
 #include "kiln/ops/factory.h"
@@ -41,13 +42,25 @@ bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && impl_->storage == other.impl_->storage;
 }
 
+namespace {
+
+// The real tensor behind a proxy the traced program reads on the host (a
+// graph break, compiler/capture.h), or null when `t` holds data or no trace runs.
+std::optional<Tensor> traced_read(const Tensor& t, std::string what, std::source_location where, bool guardable,
+                                  bool known_where = true, bool sentence = false) {
+  if (!t.is_meta()) return std::nullopt;
+  compiler::Tracer* tracer = compiler::Tracer::active();
+  if (tracer == nullptr) return std::nullopt;
+  return tracer->materialize(t, {std::move(what), sentence, where, known_where, guardable});
+}
+
+}  // namespace
+
 void* Tensor::data_ptr() const {
   const auto& st = *impl().storage;
   if (st.is_meta()) {
-    if (compiler::Tracer::active() != nullptr) {
-      throw compiler::DataDependentRead(detail::str_cat(
-          "the function reads the values of a ", dtype(), sizes(),
-          " tensor on the host (item(), to_vector(), data()), which tracing does not know"));
+    if (auto real = traced_read(*this, "data_ptr()", std::source_location::current(), false, false)) {
+      return real->data_ptr();  // the real tensor stays alive: later graphs read it
     }
     throw DeviceError("data_ptr: a meta tensor has no data");
   }
@@ -55,22 +68,27 @@ void* Tensor::data_ptr() const {
 }
 
 template <typename T>
-T* Tensor::data() const {
+T* Tensor::data(std::source_location where) const {
   if (dtype() != dtype_of<T>()) {
     throw DTypeError(detail::str_cat("data<", dtype_of<T>(), ">: the tensor's dtype is ", dtype()));
   }
+  if (auto real = traced_read(*this, "data()", where, false)) return real->data<T>();
   return static_cast<T*>(data_ptr());
 }
 
 template <typename T>
-T Tensor::item() const {
-  return item().to<T>();
+T Tensor::item(std::source_location where) const {
+  return item(where).to<T>();
 }
 
-Scalar Tensor::item() const {
+Scalar Tensor::item(std::source_location where) const {
   if (numel() != 1) {
     throw ShapeError(detail::str_cat("item: a tensor with ", numel(), " elements (shape ", sizes(),
                                      ") cannot be converted to a scalar"));
+  }
+  if (auto real = traced_read(*this, "item()", where, true)) {
+    compiler::TracerPause untraced;
+    return real->item();
   }
   if (!device().is_cpu()) return to(Device::cpu()).item();
   const void* p = data_ptr();
@@ -78,7 +96,11 @@ Scalar Tensor::item() const {
 }
 
 template <typename T>
-std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector(std::source_location where) const {
+  if (auto real = traced_read(*this, "to_vector()", where, true)) {
+    compiler::TracerPause untraced;
+    return real->to_vector<T>();
+  }
   Tensor c = to(Device::cpu()).to(dtype_of<T>()).contiguous();
   std::vector<T> out(static_cast<size_t>(c.numel()));
   if constexpr (std::is_same_v<T, bool>) {
@@ -90,10 +112,10 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define KILN_INSTANTIATE_ACCESSORS(T)                \
-  template T* Tensor::data<T>() const;              \
-  template T Tensor::item<T>() const;               \
-  template std::vector<T> Tensor::to_vector<T>() const;
+#define KILN_INSTANTIATE_ACCESSORS(T)                                  \
+  template T* Tensor::data<T>(std::source_location) const;            \
+  template T Tensor::item<T>(std::source_location) const;             \
+  template std::vector<T> Tensor::to_vector<T>(std::source_location) const;
 KILN_INSTANTIATE_ACCESSORS(bool)
 KILN_INSTANTIATE_ACCESSORS(uint8_t)
 KILN_INSTANTIATE_ACCESSORS(int8_t)
@@ -115,14 +137,16 @@ Tensor Tensor::to(DType t) const {
   return ops::dispatch1(ops::OpId::copy, {*this}, {t});
 }
 
-Tensor Tensor::to(Device d, bool non_blocking) const {
+Tensor Tensor::to(Device d, bool non_blocking, std::source_location where) const {
   if (d == device()) return *this;
+  // Not recorded yet: a graph break whose copy the graphs do not see, so
+  // that later calls with this key run eagerly.
   if (is_meta() && compiler::Tracer::active() != nullptr) {
-    // Not recorded yet: a graph break, so that the call runs eagerly (item()
-    // of a device tensor comes here too).
-    throw compiler::DataDependentRead(detail::str_cat(
-        "the function copies a ", dtype(), sizes(), " tensor from ", device(), " to ", d,
-        " (to(device), item() or to_vector() of a device tensor), which tracing does not record yet"));
+    const std::string what = detail::str_cat("the function copies a ", dtype(), sizes(), " tensor from ", device(),
+                                             " to ", d, ", which tracing does not record yet");
+    const Tensor real = *traced_read(*this, what, where, false, true, true);
+    compiler::TracerPause untraced;
+    return real.to(d, non_blocking);
   }
   // Gathered on its own device first, then one copy of contiguous bytes.
   const Tensor src = contiguous();

@@ -1,5 +1,5 @@
 // Helpers of the compiler's tests: exact comparison, tracing a program of
-// tensors, a graph's op names.
+// tensors, a graph's op names, capturing log lines.
 #pragma once
 
 #include <functional>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/capture.h"
+#include "compiler/logs.h"
 #include "kiln/kiln.h"
 
 namespace kiln::compiler::testing {
@@ -36,5 +37,22 @@ inline std::vector<std::string> op_names(const Graph& g) {
   for (const Node& n : g.nodes()) names.push_back(std::string(ops::op_schema(n.op).name) + (n.inplace() ? "_" : ""));
   return names;
 }
+
+// Collects the lines of the given log channels while alive.
+class LogCapture {
+ public:
+  explicit LogCapture(const std::string& channels) {
+    set_log_capture(channels, [this](const std::string& line) { lines.push_back(line); });
+  }
+  ~LogCapture() { set_log_capture("", {}); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  bool contains(const std::string& s) const {
+    for (const auto& l : lines)
+      if (l.find(s) != std::string::npos) return true;
+    return false;
+  }
+  std::vector<std::string> lines;
+};
 
 }  // namespace kiln::compiler::testing

@@ -85,17 +85,18 @@ std::vector<Case> corpus() {
                {{{m}, 0}, {{m}, 1}, {{m}, 1}}, 2, 0});
   c.push_back({"branch_on_a_number", [] { return Instance{[](const Args& a, int64_t k) { return std::vector<Tensor>{k > 0 ? a[0].relu() : a[0].neg()}; }}; },
                {{{v}, 1}, {{v}, 0}, {{v}, 5}}, 3, 0});
-  // 6-7: control flow on values: a graph break, the key runs eagerly.
+  // 6-7: control flow on values: graph breaks. Each call reads new values:
+  // a trace each, reusing the graphs already compiled.
   c.push_back({"branch_on_item", [] { return Instance{[](const Args& a, int64_t) {
                  return std::vector<Tensor>{a[0].sum().item<double>() > 0 ? a[0] * 2 : a[0] - 3};
                }}; },
-               {{{v}}, {{v}}, {{v}}}, 1, 1});
+               {{{v}}, {{v}}, {{v}}}, 3, 1});
   c.push_back({"loop_until_small", [] { return Instance{[](const Args& a, int64_t) {
                  Tensor x = a[0];
                  while (x.abs().max().item<double>() > 0.5) x = x * 0.5;
                  return std::vector<Tensor>{x};
                }}; },
-               {{{v}}}, 1, 1});
+               {{{v}}}, 1, 3});
   // 8-9: loops with fixed and varying trip counts.
   c.push_back({"fixed_loop", [] { return Instance{[](const Args& a, int64_t) {
                  Tensor x = a[0];
