@@ -569,13 +569,16 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_
 
 TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure,
                              CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
-  Walk walk;
-  walk.env = args.tensors;
+  Walk walk;  // its env is filled at the first graph break (the first graph reads the arguments)
   std::shared_ptr<Segment> seg;
   {
     std::lock_guard lock(mutex);
     seg = entry.root;
   }
+  const auto fill_env = [&] {
+    if (walk.env.empty()) walk.env = args.tensors;
+  };
+  bool first = true;
   std::string reason;
   int64_t launches = 0;
   while (true) {
@@ -589,9 +592,15 @@ TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& r
       }
     }
     if (!reason.empty()) break;
-    if (state) state->add(*seg, walk.env);
-    const TensorList outs = run_segment(*seg, gather(walk.env, seg->sources), options.name, launches);
-    path.push_back(seg);
+    if (state) {
+      fill_env();
+      state->add(*seg, walk.env);
+    }
+    // A first graph's inputs are the arguments, in order (Tracer::input).
+    const TensorList outs = first ? run_segment(*seg, args.tensors, options.name, launches)
+                                  : run_segment(*seg, gather(walk.env, seg->sources), options.name, launches);
+    first = false;
+    if (state || seg->read >= 0) path.push_back(seg);
     if (seg->read < 0) {
       structure = seg->structure;
       std::lock_guard lock(mutex);
@@ -599,6 +608,7 @@ TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& r
       stats.graph_launches += launches;
       return outs;
     }
+    fill_env();
     walk.offsets.push_back(walk.env.size());
     walk.env.insert(walk.env.end(), outs.begin(), outs.end());
     walk.keys.push_back(read_key(outs[static_cast<size_t>(seg->read)]));
@@ -620,6 +630,7 @@ TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& r
     std::lock_guard lock(mutex);
     stats.graph_launches += launches;
   }
+  fill_env();
   return trace(entry, walk, args, run, structure, state, path, reason, false);
 }
 

@@ -192,6 +192,26 @@ TEST(ReduceOverhead, ReplaysAsOneLaunchEqualToEagerAndResultsOutliveLaterCalls) 
   EXPECT_EQ(fast.stats().graph_launches, 6);
 }
 
+TEST(ReduceOverhead, EachGraphOfAGraphBreakIsRecordedOnItsOwn) {
+  REQUIRE_CUDA();
+  const auto f = [](const Tensor& x) {
+    const Tensor y = (x * 2.0).relu();
+    return y.sum().item<float>() > 1 ? (y + 1.0).exp() : y - 1.0;
+  };
+  const auto fast = compile(f, {.mode = Mode::ReduceOverhead, .name = "branchy"});
+  const Tensor x = randn({64}).to(Device::cuda());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(same(fast(x), f(x))) << i;
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 1);
+  ASSERT_EQ(r.graphs.size(), 2u) << r.to_string();
+  // The first graph returns its argument (the program still holds it) and
+  // stays an executable; the one after the read is a CUDA graph.
+  EXPECT_FALSE(r.graphs[0].cuda_graph);
+  EXPECT_TRUE(r.graphs[1].cuda_graph) << r.to_string();
+  EXPECT_EQ(r.stats.graph_launches, 3);
+  EXPECT_TRUE(mentions(r.cuda_graph_skips, "graph 1: ")) << r.to_string();
+}
+
 TEST(ReduceOverhead, ParametersAreReadWhereTheyLiveAndBuffersWrittenAsInEager) {
   REQUIRE_CUDA();
   manual_seed(4);
