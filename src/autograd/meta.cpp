@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "autograd/nodes.h"
+#include "compiler/capture.h"
 #include "ops/dispatch.h"
 
 namespace kiln::autograd {
@@ -148,6 +149,9 @@ void Tensor::set_grad(const Tensor& grad) const {
                                        " differs from the tensor's ", dtype()));
     }
   }
+  if (!is_meta()) {
+    if (compiler::Tracer* tracer = compiler::Tracer::active()) tracer->note_grad_owner(*this);
+  }
   AutogradMeta* m = meta_of(*this);
   if (!m && !grad.defined()) return;
   autograd::ensure_meta(*this).grad = grad;
@@ -164,7 +168,14 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   return m ? m->grad_fn : nullptr;
 }
 
-Tensor Tensor::detach() const { return autograd::alias_without_history(*this); }
+Tensor Tensor::detach() const {
+  Tensor out = autograd::alias_without_history(*this);
+  if (is_meta()) {
+    // A traced program's detach() is the same value to the trace.
+    if (compiler::Tracer* tracer = compiler::Tracer::active()) tracer->alias(*this, out);
+  }
+  return out;
+}
 
 void Tensor::retain_grad() const {
   AutogradMeta* m = meta_of(*this);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "autograd/meta.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
 
@@ -18,7 +19,66 @@ Tracer::Tracer() : previous_(t_active) {
   t_active = this;
 }
 
-Tracer::~Tracer() { t_active = previous_; }
+Tracer::~Tracer() {
+  t_active = previous_;
+  // A trace that did not finish (an error) leaves every grad() as it found it.
+  for (const auto& [real, original] : grad_owners_) {
+    if (real.grad().impl_ptr() == original.impl_ptr()) continue;
+    try {
+      real.set_grad(original);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): it had this gradient before
+    }
+  }
+}
+
+void Tracer::link_gradient(const Tensor& real, const Tensor& proxy) {
+  if (!real.requires_grad() || !real.is_leaf()) return;
+  proxy.requires_grad_(true);
+  std::shared_ptr<autograd::Node> acc = autograd::grad_accumulator(real);
+  autograd::ensure_meta(proxy).grad_accumulator = acc;
+  accumulators_.push_back(std::move(acc));
+  note_grad_owner(real);
+}
+
+void Tracer::note_grad_owner(const Tensor& real) {
+  const auto known = std::find_if(grad_owners_.begin(), grad_owners_.end(),
+                                  [&](const auto& o) { return o.first.impl_ptr() == real.impl_ptr(); });
+  if (known == grad_owners_.end()) grad_owners_.emplace_back(real, real.grad());
+}
+
+Tensor Tracer::grad_at_start(const Tensor& real) const {
+  for (const auto& [owner, original] : grad_owners_)
+    if (owner.impl_ptr() == real.impl_ptr()) return original;
+  return real.grad();
+}
+
+ValueId Tracer::same_data(const Tensor& t) const {
+  int32_t storage = -1;
+  for (const auto& [id, meta] : meta_storages_) {
+    if (meta == t.storage()) storage = id;
+  }
+  if (storage < 0) return kNoValue;
+  const auto& values = trace_.graph.values();
+  for (size_t i = values.size(); i-- > 0;) {
+    const Value& v = values[i];
+    if (v.storage == storage && v.sizes == t.sizes() && v.strides == t.strides() && v.offset == t.storage_offset() &&
+        v.dtype == t.dtype())
+      return static_cast<ValueId>(i);
+  }
+  return kNoValue;
+}
+
+void Tracer::alias(const Tensor& proxy, const Tensor& alias) {
+  const auto it = values_.find(proxy.impl_ptr().get());
+  if (it == values_.end()) return;
+  values_[alias.impl_ptr().get()] = it->second;
+  aliases_.push_back(alias);
+}
+
+void Tracer::add_host_guard(std::string what, std::function<double()> read) {
+  const double value = read();
+  host_guards_.push_back({std::move(what), std::move(read), value});
+}
 
 Tracer* Tracer::active() noexcept { return t_active; }
 
@@ -64,6 +124,7 @@ Tensor Tracer::input(const Tensor& real) {
   sources_.push_back(static_cast<int32_t>(env_.size() - 1));
   Tensor proxy = make_proxy(real, storage);
   bind(proxy, id);
+  link_gradient(real, proxy);
   return proxy;
 }
 
@@ -89,11 +150,13 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
   // The values the program still holds: proxies referenced from outside the
   // tracer (by the program's handles, or views of them).
   std::unordered_map<const TensorImpl*, std::pair<const Tensor*, long>> held;  // impl -> (a handle, tracer's references)
-  for (const Tensor& p : proxies_) {
-    if (!p.defined()) continue;
-    auto& h = held[p.impl_ptr().get()];
-    h.first = &p;
-    ++h.second;
+  for (const TensorList* list : {&proxies_, &aliases_}) {
+    for (const Tensor& p : *list) {
+      if (!p.defined()) continue;
+      auto& h = held[p.impl_ptr().get()];
+      h.first = &p;
+      ++h.second;
+    }
   }
   std::vector<std::pair<ValueId, const Tensor*>> live;  // current value of each held proxy
   for (const auto& [impl, id] : values_) {
@@ -110,7 +173,7 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
       std::lower_bound(outputs.begin(), outputs.end(), found->second) - outputs.begin());
   trace_.graph.set_outputs(outputs);
 
-  Cut cut{std::move(trace_), std::move(sources_), read_output, read, std::move(description)};
+  Cut cut{std::move(trace_), std::move(sources_), read_output, read, std::move(description), take_host_guards()};
   trace_ = Trace{};
   sources_.clear();
   values_.clear();
@@ -122,9 +185,11 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
     carried.emplace_back(handle->impl_ptr().get(),
                          static_cast<size_t>(std::lower_bound(outputs.begin(), outputs.end(), id) - outputs.begin()));
   }
-  for (Tensor& p : proxies_)
-    if (p.defined()) retired_.push_back(std::move(p));
-  proxies_.clear();
+  for (TensorList* list : {&proxies_, &aliases_}) {
+    for (Tensor& p : *list)
+      if (p.defined()) retired_.push_back(std::move(p));
+    list->clear();
+  }
   pending_generator_ = nullptr;
   pending_count_ = -1;
 
@@ -150,7 +215,14 @@ ValueId Tracer::value_of(const Tensor& t) {
     // A value of a graph cut earlier (a graph break): an input of this one.
     const auto carried = carried_.find(t.impl_ptr().get());
     if (carried == carried_.end()) {
-      throw Error("compile: the traced function used a meta tensor it did not get from the trace");
+      // Another handle on a proxy's data, made where tracing was paused (the
+      // tensors autograd saves for backward): the latest value laid out so in
+      // that storage, which is what eager would read.
+      const ValueId same = same_data(t);
+      if (same == kNoValue) throw Error("compile: the traced function used a meta tensor it did not get from the trace");
+      values_[t.impl_ptr().get()] = same;
+      aliases_.push_back(t);
+      return same;
     }
     const Tensor& real = env_.at(static_cast<size_t>(carried->second));
     const ValueId id = trace_.graph.add_input(real, storage_of_real(real));
@@ -171,6 +243,7 @@ ValueId Tracer::value_of(const Tensor& t) {
   values_[t.impl_ptr().get()] = id;
   Tensor proxy = make_proxy(t, trace_.graph.value(id).storage);
   bind(proxy, id);
+  link_gradient(t, proxy);
   return id;
 }
 
@@ -246,6 +319,18 @@ Trace Tracer::finish(const TensorList& outputs) {
   for (const Tensor& t : outputs) {
     if (!t.defined()) throw Error("compile: the traced function returned an undefined tensor");
     ids.push_back(value_of(t));
+  }
+  // Gradients the program left: outputs after its results, applied by each run.
+  for (const auto& [real, original] : grad_owners_) {
+    const Tensor now = real.grad();
+    if (now.impl_ptr() == original.impl_ptr()) continue;
+    GradWrite write{real, -1};
+    if (now.defined()) {
+      write.output = static_cast<int32_t>(ids.size());
+      ids.push_back(value_of(now));
+    }
+    real.set_grad(original);
+    grad_writes_.push_back(std::move(write));
   }
   trace_.graph.set_outputs(std::move(ids));
   return std::move(trace_);

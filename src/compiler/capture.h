@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "compiler/graph.h"
 #include "ops/attrs.h"
@@ -60,6 +61,23 @@ struct HostRead {
   std::string describe(const Tensor& proxy) const;
 };
 
+// A host number a trace depends on besides the call's arguments (an
+// optimizer's learning rate): a graph traced with `value` serves a call only
+// while read() still gives it.
+struct HostGuard {
+  std::string what;
+  std::function<double()> read;
+  double value = 0;
+};
+
+// A gradient the traced program left in a real tensor's grad() (backward()
+// or an optimizer's zero_grad inside the function): after each run, owner's
+// grad becomes the graph's output `output` (-1: none).
+struct GradWrite {
+  Tensor owner;
+  int32_t output = -1;
+};
+
 // A graph that ended at a graph break: its outputs are every value the
 // program still holds, so that whatever it does next can start from them.
 struct Cut {
@@ -68,6 +86,7 @@ struct Cut {
   size_t read = 0;               // the output the program read
   HostRead how;
   std::string description;       // HostRead::describe
+  std::vector<HostGuard> host_guards;
 };
 
 class Tracer {
@@ -100,6 +119,28 @@ class Tracer {
   // each cut graph's outputs in order. The graph being traced reads
   // sources()[i] as input i.
   const std::vector<int32_t>& sources() const noexcept { return sources_; }
+
+  // Training steps. A real leaf tensor that requires grad (a parameter, an
+  // argument) gets a proxy that requires grad too, whose gradient goes to the
+  // real tensor's accumulator: backward() inside the function runs the
+  // autograd engine on proxies, which records the backward ops, and leaves a
+  // proxy in the real tensor's grad() for the rest of the function (an
+  // optimizer's step) to read. finish() puts every grad() back as it was and
+  // lists the changes (grad_writes), which each run applies for real.
+  void note_backward() noexcept { ran_backward_ = true; }
+  bool ran_backward() const noexcept { return ran_backward_; }
+  const std::vector<GradWrite>& grad_writes() const noexcept { return grad_writes_; }
+  // A real tensor's grad() as it was when the trace first saw the tensor.
+  Tensor grad_at_start(const Tensor& real) const;
+  // Called before the program sets a real tensor's grad() (zero_grad()):
+  // notes the gradient the trace found there.
+  void note_grad_owner(const Tensor& real);
+  // `alias` (a detach() of a proxy) stands for the same value as `proxy`.
+  void alias(const Tensor& proxy, const Tensor& alias);
+  // A host number the graph being traced depends on (HostGuard).
+  void add_host_guard(std::string what, std::function<double()> read);
+  // The host guards of the graph being traced, handed over.
+  std::vector<HostGuard> take_host_guards() { return std::exchange(host_guards_, {}); }
   // Ends the trace with these results (proxies, or real tensors the program
   // returned untouched) and hands the graph over.
   Trace finish(const TensorList& outputs);
@@ -124,12 +165,23 @@ class Tracer {
   int32_t storage_of_real(const Tensor& real) const;
   void take_random_draw(ops::OpId op, int32_t node);
 
+  // The value whose data a meta tensor the tracer never saw is (kNoValue: none).
+  ValueId same_data(const Tensor& t) const;
+  // Gives a proxy of a real leaf that requires grad the real tensor's accumulator.
+  void link_gradient(const Tensor& real, const Tensor& proxy);
+
   Trace trace_;
   BreakHandler on_break_;
+  bool ran_backward_ = false;
+  std::vector<std::pair<Tensor, Tensor>> grad_owners_;  // real leaf, its grad() when first seen
+  std::vector<std::shared_ptr<void>> accumulators_;     // kept alive while tracing
+  std::vector<GradWrite> grad_writes_;
+  std::vector<HostGuard> host_guards_;
   std::vector<int32_t> sources_;  // of the graph being traced
   TensorList env_;                // the call's tensors: arguments, then cut graphs' outputs
   std::unordered_map<const TensorImpl*, int32_t> carried_;  // a proxy from a cut graph -> its tensor in env_
   TensorList retired_;            // proxies of cut graphs, alive so their addresses stay unique
+  TensorList aliases_;            // detach()es of proxies (alias())
   std::unordered_map<const TensorImpl*, ValueId> values_;       // proxy or real tensor -> value
   std::unordered_map<const Storage*, int32_t> real_storages_;   // storages of inputs and captures
   std::unordered_map<int32_t, std::shared_ptr<Storage>> meta_storages_;  // graph storage -> its meta storage

@@ -44,19 +44,35 @@ struct KeyHash {
 };
 
 // The facts about a captured tensor a graph depends on.
+// The facts about a captured tensor a graph depends on; for a leaf that
+// requires grad, also whether it had a gradient when traced, and which, when
+// the graph reads that gradient (it is then captured too).
 struct LayoutGuard {
   Shape sizes, strides;
   DType dtype;
   Device device;
   bool requires_grad;
+  bool has_grad = false;
+  const TensorImpl* grad = nullptr;
   bool matches(const Tensor& t) const {
-    return t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype && t.device() == device &&
-           t.requires_grad() == requires_grad;
+    if (!(t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype && t.device() == device &&
+          t.requires_grad() == requires_grad))
+      return false;
+    if (!requires_grad) return true;
+    const Tensor g = t.grad();
+    return g.defined() == has_grad && (grad == nullptr || g.impl_ptr().get() == grad);
   }
 };
 
-LayoutGuard layout_of(const Tensor& t) {
-  return {t.sizes(), t.strides(), t.dtype(), t.device(), t.requires_grad()};
+// `grad`: the tensor's gradient as the trace found it.
+LayoutGuard layout_of(const Tensor& t, const Tensor& grad, const TensorList& captured) {
+  LayoutGuard l{t.sizes(), t.strides(), t.dtype(), t.device(), t.requires_grad()};
+  if (l.requires_grad) {
+    l.has_grad = grad.defined();
+    for (const Tensor& c : captured)
+      if (grad.defined() && c.impl_ptr() == grad.impl_ptr()) l.grad = grad.impl_ptr().get();
+  }
+  return l;
 }
 
 // One graph of a trace. A trace that breaks at host reads (graph breaks) is a
@@ -85,6 +101,12 @@ struct Segment {
   bool guarded = true;    // the read can be guarded (else calls with this key run eagerly afterwards)
   std::string read_description;
   std::vector<int64_t> structure;  // the last graph's: the results' nesting
+  // A training step: the function ran backward() (its graph holds the backward
+  // ops and runs as an executable, recording no autograd), and the last
+  // graph's gradient outputs, which follow its results.
+  bool ran_backward = false;
+  std::vector<GradWrite> grad_writes;
+  std::vector<HostGuard> host_guards;
   std::unordered_map<std::string, Link> next;  // by the bytes read (under Impl::mutex)
   int64_t order = 0;    // the graph's number in its function, from 1
   int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
@@ -182,6 +204,16 @@ TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptio
   if (options.mode != Mode::Default && seg.executable && seg.graph_obstacles.empty())
     record_graph(seg, tensors, options.name);
   return out;
+}
+
+// A training step's last graph: its gradient outputs go to their tensors'
+// grad(), and the results are what is left.
+void apply_grad_writes(const Segment& seg, TensorList& outs) {
+  if (seg.grad_writes.empty()) return;
+  const size_t results = outs.size() - static_cast<size_t>(std::count_if(
+      seg.grad_writes.begin(), seg.grad_writes.end(), [](const GradWrite& w) { return w.output >= 0; }));
+  for (const GradWrite& w : seg.grad_writes) w.owner.set_grad(w.output >= 0 ? outs.at(static_cast<size_t>(w.output)) : Tensor());
+  outs.resize(results);
 }
 
 // The tensors a segment reads, from the call's tensors.
@@ -288,27 +320,42 @@ class CallState {
       if (std::none_of(generators_.begin(), generators_.end(), [&](const auto& p) { return p.first == gen; }))
         generators_.emplace_back(gen, *gen);
     }
+    for (const GradWrite& w : seg.grad_writes) {
+      if (std::any_of(grads_.begin(), grads_.end(), [&](const auto& o) { return o.first.impl_ptr() == w.owner.impl_ptr(); }))
+        continue;
+      grads_.emplace_back(w.owner, w.owner.grad());
+      grad_labels_.push_back(detail::str_cat("the gradient of a ", w.owner.dtype(), w.owner.sizes(), " tensor"));
+    }
   }
-  // The written tensors' values now.
+  // The written tensors' values now, then the gradients written.
   TensorList values() const {
     NoGradGuard no_grad;
     TensorList out;
     for (const Tensor& t : tensors_) out.push_back(t.detach().clone());
+    for (const auto& [owner, saved] : grads_) out.push_back(owner.grad().defined() ? owner.grad().detach().clone() : Tensor());
     return out;
   }
-  const std::string& label(size_t i) const { return labels_[i]; }
+  const std::string& label(size_t i) const {
+    return i < labels_.size() ? labels_[i] : grad_labels_.at(i - labels_.size());
+  }
   // Back to the state the call started from.
   void restore() {
-    restore_values(saved_);
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      Tensor t = tensors_[i].detach();
+      t.copy_(saved_[i]);
+    }
+    for (const auto& [owner, saved] : grads_) owner.set_grad(saved);
     for (auto& [gen, state] : generators_) *gen = state;
   }
-  // The written tensors back to `values`.
+  // The written tensors and gradients back to `values` (from values()).
   void restore_values(const TensorList& values) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       Tensor t = tensors_[i].detach();
       t.copy_(values[i]);
     }
+    for (size_t i = 0; i < grads_.size(); ++i) grads_[i].first.set_grad(values[tensors_.size() + i]);
   }
 
  private:
@@ -316,6 +363,8 @@ class CallState {
   TensorList tensors_, saved_;
   std::vector<std::string> labels_;
   std::vector<std::pair<Generator*, Generator>> generators_;
+  std::vector<std::pair<Tensor, Tensor>> grads_;  // gradient owners, and their gradients before the call
+  std::vector<std::string> grad_labels_;
 };
 
 TensorList detached_clones(std::span<const Tensor> ts) {
@@ -415,6 +464,11 @@ void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
   key.push_back(static_cast<int64_t>(t.device().kind()));
   key.push_back(t.device().index());
   key.push_back(t.requires_grad());
+  if (t.requires_grad()) {
+    // Its gradient, which a traced backward() adds to in place: by identity.
+    const Tensor g = t.grad();
+    key.push_back(g.defined() ? static_cast<int64_t>(reinterpret_cast<intptr_t>(g.impl_ptr().get())) : 0);
+  }
 }
 
 std::vector<int64_t> build_key(const internal::FlatArgs& args) {
@@ -453,6 +507,11 @@ std::vector<std::pair<std::string, std::string>> describe(const internal::FlatAr
       d << t.device();
       out.emplace_back(arg + " device", d.str());
       out.emplace_back(arg + " requires_grad", t.requires_grad() ? "true" : "false");
+      if (t.requires_grad()) {
+        std::ostringstream g;
+        if (t.grad().defined()) g << "a tensor at " << static_cast<const void*>(t.grad().impl_ptr().get());
+        out.emplace_back(arg + " grad", t.grad().defined() ? g.str() : "none");
+      }
       k += 1;
     } else if (tag == 2) {
       out.emplace_back(arg + " list length", std::to_string(args.key[k + 1]));
@@ -535,7 +594,8 @@ struct Core::Impl {
                  options.name.c_str(), options.recompile_limit);
   }
 
-  std::shared_ptr<Segment> compile_segment(Trace traced, double trace_ms, bool keep);
+  std::shared_ptr<Segment> compile_segment(Trace traced, double trace_ms, bool keep,
+                                           const std::function<Tensor(const Tensor&)>& grad_at_start);
   TensorList serve(Entry& entry, const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure,
                    CallState* state, std::vector<std::shared_ptr<Segment>>& path);
   TensorList trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
@@ -545,7 +605,8 @@ struct Core::Impl {
 
 // A traced graph made ready to run: verified, rewritten by the passes and
 // lowered (or, when it is not kept, run as traced through dispatch).
-std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_ms, bool keep) {
+std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_ms, bool keep,
+                                                     const std::function<Tensor(const Tensor&)>& grad_at_start) {
   auto seg = std::make_shared<Segment>();
   seg->trace_ms = trace_ms;
   seg->traced_hash = structural_hash(traced.graph);
@@ -563,7 +624,8 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_
   const auto passes_start = std::chrono::steady_clock::now();
   seg->trace = std::make_shared<const Trace>(run_passes(traced, nullptr, options.freeze));
   seg->passes_ms = ms_since(passes_start);
-  for (const Tensor& t : seg->trace->captured) seg->captured.push_back(layout_of(t));
+  for (const Tensor& t : seg->trace->captured)
+    seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));
   return seg;
 }
 
@@ -591,16 +653,22 @@ TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& r
         if (seg->order > 1) reason += detail::str_cat(" (graph ", seg->order, ")");
       }
     }
+    for (size_t i = 0; i < seg->host_guards.size() && reason.empty(); ++i) {
+      const HostGuard& h = seg->host_guards[i];
+      if (const double now = h.read(); now != h.value)
+        reason = detail::str_cat(h.what, " was ", h.value, ", now ", now);
+    }
     if (!reason.empty()) break;
     if (state) {
       fill_env();
       state->add(*seg, walk.env);
     }
     // A first graph's inputs are the arguments, in order (Tracer::input).
-    const TensorList outs = first ? run_segment(*seg, args.tensors, options.name, launches)
+    TensorList outs = first ? run_segment(*seg, args.tensors, options.name, launches)
                                   : run_segment(*seg, gather(walk.env, seg->sources), options.name, launches);
     first = false;
     if (state || seg->read >= 0) path.push_back(seg);
+    apply_grad_writes(*seg, outs);
     if (seg->read < 0) {
       structure = seg->structure;
       std::lock_guard lock(mutex);
@@ -650,13 +718,16 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   if (!new_key) {
     log(LogChannel::kRecompiles, detail::str_cat("tracing ", options.name, " again: ", reason));
   }
-  bool compiled_any = false, kept_all = true, unguarded = false;
+  bool compiled_any = false, kept_all = true, unguarded = false, ran_backward = false;
   int64_t launches = 0;
   auto mark = std::chrono::steady_clock::now();
 
   // The graph for the trace's next cut: an equal one already in the tree, or a new one.
+  std::optional<Tracer> tracer(std::in_place);
+  const auto grad_at_start = [&](const Tensor& t) { return tracer ? tracer->grad_at_start(t) : t.grad(); };
   const auto place = [&](Trace traced, const std::vector<int32_t>& sources, int32_t read, const HostRead* how,
-                         const std::string& description, const std::vector<int64_t>& result_structure) {
+                         const std::string& description, const std::vector<int64_t>& result_structure,
+                         std::vector<HostGuard> host_guards, std::vector<GradWrite> grad_writes) {
     const double trace_ms = ms_since(mark);
     const size_t depth = path.size();
     const std::shared_ptr<Segment> parent = depth == 0 ? nullptr : path.back();
@@ -677,11 +748,21 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
       } else if (entry.root) {
         candidates.push_back(entry.root);
       }
+      const auto same_writes = [&](const Segment& c) {
+        if (c.grad_writes.size() != grad_writes.size() || c.host_guards.size() != host_guards.size()) return false;
+        for (size_t i = 0; i < grad_writes.size(); ++i)
+          if (c.grad_writes[i].owner.impl_ptr() != grad_writes[i].owner.impl_ptr() ||
+              c.grad_writes[i].output != grad_writes[i].output)
+            return false;
+        return c.ran_backward == ran_backward;
+      };
       for (const auto& c : candidates) {
         bool fresh = true;
         for (size_t i = 0; i < c->captured.size() && fresh; ++i) fresh = c->captured[i].matches(c->trace->captured[i]);
+        for (size_t i = 0; i < c->host_guards.size() && fresh; ++i)
+          fresh = c->host_guards[i].read() == c->host_guards[i].value;
         if (fresh && c->traced_hash == hash && c->sources == sources && c->read == read && c->guarded == guarded &&
-            c->structure == result_structure && c->captured_ids == ids && c->generators == gens) {
+            c->structure == result_structure && c->captured_ids == ids && c->generators == gens && same_writes(*c)) {
           seg = c;
           break;
         }
@@ -698,7 +779,10 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     }
     const bool fresh_segment = !seg;
     if (fresh_segment) {
-      seg = compile_segment(std::move(traced), trace_ms, keep);
+      seg = compile_segment(std::move(traced), trace_ms, keep, grad_at_start);
+      seg->ran_backward = ran_backward;
+      seg->grad_writes = std::move(grad_writes);
+      seg->host_guards = std::move(host_guards);
       seg->sources = sources;
       seg->read = read;
       seg->guarded = guarded;
@@ -709,7 +793,9 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         bool needs_grad = false;
         for (const Tensor& t : seg->trace->captured) needs_grad = needs_grad || t.requires_grad();
         for (int32_t s : sources) needs_grad = needs_grad || walk.env.at(static_cast<size_t>(s)).requires_grad();
-        if (!(needs_grad && is_grad_enabled())) seg->executable = std::make_shared<const Executable>(seg->trace);
+        // A training step's graph holds its backward ops: it records no autograd.
+        if (!(needs_grad && is_grad_enabled()) || seg->ran_backward)
+          seg->executable = std::make_shared<const Executable>(seg->trace);
         seg->lower_ms = ms_since(lower_start);
         std::lock_guard lock(mutex);
         seg->order = ++graphs;
@@ -755,12 +841,12 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     if (state) state->add(*seg, walk.env);
     TensorList outs = fresh_segment && keep ? first_run(*seg, inputs, options, launches)
                                             : run_segment(*seg, inputs, options.name, launches);
+    apply_grad_writes(*seg, outs);
     path.push_back(seg);
     mark = std::chrono::steady_clock::now();
     return outs;
   };
 
-  std::optional<Tracer> tracer(std::in_place);
   size_t cuts = 0;
   tracer->on_break([&](Cut cut) -> TensorList {
     const size_t k = cuts++;
@@ -788,7 +874,9 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
       graph_breaks.push_back(detail::str_cat(cut.description, "; calls with this key run eagerly"));
       log(LogChannel::kGraphBreaks, detail::str_cat(options.name, ": ", graph_breaks.back()));
     }
-    TensorList outs = place(std::move(cut.trace), cut.sources, read, &cut.how, cut.description, {});
+    ran_backward = ran_backward || tracer->ran_backward();
+    TensorList outs = place(std::move(cut.trace), cut.sources, read, &cut.how, cut.description, {},
+                            std::move(cut.host_guards), {});
     walk.offsets.push_back(walk.env.size());
     walk.env.insert(walk.env.end(), outs.begin(), outs.end());
     walk.keys.push_back(read_key(outs[cut.read]));
@@ -801,13 +889,17 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   const TensorList outputs = run(proxies, structure);
   Trace last = tracer->finish(outputs);
   const std::vector<int32_t> sources = tracer->sources();
+  std::vector<HostGuard> host_guards = tracer->take_host_guards();
+  std::vector<GradWrite> grad_writes = tracer->grad_writes();
+  ran_backward = ran_backward || tracer->ran_backward();
   tracer.reset();  // the last graph runs for real
   if (cuts < follow) {
     throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function ended "
                                 "before graph break ", cuts + 1, " (", path[cuts]->read_description, "): its ops "
                                 "depend on something besides its arguments, captured tensors and the values it read"));
   }
-  TensorList results = place(std::move(last), sources, -1, nullptr, "", structure);
+  TensorList results =
+      place(std::move(last), sources, -1, nullptr, "", structure, std::move(host_guards), std::move(grad_writes));
   std::lock_guard lock(mutex);
   stats.graph_launches += launches;
   if (unguarded) entry.root.reset();  // later calls with this key run eagerly

@@ -67,6 +67,9 @@ Executable::~Executable() = default;
 size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
 TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe) const {
+  // Nothing here is differentiated: a training step's graph holds its own
+  // backward ops, and writes parameters that require grad in place.
+  NoGradGuard no_grad;
   const Graph& g = trace_->graph;
   std::vector<Tensor> env = bind_sources(*trace_, inputs);
   // One arena per device; planned storages are slices that keep it alive.

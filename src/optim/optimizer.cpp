@@ -1,8 +1,10 @@
 // The optimizer base: parameter groups, their options, zero_grad and step.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <unordered_map>
 
+#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
 #include "kiln/optim.h"
@@ -118,6 +120,31 @@ void Optimizer::check_params(const std::vector<Tensor>& params, size_t group_ind
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  if (compiler::Tracer* tracer = compiler::Tracer::active()) {
+    // Inside kiln::compile the update is recorded. A graph holds numbers as
+    // constants: the options are guarded (a changed learning rate traces
+    // anew), and what only changes on the host cannot be recorded.
+    if (counts_steps()) {
+      throw Error(detail::str_cat("optim: ", name_, ".step() inside kiln::compile: its step count is a number on "
+                                  "the host, which a recorded graph would keep at its traced value; call step() "
+                                  "outside the compiled function"));
+    }
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const bool stateful = !state_names(groups_[g].options).empty();
+      for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+        if (stateful && groups_[g].params[i].grad().defined() && state_[g][i].empty()) {
+          throw Error(detail::str_cat("optim: ", name_, ".step() inside kiln::compile: parameter ", i, " of group ", g,
+                                      " has no state yet, and its first step would make it on the host; run one "
+                                      "step eagerly before compiling the step"));
+        }
+      }
+      for (const auto& [option, value] : groups_[g].options) {
+        tracer->add_host_guard(detail::str_cat(name_, " group ", g, " ", option), [this, g, option = option] {
+          return g < groups_.size() ? groups_[g].get(option) : std::nan("");
+        });
+      }
+    }
+  }
   for (size_t g = 0; g < groups_.size(); ++g) update_group(groups_[g], state_[g]);
 }
 

@@ -1,0 +1,142 @@
+// A whole training step in one graph: forward, loss, backward() and an
+// optimizer step traced together (the autograd engine's ops are recorded),
+// against the same steps run eagerly on a copy of the model.
+#include <gtest/gtest.h>
+
+#include "compiler/compiler_testing.h"
+#include "kiln/kiln.h"
+#include "unit/expect_error.h"
+
+namespace kiln {
+namespace {
+
+using compiler::testing::same;
+using kiln::testing::expect_error;
+
+struct Net : nn::Module {
+  nn::Linear a{6, 16}, b{16, 3};
+  Net() {
+    register_module("a", a);
+    register_module("b", b);
+  }
+  Tensor forward(const Tensor& x) { return b(a(x).tanh()); }
+};
+
+// Two nets with equal parameters.
+std::pair<std::unique_ptr<Net>, std::unique_ptr<Net>> twins(uint64_t seed) {
+  manual_seed(seed);
+  auto one = std::make_unique<Net>();
+  manual_seed(seed);
+  auto two = std::make_unique<Net>();
+  return {std::move(one), std::move(two)};
+}
+
+void expect_same_parameters(Net& got, Net& want, int step) {
+  const auto p = got.parameters(), q = want.parameters();
+  ASSERT_EQ(p.size(), q.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_TRUE(same(p[i], q[i])) << "parameter " << i << " after step " << step;
+    ASSERT_EQ(p[i].grad().defined(), q[i].grad().defined()) << "gradient " << i << " after step " << step;
+    if (p[i].grad().defined()) EXPECT_TRUE(same(p[i].grad(), q[i].grad())) << "gradient " << i << " after step " << step;
+  }
+}
+
+Tensor train_step(Net& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss = nn::functional::mse_loss(net.forward(x), y);
+  loss.backward();
+  opt.step();
+  return loss;
+}
+
+TEST(TrainingStep, ForwardBackwardAndSGDStepAreOneGraphEqualToEager) {
+  auto [net, eager_net] = twins(5);
+  optim::SGD opt(net->parameters(), {.lr = 0.1}), eager_opt(eager_net->parameters(), {.lr = 0.1});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+                            {.name = "step"});
+  Generator gen(9);
+  for (int i = 0; i < 6; ++i) {
+    const Tensor x = randn({8, 6}, {}, &gen), y = randn({8, 3}, {}, &gen);
+    const Tensor loss = step(x, y);
+    EXPECT_TRUE(same(loss, train_step(*eager_net, eager_opt, x, y))) << i;
+    EXPECT_FALSE(loss.requires_grad());
+    expect_same_parameters(*net, *eager_net, i);
+  }
+  const ExplainReport r = step.explain();
+  // The first call found no gradients, the second the first call's: two
+  // traces, the second graph replacing the first.
+  EXPECT_EQ(r.stats.traces, 2) << r.to_string();
+  EXPECT_EQ(r.stats.replays, 6);
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_TRUE(r.graphs[0].executable) << r.to_string();
+  // The backward ops (matmuls for linear's gradients) and SGD's in-place updates of the parameters.
+  EXPECT_NE(r.graphs[0].text.find("matmul("), std::string::npos) << r.graphs[0].text;
+  EXPECT_NE(r.graphs[0].text.find(".add_("), std::string::npos) << r.graphs[0].text;
+  EXPECT_NE(r.graphs[0].text.find("{alpha=-0.1}"), std::string::npos) << r.graphs[0].text;
+  EXPECT_NE(r.to_string().find("captured tensor 0 (float32[16, 6] cpu) is now float32[16, 6] cpu"), std::string::npos)
+      << r.to_string();
+}
+
+TEST(TrainingStep, GradientsAccumulateAcrossCallsAsInEager) {
+  auto [net, eager_net] = twins(6);
+  // No zero_grad: each backward adds to the gradients of the last.
+  const auto accumulate = [](Net& n, const Tensor& x) {
+    Tensor loss = n.forward(x).pow(2.0).mean();
+    loss.backward();
+    return loss;
+  };
+  const auto fast = compile([&](const Tensor& x) { return accumulate(*net, x); });
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = randn({5, 6});
+    EXPECT_TRUE(same(fast(x), accumulate(*eager_net, x))) << i;
+    expect_same_parameters(*net, *eager_net, i);
+  }
+  EXPECT_EQ(fast.stats().traces, 2);  // without gradients, then adding in place to the second call's
+}
+
+TEST(TrainingStep, MomentumStateAndLearningRateChanges) {
+  auto [net, eager_net] = twins(7);
+  optim::SGD opt(net->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD eager_opt(eager_net->parameters(), {.lr = 0.05, .momentum = 0.9});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+                            {.name = "step"});
+  const Tensor x = randn({4, 6}), y = randn({4, 3});
+  // Momentum buffers are made by the first step: it cannot be recorded.
+  expect_error<Error>([&] { step(x, y); }, "SGD.step() inside kiln::compile", "run one step eagerly");
+  (void)train_step(*net, opt, x, y);
+  (void)train_step(*eager_net, eager_opt, x, y);
+  for (int i = 0; i < 5; ++i) {
+    if (i == 3) {  // a schedule's change: the graph's constant is stale, so it traces anew
+      opt.set_lr(0, 0.01);
+      eager_opt.set_lr(0, 0.01);
+    }
+    EXPECT_TRUE(same(step(x, y), train_step(*eager_net, eager_opt, x, y))) << i;
+    expect_same_parameters(*net, *eager_net, i);
+  }
+  EXPECT_NE(step.explain().to_string().find("SGD group 0 lr was 0.05, now 0.01"), std::string::npos)
+      << step.explain().to_string();
+}
+
+TEST(TrainingStep, AnOptimizerThatCountsStepsOnTheHostIsAnErrorInside) {
+  Net net;
+  optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(net, opt, x, y); });
+  expect_error<Error>([&] { step(randn({2, 6}), randn({2, 3})); }, "Adam.step() inside kiln::compile",
+                      "step count is a number on the host");
+  for (const Tensor& p : net.parameters()) EXPECT_FALSE(p.grad().defined()) << "a failed trace left a gradient";
+}
+
+TEST(TrainingStep, CheckComparesEveryStepWithEager) {
+  auto [net, eager_net] = twins(8);
+  optim::SGD opt(net->parameters(), {.lr = 0.1}), eager_opt(eager_net->parameters(), {.lr = 0.1});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+                            {.check = true});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({3, 6}), y = randn({3, 3});
+    EXPECT_TRUE(same(step(x, y), train_step(*eager_net, eager_opt, x, y))) << i;
+    expect_same_parameters(*net, *eager_net, i);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
