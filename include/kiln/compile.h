@@ -29,6 +29,12 @@
 // be guarded: that call finishes from its trace and later calls with the key
 // run eagerly. KILN_LOGS=graph_breaks logs each break with its source line;
 // with fullgraph a break is an error naming it.
+//
+// Training steps: backward() inside the function is traced (the autograd
+// engine's ops are recorded), so forward, loss, backward and an optimizer's
+// step become one graph; the gradients it leaves in grad() are set by each
+// call, and the optimizer's options are guarded (docs/compile.md, "A whole
+// training step").
 #pragma once
 
 #include <bit>

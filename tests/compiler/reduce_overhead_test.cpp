@@ -212,6 +212,41 @@ TEST(ReduceOverhead, EachGraphOfAGraphBreakIsRecordedOnItsOwn) {
   EXPECT_TRUE(mentions(r.cuda_graph_skips, "graph 1: ")) << r.to_string();
 }
 
+TEST(ReduceOverhead, AWholeTrainingStepIsOneCudaGraphEqualToEager) {
+  REQUIRE_CUDA();
+  manual_seed(12);
+  Block net;
+  manual_seed(12);
+  Block eager_net;
+  net.to(Device::cuda());
+  eager_net.to(Device::cuda());
+  optim::SGD opt(net.parameters(), {.lr = 0.05, .weight_decay = 1e-4});
+  optim::SGD eager_opt(eager_net.parameters(), {.lr = 0.05, .weight_decay = 1e-4});
+  const auto train = [](Block& m, optim::SGD& o, const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    Tensor loss = F::mse_loss(m.forward(x), y);
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train(net, opt, x, y); },
+                            {.mode = Mode::ReduceOverhead, .name = "step"});
+  for (int i = 0; i < 6; ++i) {
+    const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
+    EXPECT_TRUE(same(step(x, y), train(eager_net, eager_opt, x, y))) << i;
+    const auto p = net.parameters(), q = eager_net.parameters();
+    for (size_t k = 0; k < p.size(); ++k) {
+      EXPECT_TRUE(same(p[k], q[k])) << "parameter " << k << " after step " << i;
+      EXPECT_TRUE(same(p[k].grad(), q[k].grad())) << "gradient " << k << " after step " << i;
+    }
+  }
+  const ExplainReport r = step.explain();
+  EXPECT_EQ(r.stats.traces, 2);  // without gradients, then with the first call's
+  ASSERT_EQ(r.graphs.size(), 1u) << r.to_string();
+  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
+  EXPECT_EQ(r.stats.graph_launches, 4);
+}
+
 TEST(ReduceOverhead, ParametersAreReadWhereTheyLiveAndBuffersWrittenAsInEager) {
   REQUIRE_CUDA();
   manual_seed(4);
