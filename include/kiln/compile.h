@@ -25,10 +25,11 @@
 // values read, and a value not seen there before traces the function again
 // (re-running the graphs before it is not needed: their results are reused)
 // and compiles only graphs that differ from those already kept. A read
-// through a pointer (data(), data_ptr()) or a copy to another device cannot
-// be guarded: that call finishes from its trace and later calls with the key
-// run eagerly. KILN_LOGS=graph_breaks logs each break with its source line;
-// with fullgraph a break is an error naming it.
+// through a pointer (data(), data_ptr()) cannot be guarded: that call
+// finishes from its trace and later calls with the key run eagerly.
+// KILN_LOGS=graph_breaks logs each break with its source line; with
+// fullgraph a break is an error naming it. Copies between devices
+// (to(Device)) are no break: they are recorded.
 //
 // Training steps: backward() inside the function is traced (the autograd
 // engine's ops are recorded), so forward, loss, backward and an optimizer's
@@ -52,6 +53,16 @@
 namespace kiln {
 
 enum class Mode { Default, ReduceOverhead, MaxAutotune };
+
+// What runs the graphs (torch.compile's backend=). Replay and Eager are for
+// finding where a difference comes from: a compiled function that differs
+// from eager under Default but not under Replay points at the passes or the
+// executable; one that differs under Replay points at the trace.
+enum class CompileBackend {
+  Default,  // the passes, the planned executable, and CUDA graphs as the mode asks
+  Replay,   // traced and guarded alike; each graph runs its traced ops through eager dispatch
+  Eager,    // nothing is traced: every call runs the function
+};
 
 struct CompileOptions {
   // Default: passes and the planned executable. ReduceOverhead: as Default,
@@ -91,6 +102,8 @@ struct CompileOptions {
   int recompile_limit = 8;
   // For logs and explain(): defaults to "compiled function".
   std::string name = {};
+  // Replay and Eager take no mode but Default, and no freeze (a ValueError).
+  CompileBackend backend = CompileBackend::Default;
 };
 
 struct CompileStats {

@@ -188,8 +188,8 @@ class Tensor {
   // and must be waited for (kiln::cuda::synchronize, a stream or an event)
   // before its values are read; a copy from the CPU has read its source on
   // return (pageable sources are staged through pinned buffers).
-  Tensor to(Device device, bool non_blocking = false,
-           std::source_location where = std::source_location::current()) const;
+  // Inside kiln::compile it is recorded, and runs as a blocking copy.
+  Tensor to(Device device, bool non_blocking = false) const;
   // A copy in page-locked host memory (this tensor when already pinned), from
   // which copies to CUDA devices run asynchronously. DeviceError without a
   // CUDA device.

@@ -135,7 +135,6 @@ std::string HostRead::describe(const Tensor& proxy) const {
     if (const size_t slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
     at = detail::str_cat(" at ", file, ":", where.line());
   }
-  if (sentence) return what + (at.empty() ? "" : " (" + at.substr(1) + ")");
   return detail::str_cat("the function reads the values of a ", proxy.dtype(), proxy.sizes(), " tensor on the host (",
                          what, at, ")");
 }

@@ -49,13 +49,12 @@ struct Trace {
 // A read of a proxy's values on the host, which ends the graph being traced
 // (a graph break).
 struct HostRead {
-  std::string what;  // "item()", "to_vector()", "data()"; or with `sentence`, the whole description
-  bool sentence = false;
+  std::string what;  // "item()", "to_vector()", "data()"
   std::source_location where;
   bool known_where = false;  // where is the program's call
   // The values read decide what the program does next, and can be guarded
-  // (item(), to_vector()). A read through a pointer, or a copy to another
-  // device, cannot: the program may use it in ways a trace does not see.
+  // (item(), to_vector()). A read through a pointer cannot: the program may
+  // read or write any element, in ways a trace does not see.
   bool guardable = true;
   // "the function reads the values of a float32[] tensor on the host (item() at f.cpp:12)"
   std::string describe(const Tensor& proxy) const;

@@ -622,7 +622,9 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_
   verify(traced.graph);
   seg->verify_ms = ms_since(verify_start);
   const auto passes_start = std::chrono::steady_clock::now();
-  seg->trace = std::make_shared<const Trace>(run_passes(traced, nullptr, options.freeze));
+  seg->trace = std::make_shared<const Trace>(options.backend == CompileBackend::Replay
+                                                 ? std::move(traced)
+                                                 : run_passes(traced, nullptr, options.freeze));
   seg->passes_ms = ms_since(passes_start);
   for (const Tensor& t : seg->trace->captured)
     seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));
@@ -794,7 +796,7 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         for (const Tensor& t : seg->trace->captured) needs_grad = needs_grad || t.requires_grad();
         for (int32_t s : sources) needs_grad = needs_grad || walk.env.at(static_cast<size_t>(s)).requires_grad();
         // A training step's graph holds its backward ops: it records no autograd.
-        if (!(needs_grad && is_grad_enabled()) || seg->ran_backward)
+        if (options.backend == CompileBackend::Default && (!(needs_grad && is_grad_enabled()) || seg->ran_backward))
           seg->executable = std::make_shared<const Executable>(seg->trace);
         seg->lower_ms = ms_since(lower_start);
         std::lock_guard lock(mutex);
@@ -922,6 +924,12 @@ Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_s
   if (options.recompile_limit < 1) {
     throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ", options.recompile_limit));
   }
+  if (options.backend != CompileBackend::Default && (options.mode != Mode::Default || options.freeze)) {
+    throw ValueError(detail::str_cat("compile: ", options.name, ": the ",
+                                     options.backend == CompileBackend::Replay ? "Replay" : "Eager",
+                                     " backend runs no passes and no executable: ",
+                                     options.freeze ? "freeze" : "a mode other than Default", " needs the Default backend"));
+  }
   impl_->options = std::move(options);
   impl_->epoch = g_epoch.load(std::memory_order_relaxed);
 }
@@ -1027,9 +1035,13 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       m.epoch = epoch;
     }
     ++m.stats.calls;
-    const auto it = m.cache.find(key);
-    if (it != m.cache.end()) entry = it->second;
+    if (m.options.backend == CompileBackend::Eager) {
+      ++m.stats.eager_calls;
+    } else if (const auto it = m.cache.find(key); it != m.cache.end()) {
+      entry = it->second;
+    }
   }
+  if (m.options.backend == CompileBackend::Eager) return run(args.tensors, structure);
   if (entry) {
     bool eager;
     {
@@ -1106,7 +1118,7 @@ std::string ExplainReport::to_string() const {
     os << "graph " << i + 1 << ": " << g.nodes << " ops (";
     for (size_t k = 0; k < g.ops.size(); ++k) os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
     os << "), " << g.captured << " captured tensors, "
-       << (g.executable ? "planned executable" : "replayed through dispatch (records autograd)");
+       << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
     if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
     if (g.cuda_graph) os << ", replayed as one CUDA graph";
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;

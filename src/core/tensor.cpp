@@ -47,11 +47,11 @@ namespace {
 // The real tensor behind a proxy the traced program reads on the host (a
 // graph break, compiler/capture.h), or null when `t` holds data or no trace runs.
 std::optional<Tensor> traced_read(const Tensor& t, std::string what, std::source_location where, bool guardable,
-                                  bool known_where = true, bool sentence = false) {
+                                  bool known_where = true) {
   if (!t.is_meta()) return std::nullopt;
   compiler::Tracer* tracer = compiler::Tracer::active();
   if (tracer == nullptr) return std::nullopt;
-  return tracer->materialize(t, {std::move(what), sentence, where, known_where, guardable});
+  return tracer->materialize(t, {std::move(what), where, known_where, guardable});
 }
 
 }  // namespace
@@ -137,17 +137,11 @@ Tensor Tensor::to(DType t) const {
   return ops::dispatch1(ops::OpId::copy, {*this}, {t});
 }
 
-Tensor Tensor::to(Device d, bool non_blocking, std::source_location where) const {
+Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
-  // Not recorded yet: a graph break whose copy the graphs do not see, so
-  // that later calls with this key run eagerly.
-  if (is_meta() && compiler::Tracer::active() != nullptr) {
-    const std::string what = detail::str_cat("the function copies a ", dtype(), sizes(), " tensor from ", device(),
-                                             " to ", d, ", which tracing does not record yet");
-    const Tensor real = *traced_read(*this, what, where, false, true, true);
-    compiler::TracerPause untraced;
-    return real.to(d, non_blocking);
-  }
+  // Inside kiln::compile the copy is a node of the graph (to_device): a
+  // blocking copy when the graph runs, whatever non_blocking says.
+  if (compiler::Tracer::active() != nullptr) return ops::dispatch1(ops::OpId::to_device, {*this}, {d});
   // Gathered on its own device first, then one copy of contiguous bytes.
   const Tensor src = contiguous();
   const Device on = d.is_cpu() ? device() : d;

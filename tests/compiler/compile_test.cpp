@@ -2,6 +2,7 @@
 // autograd and threads, each against eager mode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <thread>
@@ -91,24 +92,44 @@ TEST(Compile, PastTheRecompileLimitCallsRunEagerly) {
                            "recompile_limit");
 }
 
-TEST(Compile, CopiesBetweenDevicesAreGraphBreaksForNow) {
-  const auto strict = compile([](const Tensor& x) { return x.to(Device::cuda()); }, {.fullgraph = true});
-  expect_error<Error>([&] { strict(ones({2})); }, "from cpu to cuda:0", "does not record yet");
-  if (!cuda::is_available()) GTEST_SKIP() << "the eager side needs a CUDA device: " << cuda::unavailable_reason();
+TEST(Compile, CopiesBetweenDevicesAreRecorded) {
+  if (!cuda::is_available()) GTEST_SKIP() << "copies between devices need a CUDA device: " << cuda::unavailable_reason();
+  const Device gpu = Device::cuda();
+  // Into the device and back, with a buffer of the closure copied in too.
+  Tensor bias = full({3}, 0.5);
+  const auto there_and_back = [&](const Tensor& x) { return ((x * 2.0).to(gpu) + bias.to(gpu)).exp().to(Device::cpu()); };
+  const auto fast = compile(there_and_back, {.fullgraph = true});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({2, 3});
+    EXPECT_TRUE(same(fast(x), there_and_back(x))) << i;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 1);
+  EXPECT_EQ(r.stats.graph_breaks, 0);
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_TRUE(r.graphs[0].executable);
+  const auto copies = std::find_if(r.graphs[0].ops.begin(), r.graphs[0].ops.end(),
+                                   [](const auto& op) { return op.first == "to_device"; });
+  ASSERT_NE(copies, r.graphs[0].ops.end()) << r.to_string();
+  EXPECT_EQ(copies->second, 3);
+  // The captured buffer is read at each call: an update in place is seen.
+  bias.fill_(-1.0);
+  const Tensor x = randn({2, 3});
+  EXPECT_TRUE(same(fast(x), there_and_back(x)));
   // item() of a device tensor is a graph break like any other read: the
   // second call, reading the same value, replays.
-  const auto f = compile([](const Tensor& x) { return x.sum().item<float>() > 0 ? x * 2.0 : x - 1.0; });
-  const Tensor x = ones({3}, {.dtype = kFloat32, .device = Device::cuda()});
-  for (int i = 0; i < 2; ++i) EXPECT_TRUE(same(f(x).to(Device::cpu()), (x * 2.0).to(Device::cpu())));
+  const auto f = compile([](const Tensor& t) { return t.sum().item<float>() > 0 ? t * 2.0 : t - 1.0; });
+  const Tensor y = ones({3}, {.dtype = kFloat32, .device = gpu});
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(same(f(y).to(Device::cpu()), (y * 2.0).to(Device::cpu())));
   EXPECT_EQ(f.stats().graph_breaks, 1);
   EXPECT_EQ(f.stats().traces, 1);
   EXPECT_EQ(f.stats().eager_calls, 0);
-  // A copy of a traced tensor to another device: the first call finishes from
-  // its trace, later ones run eagerly.
-  const auto move = compile([](const Tensor& x) { return (x * 2.0).to(Device::cuda()) + 1.0; });
-  for (int i = 0; i < 2; ++i) EXPECT_TRUE(same(move(ones({2})).to(Device::cpu()), ones({2}) * 2.0 + 1.0));
-  EXPECT_EQ(move.stats().graph_breaks, 1);
-  EXPECT_EQ(move.stats().eager_calls, 2);
+  // Differentiable: a call that needs gradients replays through dispatch.
+  const Tensor w = randn({3}).requires_grad_(true);
+  const auto g = compile([&](const Tensor& t) { return (t.to(gpu) * w.to(gpu)).sum().to(Device::cpu()); });
+  const Tensor t = randn({3});
+  g(t).backward();
+  EXPECT_TRUE(same(w.grad(), t));
 }
 
 TEST(Compile, ModulesAreReadByReference) {
@@ -317,6 +338,39 @@ TEST(Compile, ResetForgetsTheGraphs) {
   compiler::reset();
   fast(x);
   EXPECT_EQ(calls, 2);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Compile, ReplayAndEagerBackendsBisectAWrongResult) {
+  int calls = 0;
+  const auto f = [&](const Tensor& x) {
+    ++calls;
+    return ((x * 2.0).relu() + 1.0).sum({1});
+  };
+  const auto replayed = compile(f, {.name = "f", .backend = CompileBackend::Replay});
+  const auto eager = compile(f, {.backend = CompileBackend::Eager});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({3, 4});
+    EXPECT_TRUE(same(replayed(x), f(x)));
+    EXPECT_TRUE(same(eager(x), f(x)));
+  }
+  EXPECT_EQ(calls, 6 + 1 + 3);  // the test's own, one trace, every call of the Eager backend
+  const ExplainReport r = replayed.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_FALSE(r.graphs[0].executable);
+  EXPECT_EQ(r.graphs[0].nodes, r.graphs[0].traced_nodes);  // no passes
+  EXPECT_EQ(r.stats.replays, 3);
+  EXPECT_EQ(eager.stats().eager_calls, 3);
+  EXPECT_TRUE(eager.explain().graphs.empty());
+  expect_error<ValueError>([&] { compile(f, {.mode = Mode::ReduceOverhead, .backend = CompileBackend::Replay}); },
+                           "the Replay backend runs no passes and no executable");
+  expect_error<ValueError>([&] { compile(f, {.freeze = true, .backend = CompileBackend::Eager}); },
+                           "freeze needs the Default backend");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Consistency cases of the elementwise ops.
 #include "ops/consistency.h"
+#include "ops/dispatch.h"
 
 namespace kiln::testing {
 namespace {
@@ -171,6 +172,15 @@ const CaseRegistration kMixed([](CaseList& c) {
                  }
                  out.push_back(in[0].contiguous());
                  return out;
+               }});
+  // to_device is what Tensor::to(Device) records inside kiln::compile; here
+  // it copies to the input's own device (a transposed input: gathered first).
+  c.push_back({.name = "to_device/onto_its_own_device",
+               .ops = {OpId::to_device},
+               .dtypes = kAllTypes,
+               .make = [](DType t, Generator& g) { return TensorList{uniform_transposed({6, 9}, t, g, -100, 100)}; },
+               .run = [](TensorList& in) {
+                 return TensorList{ops::dispatch1(OpId::to_device, {in[0]}, {in[0].device()})};
                }});
   c.push_back({.name = "copy_/into_transposed_view_with_broadcast",
                .ops = {OpId::copy},

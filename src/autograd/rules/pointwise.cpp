@@ -166,6 +166,8 @@ TensorList grad_masked_fill(const BackwardCtx& ctx, const TensorList& g) {
   return {masked_fill(g[0], ctx.input(1), 0.0), Tensor()};
 }
 TensorList grad_copy(const BackwardCtx&, const TensorList& g) { return {g[0]}; }
+// The gradient goes back to the input's device.
+TensorList grad_to_device(const BackwardCtx& ctx, const TensorList& g) { return {g[0].to(ctx.info(0).device)}; }
 TensorList grad_fill(const BackwardCtx&, const TensorList&) { return {Tensor()}; }
 
 }  // namespace kiln::autograd

@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/device_copy.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
 #include "backends/int_math.h"
@@ -40,6 +41,7 @@ void register_cpu_misc_pointwise_kernels(KernelTable& t) {
       map_elements<T, T, bool>(it, [v](T x, bool m) { return m ? v : x; });
     });
   });
+  t.set(OpId::to_device, backend::copy_between_devices);
   t.set(OpId::copy, [](const KernelCall& c) {
     ElementwiseIter it(c.out(), c.inputs.first(1));
     visit_dtype(c.out().dtype(), [&]<typename To>() {

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/device_copy.h"
 #include "backends/element_size.h"
 #include "backends/int_math.h"
 
@@ -91,6 +92,7 @@ void register_cuda_misc_pointwise_kernels(KernelTable& t) {
                                      MaskedFill<T>{scalar_as<T>(c.attrs.scalar(0))});
     });
   });
+  t.set(OpId::to_device, backend::copy_between_devices);
   t.set(OpId::copy, [](const KernelCall& c) {
     const DType to = c.out().dtype(), from = c.in(0).dtype();
     if (to == from) {

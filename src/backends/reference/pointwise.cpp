@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/device_copy.h"
 #include "backends/reference/ref_util.h"
 #include "backends/reference/reference.h"
 
@@ -205,6 +206,7 @@ void register_misc(KernelTable& t) {
     map_typed(c, [&](const Args& a) { return a[1] != 0 ? v.to_double() : a[0]; },
               [&](const IArgs& a) { return a[1] != 0 ? v.to_int() : a[0]; });
   });
+  t.set(OpId::to_device, copy_between_devices);
   t.set(OpId::copy, [](const KernelCall& c) {
     // Read exactly (double holds every floating value, int64 every integer) and
     // round once on the write.

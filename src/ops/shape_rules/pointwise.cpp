@@ -117,6 +117,10 @@ void infer_copy(ShapeCtx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), ctx.attrs.dtype(0), ctx.common_device());
 }
 
+void infer_to_device(ShapeCtx& ctx) {
+  ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.attrs.device(0));
+}
+
 void infer_fill(ShapeCtx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device());
 }
