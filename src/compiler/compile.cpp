@@ -596,8 +596,9 @@ struct Core::Impl {
 
   std::shared_ptr<Segment> compile_segment(Trace traced, double trace_ms, bool keep,
                                            const std::function<Tensor(const Tensor&)>& grad_at_start);
-  TensorList serve(Entry& entry, const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure,
-                   CallState* state, std::vector<std::shared_ptr<Segment>>& path);
+  // A call of a key seen before, from its first graph (root).
+  TensorList serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
+                   std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path);
   TensorList trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
                    std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path,
                    const std::string& reason, bool new_key);
@@ -631,14 +632,11 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_
   return seg;
 }
 
-TensorList Core::Impl::serve(Entry& entry, const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure,
-                             CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
+TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
+                             std::vector<int64_t>& structure, CallState* state,
+                             std::vector<std::shared_ptr<Segment>>& path) {
   Walk walk;  // its env is filled at the first graph break (the first graph reads the arguments)
-  std::shared_ptr<Segment> seg;
-  {
-    std::lock_guard lock(mutex);
-    seg = entry.root;
-  }
+  std::shared_ptr<Segment> seg = std::move(root);
   const auto fill_env = [&] {
     if (walk.env.empty()) walk.env = args.tensors;
   };
@@ -1021,6 +1019,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   Impl& m = *impl_;
   std::vector<int64_t> key = build_key(args);
   std::shared_ptr<Entry> entry;
+  std::shared_ptr<Segment> root;
   {
     std::lock_guard lock(m.mutex);
     const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
@@ -1039,23 +1038,19 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       ++m.stats.eager_calls;
     } else if (const auto it = m.cache.find(key); it != m.cache.end()) {
       entry = it->second;
+      root = entry->root;
+      if (!root) ++m.stats.eager_calls;  // a graph break that cannot resume
     }
   }
   if (m.options.backend == CompileBackend::Eager) return run(args.tensors, structure);
   if (entry) {
-    bool eager;
-    {
-      std::lock_guard lock(m.mutex);
-      eager = !entry->root;
-      if (eager) ++m.stats.eager_calls;
-    }
-    if (eager) return run(args.tensors, structure);  // a graph break that cannot resume
-    const CompiledCall served = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
-      return m.serve(*entry, args, run, structure, state, path);
-    };
-    if (m.options.check) return checked_call(args.tensors, run, m.options, served);
+    if (!root) return run(args.tensors, structure);
     std::vector<std::shared_ptr<Segment>> path;
-    return served(nullptr, path);
+    if (!m.options.check) return m.serve(*entry, std::move(root), args, run, structure, nullptr, path);
+    return checked_call(args.tensors, run, m.options,
+                        [&](CallState* state, std::vector<std::shared_ptr<Segment>>& walked) {
+                          return m.serve(*entry, root, args, run, structure, state, walked);
+                        });
   }
   // A new key: trace, within the limit.
   const auto described = describe(args);
