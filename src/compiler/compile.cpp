@@ -1,29 +1,25 @@
-// kiln::compile's cache: guard keys, traces, replays and the recompile policy.
+// kiln::compile's cache: guard keys, traces (cut at graph breaks into the
+// segments of segment.h), replays and the recompile policy.
 #include "kiln/compile.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
-#include <chrono>
 #include <bit>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <sstream>
 #include <unordered_map>
 
-#include "backends/autotune.h"
 #include "compiler/capture.h"
-#include "compiler/device_graph.h"
-#include "compiler/executable.h"
+#include "compiler/check.h"
 #include "compiler/graph.h"
 #include "compiler/logs.h"
 #include "compiler/passes/pass.h"
+#include "compiler/segment.h"
 #include "kiln/autograd.h"
 #include "kiln/runtime.h"
-
-#include <nlohmann/json.hpp>
 
 namespace kiln::compiler {
 
@@ -42,419 +38,6 @@ struct KeyHash {
     return static_cast<size_t>(h);
   }
 };
-
-// The facts about a captured tensor a graph depends on.
-// The facts about a captured tensor a graph depends on; for a leaf that
-// requires grad, also whether it had a gradient when traced, and which, when
-// the graph reads that gradient (it is then captured too).
-struct LayoutGuard {
-  Shape sizes, strides;
-  DType dtype;
-  Device device;
-  bool requires_grad;
-  bool has_grad = false;
-  const TensorImpl* grad = nullptr;
-  bool matches(const Tensor& t) const {
-    if (!(t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype && t.device() == device &&
-          t.requires_grad() == requires_grad))
-      return false;
-    if (!requires_grad) return true;
-    const Tensor g = t.grad();
-    return g.defined() == has_grad && (grad == nullptr || g.impl_ptr().get() == grad);
-  }
-};
-
-// `grad`: the tensor's gradient as the trace found it.
-LayoutGuard layout_of(const Tensor& t, const Tensor& grad, const TensorList& captured) {
-  LayoutGuard l{t.sizes(), t.strides(), t.dtype(), t.device(), t.requires_grad()};
-  if (l.requires_grad) {
-    l.has_grad = grad.defined();
-    for (const Tensor& c : captured)
-      if (grad.defined() && c.impl_ptr() == grad.impl_ptr()) l.grad = grad.impl_ptr().get();
-  }
-  return l;
-}
-
-// One graph of a trace. A trace that breaks at host reads (graph breaks) is a
-// tree of segments: each ends where the program read a value on the host,
-// and the segment that follows is chosen by the bytes read.
-struct Segment;
-
-struct Link {
-  std::shared_ptr<Segment> next;
-  std::string value;  // the value read, printed
-};
-
-struct Segment {
-  std::shared_ptr<const Trace> trace;  // after the passes
-  // The lowered schedule, where no gradient is recorded; else calls replay
-  // the trace through dispatch, which records autograd as eager does.
-  std::shared_ptr<const Executable> executable;
-  std::vector<int32_t> sources;  // graph input i is the call's tensor sources[i] (Tracer::sources)
-  std::vector<LayoutGuard> captured;
-  // What a later trace must match to reuse this graph: the traced graph's
-  // structure, its captured tensors and random generators.
-  uint64_t traced_hash = 0;
-  std::vector<const TensorImpl*> captured_ids;
-  std::vector<const Generator*> generators;
-  int32_t read = -1;      // the output the program read on the host; -1: the last graph
-  bool guarded = true;    // the read can be guarded (else calls with this key run eagerly afterwards)
-  std::string read_description;
-  std::vector<int64_t> structure;  // the last graph's: the results' nesting
-  // A training step: the function ran backward() (its graph holds the backward
-  // ops and runs as an executable, recording no autograd), and the last
-  // graph's gradient outputs, which follow its results.
-  bool ran_backward = false;
-  std::vector<GradWrite> grad_writes;
-  std::vector<HostGuard> host_guards;
-  std::unordered_map<std::string, Link> next;  // by the bytes read (under Impl::mutex)
-  int64_t order = 0;    // the graph's number in its function, from 1
-  int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
-  double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
-  size_t traced_nodes = 0;
-  // Mode::ReduceOverhead: the executable recorded as one device graph, or
-  // why it is not (obstacles found before recording, or the recording's failure).
-  mutable std::mutex graph_mutex;
-  std::shared_ptr<GraphedExecutable> graphed;
-  std::vector<std::string> graph_obstacles;
-
-  size_t outputs() const { return trace->graph.outputs().size(); }
-};
-
-struct Entry {
-  std::vector<int64_t> key;
-  std::vector<std::pair<std::string, std::string>> described;  // (guard, value), for logs
-  // The first graph (under Impl::mutex); none: calls with this key run
-  // eagerly (a graph break that cannot resume, or the recompile limit).
-  std::shared_ptr<Segment> root;
-};
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Records the segment's executable as a device graph for arguments laid out
-// as `tensors` (the executable has just run on them); a failure becomes the
-// reason the segment has none.
-void record_graph(Segment& seg, const TensorList& tensors, const std::string& name) {
-  const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<GraphedExecutable> graphed;
-  std::string failure;
-  try {
-    graphed = std::make_shared<GraphedExecutable>(seg.executable, tensors);
-  } catch (const Error& e) {
-    failure = detail::str_cat("the device refused to record it: ", e.what());
-  }
-  const double ms = ms_since(start);
-  std::lock_guard lock(seg.graph_mutex);
-  seg.graphed = std::move(graphed);
-  seg.record_ms += ms;
-  if (!failure.empty()) {
-    seg.graph_obstacles.push_back(failure);
-    log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order, ": not a CUDA graph: ", failure));
-  } else {
-    log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order, ": recorded as a CUDA graph in ", ms, " ms"));
-  }
-}
-
-// A segment's call: its device graph, its executable, or where autograd
-// must record, a replay through dispatch.
-TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name, int64_t& graph_calls) {
-  if (!seg.executable) return replay(*seg.trace, tensors);
-  std::shared_ptr<GraphedExecutable> graphed;
-  {
-    std::lock_guard lock(seg.graph_mutex);
-    graphed = seg.graphed;
-  }
-  if (graphed) {
-    TensorList results;
-    switch (graphed->run(tensors, results)) {
-      case GraphedExecutable::Outcome::kRan:
-        ++graph_calls;
-        return results;
-      case GraphedExecutable::Outcome::kBusy:
-        break;  // another thread is in the graph: this call runs the executable
-      case GraphedExecutable::Outcome::kMoved: {
-        {
-          std::lock_guard lock(seg.graph_mutex);
-          if (seg.graphed != graphed) break;  // another thread is recording it anew
-          seg.graphed.reset();
-        }
-        log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order,
-                                               ": a captured tensor moved to other memory; recording again"));
-        TensorList out = seg.executable->run(tensors);
-        record_graph(seg, tensors, name);
-        return out;
-      }
-    }
-  }
-  return seg.executable->run(tensors);
-}
-
-// A segment's first call: it makes the libraries' plans and handles (under
-// MaxAutotune, by timing their candidates); then, under ReduceOverhead and
-// MaxAutotune, the same work is recorded as a device graph for later calls.
-TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptions& options, int64_t& graph_calls) {
-  const auto start = std::chrono::steady_clock::now();
-  std::optional<backend::autotune::Scope> tune;
-  if (options.mode == Mode::MaxAutotune) tune.emplace();
-  TensorList out = run_segment(seg, tensors, options.name, graph_calls);
-  if (tune) seg.autotune_ms = ms_since(start);
-  tune.reset();  // recording times nothing
-  if (options.mode != Mode::Default && seg.executable && seg.graph_obstacles.empty())
-    record_graph(seg, tensors, options.name);
-  return out;
-}
-
-// A training step's last graph: its gradient outputs go to their tensors'
-// grad(), and the results are what is left.
-void apply_grad_writes(const Segment& seg, TensorList& outs) {
-  if (seg.grad_writes.empty()) return;
-  const size_t results = outs.size() - static_cast<size_t>(std::count_if(
-      seg.grad_writes.begin(), seg.grad_writes.end(), [](const GradWrite& w) { return w.output >= 0; }));
-  for (const GradWrite& w : seg.grad_writes) w.owner.set_grad(w.output >= 0 ? outs.at(static_cast<size_t>(w.output)) : Tensor());
-  outs.resize(results);
-}
-
-// The tensors a segment reads, from the call's tensors.
-TensorList gather(const TensorList& env, const std::vector<int32_t>& sources) {
-  TensorList out;
-  out.reserve(sources.size());
-  for (int32_t s : sources) out.push_back(env.at(static_cast<size_t>(s)));
-  return out;
-}
-
-// The bytes of a tensor the program read: what a graph break is guarded on.
-std::string read_key(const Tensor& t) {
-  TracerPause untraced;
-  NoGradGuard no_grad;
-  const Tensor c = t.detach().to(Device::cpu()).contiguous();
-  std::string key = detail::str_cat(dtype_name(c.dtype()), ":");
-  key.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * c.element_size());
-  return key;
-}
-
-std::string read_value_text(const Tensor& t) {
-  TracerPause untraced;
-  NoGradGuard no_grad;
-  if (t.numel() > 8) return detail::str_cat(t.numel(), " values");
-  std::ostringstream os;
-  const std::vector<double> v = t.detach().to_vector<double>();
-  if (t.dim() > 0) os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  if (t.dim() > 0) os << "]";
-  return os.str();
-}
-
-// --- CompileOptions::check ----------------------------------------------------
-
-// Where compiled and eager values may differ without strict: |a - b| <=
-// atol + rtol * |b| (docs/compile.md).
-std::pair<double, double> tolerance_of(DType t) {
-  switch (t) {
-    case kFloat64: return {1e-12, 1e-12};
-    case kFloat32: return {1e-5, 1e-6};
-    case kFloat16: return {1e-3, 1e-5};
-    case kBFloat16: return {1e-2, 1e-5};
-    default: return {0.0, 0.0};
-  }
-}
-
-// Why `got` does not pass for `want`; empty when it does.
-std::string difference(const Tensor& got, const Tensor& want, bool strict) {
-  if (!got.defined() || !want.defined()) {
-    return got.defined() == want.defined() ? "" : "one side is an undefined tensor";
-  }
-  if (got.sizes() != want.sizes() || got.dtype() != want.dtype()) {
-    return detail::str_cat("it is ", got.dtype(), got.sizes(), ", eager's is ", want.dtype(), want.sizes());
-  }
-  NoGradGuard no_grad;
-  const std::vector<double> a = got.detach().to_vector<double>(), b = want.detach().to_vector<double>();
-  const auto [rtol, atol] = strict ? std::pair<double, double>{0.0, 0.0} : tolerance_of(got.dtype());
-  for (size_t i = 0; i < a.size(); ++i) {
-    const bool both_nan = a[i] != a[i] && b[i] != b[i];
-    if (both_nan || a[i] == b[i] || std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i])) continue;
-    return detail::str_cat("element ", i, " is ", a[i], ", eager's is ", b[i],
-                           strict ? " (strict: bitwise)" : detail::str_cat(" (tolerance ", rtol, " relative, ", atol, " absolute)"));
-  }
-  return "";
-}
-
-// What a call may change besides its results: the arguments and captured
-// tensors its graphs write, and the generators their random nodes draw
-// from. Each graph's share is saved before the graph runs, so that eager
-// can start from the state the call started from.
-class CallState {
- public:
-  explicit CallState(size_t arguments) : arguments_(arguments) {}
-
-  // Saves what `seg` may change, before it runs on the call's tensors `env`.
-  void add(const Segment& seg, const TensorList& env) {
-    const Trace& trace = *seg.trace;
-    const Graph& g = trace.graph;
-    const std::vector<bool> written = written_storages(g);
-    const auto take = [&](const Tensor& t, std::string label) {
-      for (const Tensor& have : tensors_)
-        if (have.shares_storage(t) && have.sizes() == t.sizes() && have.strides() == t.strides() &&
-            have.storage_offset() == t.storage_offset())
-          return;
-      tensors_.push_back(t);
-      labels_.push_back(std::move(label));
-      NoGradGuard no_grad;
-      saved_.push_back(t.detach().clone());
-    };
-    for (size_t i = 0; i < g.inputs().size(); ++i) {
-      const auto source = static_cast<size_t>(seg.sources[i]);
-      // Other inputs are tensors of earlier graphs of this call, which eager never sees.
-      if (source < arguments_ && written[static_cast<size_t>(g.value(g.inputs()[i]).storage)])
-        take(env[source], detail::str_cat("argument ", source));
-    }
-    for (size_t i = 0; i < g.captured().size(); ++i) {
-      if (written[static_cast<size_t>(g.value(g.captured()[i]).storage)])
-        take(trace.captured[i], seg.order == 1 ? detail::str_cat("captured tensor ", i)
-                                               : detail::str_cat("captured tensor ", i, " of graph ", seg.order));
-    }
-    for (const Node& n : g.nodes()) {
-      if (n.draw_count < 0) continue;
-      Generator* gen = n.generator ? n.generator : &default_generator();
-      if (std::none_of(generators_.begin(), generators_.end(), [&](const auto& p) { return p.first == gen; }))
-        generators_.emplace_back(gen, *gen);
-    }
-    for (const GradWrite& w : seg.grad_writes) {
-      if (std::any_of(grads_.begin(), grads_.end(), [&](const auto& o) { return o.first.impl_ptr() == w.owner.impl_ptr(); }))
-        continue;
-      grads_.emplace_back(w.owner, w.owner.grad());
-      grad_labels_.push_back(detail::str_cat("the gradient of a ", w.owner.dtype(), w.owner.sizes(), " tensor"));
-    }
-  }
-  // The written tensors' values now, then the gradients written.
-  TensorList values() const {
-    NoGradGuard no_grad;
-    TensorList out;
-    for (const Tensor& t : tensors_) out.push_back(t.detach().clone());
-    for (const auto& [owner, saved] : grads_) out.push_back(owner.grad().defined() ? owner.grad().detach().clone() : Tensor());
-    return out;
-  }
-  const std::string& label(size_t i) const {
-    return i < labels_.size() ? labels_[i] : grad_labels_.at(i - labels_.size());
-  }
-  // Back to the state the call started from.
-  void restore() {
-    NoGradGuard no_grad;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      Tensor t = tensors_[i].detach();
-      t.copy_(saved_[i]);
-    }
-    for (const auto& [owner, saved] : grads_) owner.set_grad(saved);
-    for (auto& [gen, state] : generators_) *gen = state;
-  }
-  // The written tensors and gradients back to `values` (from values()).
-  void restore_values(const TensorList& values) {
-    NoGradGuard no_grad;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      Tensor t = tensors_[i].detach();
-      t.copy_(values[i]);
-    }
-    for (size_t i = 0; i < grads_.size(); ++i) grads_[i].first.set_grad(values[tensors_.size() + i]);
-  }
-
- private:
-  size_t arguments_;
-  TensorList tensors_, saved_;
-  std::vector<std::string> labels_;
-  std::vector<std::pair<Generator*, Generator>> generators_;
-  std::vector<std::pair<Tensor, Tensor>> grads_;  // gradient owners, and their gradients before the call
-  std::vector<std::string> grad_labels_;
-};
-
-TensorList detached_clones(std::span<const Tensor> ts) {
-  TensorList out;
-  for (const Tensor& t : ts) out.push_back(t.defined() ? t.detach().clone() : Tensor());
-  return out;
-}
-
-// The first node whose value an executable computes differently from eager
-// dispatch (replay), both run along the graphs the call took from its saved state.
-std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path, const TensorList& args,
-                             CallState& state, bool strict) {
-  NoGradGuard no_grad;
-  std::vector<std::vector<TensorList>> reference(path.size());
-  state.restore();
-  TensorList env = args;
-  for (size_t k = 0; k < path.size(); ++k) {
-    const TensorList outs = replay(*path[k]->trace, gather(env, path[k]->sources),
-                                   [&](size_t, std::span<const Tensor> o) { reference[k].push_back(detached_clones(o)); });
-    env.insert(env.end(), outs.begin(), outs.end());
-  }
-  state.restore();
-  env = args;
-  std::string found;
-  bool any_executable = false;
-  for (size_t k = 0; k < path.size() && found.empty(); ++k) {
-    const Segment& seg = *path[k];
-    const TensorList inputs = gather(env, seg.sources);
-    TensorList outs;
-    if (!seg.executable) {
-      outs = replay(*seg.trace, inputs);
-    } else {
-      any_executable = true;
-      outs = seg.executable->run(inputs, [&](size_t node, std::span<const Tensor> o) {
-        for (size_t i = 0; i < o.size() && found.empty(); ++i) {
-          const std::string d = difference(o[i], reference[k].at(node)[i], strict);
-          if (d.empty()) continue;
-          const Node& n = seg.trace->graph.nodes()[node];
-          found = detail::str_cat(path.size() > 1 ? detail::str_cat("graph ", seg.order, " ") : std::string(), "node ",
-                                  node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", ") output ", i,
-                                  " is the first to differ from eager dispatch: ", d);
-        }
-      });
-    }
-    env.insert(env.end(), outs.begin(), outs.end());
-  }
-  if (!found.empty()) return found;
-  if (!any_executable) {
-    return "the graphs replay through dispatch (for autograd), as eager runs its ops: the trace does not record "
-           "what the function does";
-  }
-  return detail::str_cat("every node of the graph", path.size() == 1 ? "" : "s",
-                         " gives eager dispatch's value: the trace does not record what the function does");
-}
-
-// CompileOptions::check: runs the call through its graphs (`compiled`, which
-// saves state into the CallState and lists the graphs it ran) and the
-// function eagerly from the same state, and compares results and written
-// tensors; kiln::Error naming the first divergence. Leaves eager's state.
-using CompiledCall = std::function<TensorList(CallState*, std::vector<std::shared_ptr<Segment>>& path)>;
-
-TensorList checked_call(const TensorList& args, const internal::Runner& run, const CompileOptions& options,
-                        const CompiledCall& compiled) {
-  CallState state(args.size());
-  std::vector<std::shared_ptr<Segment>> path;
-  const TensorList got = compiled(&state, path);
-  const TensorList got_state = state.values();
-  state.restore();
-  std::vector<int64_t> structure;
-  TensorList want;
-  {
-    TracerPause no_tracing;
-    want = run(args, structure);
-  }
-  const TensorList want_state = state.values();
-  std::string what;
-  if (got.size() != want.size()) what = detail::str_cat("it returns ", got.size(), " tensors, eager ", want.size());
-  for (size_t i = 0; i < got.size() && what.empty(); ++i) {
-    const std::string d = difference(got[i], want[i], options.strict);
-    if (!d.empty()) what = detail::str_cat("result ", i, ": ", d);
-  }
-  for (size_t i = 0; i < got_state.size() && what.empty(); ++i) {
-    const std::string d = difference(got_state[i], want_state[i], options.strict);
-    if (!d.empty()) what = detail::str_cat(state.label(i), " after the call: ", d);
-  }
-  if (what.empty()) return got;
-  const std::string where = first_divergence(path, args, state, options.strict);
-  state.restore_values(want_state);
-  throw Error(detail::str_cat("compile: ", options.name, " (check): ", what, "; ", where));
-}
 
 void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
   key.push_back(t.dim());
@@ -594,7 +177,7 @@ struct Core::Impl {
                  options.name.c_str(), options.recompile_limit);
   }
 
-  std::shared_ptr<Segment> compile_segment(Trace traced, double trace_ms, bool keep,
+  std::shared_ptr<Segment> compile_segment(Trace traced, TraceSignature signature, double trace_ms, bool keep,
                                            const std::function<Tensor(const Tensor&)>& grad_at_start);
   // A call of a key seen before, from its first graph (root).
   TensorList serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
@@ -606,14 +189,12 @@ struct Core::Impl {
 
 // A traced graph made ready to run: verified, rewritten by the passes and
 // lowered (or, when it is not kept, run as traced through dispatch).
-std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, double trace_ms, bool keep,
+std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, TraceSignature signature, double trace_ms,
+                                                     bool keep,
                                                      const std::function<Tensor(const Tensor&)>& grad_at_start) {
   auto seg = std::make_shared<Segment>();
   seg->trace_ms = trace_ms;
-  seg->traced_hash = structural_hash(traced.graph);
-  for (const Tensor& t : traced.captured) seg->captured_ids.push_back(t.impl_ptr().get());
-  for (const Node& n : traced.graph.nodes())
-    if (n.draw_count >= 0) seg->generators.push_back(n.generator);
+  seg->signature = std::move(signature);
   seg->traced_nodes = traced.graph.nodes().size();
   if (!keep) {
     seg->trace = std::make_shared<const Trace>(std::move(traced));
@@ -644,20 +225,7 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
   std::string reason;
   int64_t launches = 0;
   while (true) {
-    for (size_t i = 0; i < seg->captured.size() && reason.empty(); ++i) {
-      const LayoutGuard& was = seg->captured[i];
-      const Tensor& now = seg->trace->captured[i];
-      if (!was.matches(now)) {
-        reason = detail::str_cat("captured tensor ", i, " (", was.dtype, was.sizes, " ", was.device, ") is now ",
-                                 now.dtype(), now.sizes(), " ", now.device());
-        if (seg->order > 1) reason += detail::str_cat(" (graph ", seg->order, ")");
-      }
-    }
-    for (size_t i = 0; i < seg->host_guards.size() && reason.empty(); ++i) {
-      const HostGuard& h = seg->host_guards[i];
-      if (const double now = h.read(); now != h.value)
-        reason = detail::str_cat(h.what, " was ", h.value, ", now ", now);
-    }
+    reason = seg->stale();
     if (!reason.empty()) break;
     if (state) {
       fill_env();
@@ -732,12 +300,7 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     const size_t depth = path.size();
     const std::shared_ptr<Segment> parent = depth == 0 ? nullptr : path.back();
     const bool guarded = how == nullptr || how->guardable;
-    const uint64_t hash = structural_hash(traced.graph);
-    std::vector<const TensorImpl*> ids;
-    for (const Tensor& t : traced.captured) ids.push_back(t.impl_ptr().get());
-    std::vector<const Generator*> gens;
-    for (const Node& n : traced.graph.nodes())
-      if (n.draw_count >= 0) gens.push_back(n.generator);
+    TraceSignature signature = signature_of(traced);
     std::shared_ptr<Segment> seg;
     bool keep = !unguarded && guarded;
     {
@@ -757,12 +320,8 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         return c.ran_backward == ran_backward;
       };
       for (const auto& c : candidates) {
-        bool fresh = true;
-        for (size_t i = 0; i < c->captured.size() && fresh; ++i) fresh = c->captured[i].matches(c->trace->captured[i]);
-        for (size_t i = 0; i < c->host_guards.size() && fresh; ++i)
-          fresh = c->host_guards[i].read() == c->host_guards[i].value;
-        if (fresh && c->traced_hash == hash && c->sources == sources && c->read == read && c->guarded == guarded &&
-            c->structure == result_structure && c->captured_ids == ids && c->generators == gens && same_writes(*c)) {
+        if (c->stale().empty() && c->signature == signature && c->sources == sources && c->read == read && c->guarded == guarded &&
+            c->structure == result_structure && same_writes(*c)) {
           seg = c;
           break;
         }
@@ -779,7 +338,7 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     }
     const bool fresh_segment = !seg;
     if (fresh_segment) {
-      seg = compile_segment(std::move(traced), trace_ms, keep, grad_at_start);
+      seg = compile_segment(std::move(traced), std::move(signature), trace_ms, keep, grad_at_start);
       seg->ran_backward = ran_backward;
       seg->grad_writes = std::move(grad_writes);
       seg->host_guards = std::move(host_guards);
@@ -853,7 +412,7 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     if (k < follow) {  // a graph this call has run: its results answer the trace
       const Segment& ran = *path[k];
       if (cut.read != static_cast<size_t>(ran.read) || cut.sources != ran.sources ||
-          structural_hash(cut.trace.graph) != ran.traced_hash) {
+          structural_hash(cut.trace.graph) != ran.signature.hash) {
         throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function did "
                                     "not reach graph break ", k + 1, " as before (", ran.read_description, "; now ",
                                     cut.description, "): its ops depend on something besides its arguments, captured "
@@ -1098,78 +657,3 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
 }  // namespace internal
 }  // namespace kiln::compiler
 
-namespace kiln {
-
-std::string ExplainReport::to_string() const {
-  std::ostringstream os;
-  os << name << ": " << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << graph_breaks.size()
-     << " graph break" << (graph_breaks.size() == 1 ? "" : "s") << ", " << recompiles.size() << " recompile"
-     << (recompiles.size() == 1 ? "" : "s") << "; " << stats.calls << " calls: " << stats.replays << " replayed, "
-     << stats.eager_calls << " eager";
-  if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
-  os << "\n";
-  for (size_t i = 0; i < graphs.size(); ++i) {
-    const Graph& g = graphs[i];
-    os << "graph " << i + 1 << ": " << g.nodes << " ops (";
-    for (size_t k = 0; k < g.ops.size(); ++k) os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
-    os << "), " << g.captured << " captured tensors, "
-       << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
-    if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
-    if (g.cuda_graph) os << ", replayed as one CUDA graph";
-    if (g.resumes) os << "\n  resumes after graph " << g.resumes;
-    if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
-    os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
-       << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms";
-    if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
-    if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
-    os << "\n";
-    os << "  guards:\n";
-    for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
-  }
-  for (const auto& b : graph_breaks) os << "graph break: " << b << "\n";
-  for (const auto& r : recompiles) os << "recompile: " << r << "\n";
-  for (const auto& c : cuda_graph_skips) os << "not captured as a CUDA graph: " << c << "\n";
-  return os.str();
-}
-
-std::string ExplainReport::to_json() const {
-  nlohmann::json j;
-  j["name"] = name;
-  j["stats"] = {{"calls", stats.calls},
-                {"replays", stats.replays},
-                {"traces", stats.traces},
-                {"eager_calls", stats.eager_calls},
-                {"graph_breaks", stats.graph_breaks},
-                {"graph_launches", stats.graph_launches}};
-  j["graphs"] = nlohmann::json::array();
-  for (const Graph& g : graphs) {
-    nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
-    for (const auto& [op, count] : g.ops) ops.push_back({{"op", op}, {"count", count}});
-    for (const auto& [guard, value] : g.guards) guards.push_back({{"guard", guard}, {"value", value}});
-    j["graphs"].push_back({{"nodes", g.nodes},
-                           {"ops", ops},
-                           {"guards", guards},
-                           {"captured", g.captured},
-                           {"executable", g.executable},
-                           {"cuda_graph", g.cuda_graph},
-                           {"arena_bytes", g.arena_bytes},
-                           {"planned_bytes", g.planned_bytes},
-                           {"traced_nodes", g.traced_nodes},
-                           {"resumes", g.resumes},
-                           {"read", g.read},
-                           {"compile_ms",
-                            {{"trace", g.trace_ms},
-                             {"verify", g.verify_ms},
-                             {"passes", g.passes_ms},
-                             {"lower", g.lower_ms},
-                             {"record", g.record_ms},
-                             {"autotune", g.autotune_ms}}},
-                           {"text", g.text}});
-  }
-  j["graph_breaks"] = graph_breaks;
-  j["recompiles"] = recompiles;
-  j["cuda_graph_skips"] = cuda_graph_skips;
-  return j.dump(1);
-}
-
-}  // namespace kiln

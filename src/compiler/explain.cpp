@@ -1,0 +1,82 @@
+// ExplainReport's text and JSON forms.
+#include <sstream>
+
+#include "kiln/compile.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+std::string ExplainReport::to_string() const {
+  std::ostringstream os;
+  os << name << ": " << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << graph_breaks.size()
+     << " graph break" << (graph_breaks.size() == 1 ? "" : "s") << ", " << recompiles.size() << " recompile"
+     << (recompiles.size() == 1 ? "" : "s") << "; " << stats.calls << " calls: " << stats.replays << " replayed, "
+     << stats.eager_calls << " eager";
+  if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
+  os << "\n";
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    const Graph& g = graphs[i];
+    os << "graph " << i + 1 << ": " << g.nodes << " ops (";
+    for (size_t k = 0; k < g.ops.size(); ++k) os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
+    os << "), " << g.captured << " captured tensors, "
+       << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
+    if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
+    if (g.cuda_graph) os << ", replayed as one CUDA graph";
+    if (g.resumes) os << "\n  resumes after graph " << g.resumes;
+    if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
+    os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
+       << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms";
+    if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
+    if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
+    os << "\n";
+    os << "  guards:\n";
+    for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
+  }
+  for (const auto& b : graph_breaks) os << "graph break: " << b << "\n";
+  for (const auto& r : recompiles) os << "recompile: " << r << "\n";
+  for (const auto& c : cuda_graph_skips) os << "not captured as a CUDA graph: " << c << "\n";
+  return os.str();
+}
+
+std::string ExplainReport::to_json() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["stats"] = {{"calls", stats.calls},
+                {"replays", stats.replays},
+                {"traces", stats.traces},
+                {"eager_calls", stats.eager_calls},
+                {"graph_breaks", stats.graph_breaks},
+                {"graph_launches", stats.graph_launches}};
+  j["graphs"] = nlohmann::json::array();
+  for (const Graph& g : graphs) {
+    nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
+    for (const auto& [op, count] : g.ops) ops.push_back({{"op", op}, {"count", count}});
+    for (const auto& [guard, value] : g.guards) guards.push_back({{"guard", guard}, {"value", value}});
+    j["graphs"].push_back({{"nodes", g.nodes},
+                           {"ops", ops},
+                           {"guards", guards},
+                           {"captured", g.captured},
+                           {"executable", g.executable},
+                           {"cuda_graph", g.cuda_graph},
+                           {"arena_bytes", g.arena_bytes},
+                           {"planned_bytes", g.planned_bytes},
+                           {"traced_nodes", g.traced_nodes},
+                           {"resumes", g.resumes},
+                           {"read", g.read},
+                           {"compile_ms",
+                            {{"trace", g.trace_ms},
+                             {"verify", g.verify_ms},
+                             {"passes", g.passes_ms},
+                             {"lower", g.lower_ms},
+                             {"record", g.record_ms},
+                             {"autotune", g.autotune_ms}}},
+                           {"text", g.text}});
+  }
+  j["graph_breaks"] = graph_breaks;
+  j["recompiles"] = recompiles;
+  j["cuda_graph_skips"] = cuda_graph_skips;
+  return j.dump(1);
+}
+
+}  // namespace kiln
