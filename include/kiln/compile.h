@@ -13,7 +13,9 @@
 // dtype, device and requires_grad, each number's value, each list's length,
 // grad mode and the TF32 policy; captured tensors (module parameters and
 // buffers, tensors of a closure) are bound by reference and guarded on their
-// sizes, strides, dtype and device.
+// sizes, strides, dtype and device. A dim whose size changes between calls
+// becomes dynamic (CompileOptions::dynamic, compiler::mark_dynamic): its new
+// sizes are instances of the program compiled, not recompiles.
 //
 // Contract: host side effects inside the function (printing, counters, I/O
 // that is not a kiln op) happen while tracing only.
@@ -54,6 +56,19 @@ namespace kiln {
 
 enum class Mode { Default, ReduceOverhead, MaxAutotune };
 
+// Which dims of the tensor arguments are dynamic: dims whose sizes are left
+// out of the guard key that picks a program (docs/compile.md, "Dynamic
+// dims"). Each size a dynamic dim takes is still guarded exactly: a new size
+// is traced again (C++ sizes are plain integers, so only a trace shows what
+// the function does with them) and its graphs are compiled for that size, as
+// an instance of the program already compiled, not a recompile. A new size
+// whose trace has different ops (a loop over the dim) is a recompile.
+enum class Dynamic {
+  Auto,  // dims marked with compiler::mark_dynamic, and a dim whose size changes between calls
+  On,    // every dim of every tensor argument, from the first call
+  Off,   // none: every new size is a recompile (marks are ignored)
+};
+
 // What runs the graphs (torch.compile's backend=). Replay and Eager are for
 // finding where a difference comes from: a compiled function that differs
 // from eager under Default but not under Replay points at the passes or the
@@ -75,6 +90,7 @@ struct CompileOptions {
   // those shapes too) and records the choices in an on-disk cache
   // (docs/compile.md, "MaxAutotune").
   Mode mode = Mode::Default;
+  Dynamic dynamic = Dynamic::Auto;
   // A data-dependent read while tracing is an error naming the read, instead
   // of eager execution for that key.
   bool fullgraph = false;
@@ -115,6 +131,9 @@ struct CompileStats {
   int64_t eager_calls = 0;   // calls past the recompile limit, or with a key a break made eager
   int64_t graph_breaks = 0;  // the graph breaks kept (each ends a graph)
   int64_t graph_launches = 0;  // replays served by one CUDA graph launch (Mode::ReduceOverhead)
+  // Graphs compiled for a new size of a dynamic dim, as instances of a program
+  // already compiled for other sizes (no recompiles).
+  int64_t dynamic_instances = 0;
 };
 
 // What a compiled function recorded: its graphs with their ops and guards,
@@ -132,6 +151,9 @@ struct ExplainReport {
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     int64_t resumes = 0;       // after a graph break: the number of the graph whose read it follows (else 0)
+    // Compiled for new sizes of dynamic dims: the number of the graph whose
+    // program (ops and wiring, sizes aside) it repeats (else 0).
+    int64_t instance_of = 0;
     std::string read;          // the graph break it ends at (empty: its outputs are the results)
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     double record_ms = 0;      // recording the CUDA graph (all recordings)
@@ -143,6 +165,9 @@ struct ExplainReport {
   std::vector<std::string> graph_breaks;  // why a key runs eagerly
   std::vector<std::string> recompiles;    // why each trace after the first was made
   std::vector<std::string> cuda_graph_skips;  // why a graph was not captured as a CUDA graph
+  // The dynamic dims of the tensor arguments ("argument 0 dim 1"), and how
+  // each became dynamic.
+  std::vector<std::string> dynamic_dims;
   CompileStats stats;
 
   std::string to_string() const;
@@ -153,6 +178,15 @@ namespace compiler {
 
 // Forgets every compiled function's recorded graphs: the next call of each traces anew.
 void reset();
+
+// Marks dim `dim` of t dynamic (torch._dynamo.mark_dynamic): a compiled
+// function that misses its cache on a call with t as an argument leaves that
+// dim out of the guard key from then on, so other sizes are instances of one
+// program (CompileOptions::dynamic). Negative dims count from the end. The
+// mark belongs to t's handle: copies of t share it, a view of t is unmarked.
+void mark_dynamic(const Tensor& t, int64_t dim);
+// The dims of t that mark_dynamic marked, as a bit mask (bit d: dim d).
+uint64_t dynamic_marks(const Tensor& t);
 
 namespace internal {
 

@@ -39,10 +39,27 @@ struct KeyHash {
   }
 };
 
-void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
+// A tensor's part of a key. Dims in `dynamic` (a bit per dim) leave their
+// size out; a tensor with a dynamic dim keeps only its layout's class:
+// contiguous, or else the order of its strides.
+void append_tensor_key(const Tensor& t, std::vector<int64_t>& key, uint64_t dynamic) {
   key.push_back(t.dim());
-  key.insert(key.end(), t.sizes().begin(), t.sizes().end());
-  key.insert(key.end(), t.strides().begin(), t.strides().end());
+  if (dynamic == 0) {
+    key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+    key.insert(key.end(), t.strides().begin(), t.strides().end());
+  } else {
+    for (size_t d = 0; d < t.sizes().size(); ++d)
+      key.push_back(d < 64 && (dynamic >> d & 1) ? -1 : t.sizes()[d]);
+    const bool contiguous = t.is_contiguous();
+    key.push_back(contiguous);
+    if (!contiguous) {
+      std::vector<int64_t> order(t.sizes().size());
+      for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return t.strides()[static_cast<size_t>(a)] > t.strides()[static_cast<size_t>(b)]; });
+      key.insert(key.end(), order.begin(), order.end());
+    }
+  }
   key.push_back(static_cast<int64_t>(t.dtype()));
   key.push_back(static_cast<int64_t>(t.device().kind()));
   key.push_back(t.device().index());
@@ -54,12 +71,14 @@ void append_tensor_key(const Tensor& t, std::vector<int64_t>& key) {
   }
 }
 
-std::vector<int64_t> build_key(const internal::FlatArgs& args) {
+// `dynamic`: by tensor argument, its dims left out (absent: none).
+std::vector<int64_t> build_key(const internal::FlatArgs& args, const std::vector<uint64_t>& dynamic = {}) {
   std::vector<int64_t> key = args.key;
   key.reserve(key.size() + args.tensors.size() * 12 + 4);
-  for (const Tensor& t : args.tensors) {
+  for (size_t i = 0; i < args.tensors.size(); ++i) {
+    const Tensor& t = args.tensors[i];
     if (!t.defined()) throw Error("compile: an argument is an undefined tensor");
-    append_tensor_key(t, key);
+    append_tensor_key(t, key, i < dynamic.size() ? dynamic[i] : 0);
   }
   const Tf32Policy tf32 = allow_tf32();
   key.push_back(is_grad_enabled());
@@ -67,6 +86,15 @@ std::vector<int64_t> build_key(const internal::FlatArgs& args) {
   key.push_back(tf32.conv);
   return key;
 }
+
+// Marks of mark_dynamic, by tensor handle.
+struct Mark {
+  std::weak_ptr<TensorImpl> impl;
+  uint64_t dims = 0;
+};
+std::mutex g_marks_mutex;
+std::unordered_map<const TensorImpl*, Mark> g_marks;
+std::atomic<bool> g_any_marks{false};
 
 std::string str(const Shape& s) {
   std::ostringstream os;
@@ -124,6 +152,26 @@ std::vector<std::pair<std::string, std::string>> describe(const internal::FlatAr
   return out;
 }
 
+// Each tensor argument's name: "argument 2", or "argument 2[0]" in a list.
+std::vector<std::string> tensor_names(const internal::FlatArgs& args) {
+  std::vector<std::string> out;
+  size_t position = 0;
+  for (size_t k = 0; k < args.key.size(); ++position) {
+    const int64_t tag = args.key[k];
+    const std::string arg = "argument " + std::to_string(position);
+    if (tag == 1) {
+      out.push_back(arg);
+      k += 1;
+    } else if (tag == 2) {
+      for (int64_t i = 0; i < args.key[k + 1]; ++i) out.push_back(arg + "[" + std::to_string(i) + "]");
+      k += 2;
+    } else {
+      k += 2;
+    }
+  }
+  return out;
+}
+
 // The first guard in which `now` differs from `before`.
 std::string first_difference(const std::vector<std::pair<std::string, std::string>>& before,
                              const std::vector<std::pair<std::string, std::string>>& now) {
@@ -139,6 +187,33 @@ std::string first_difference(const std::vector<std::pair<std::string, std::strin
 
 void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
 
+void mark_dynamic(const Tensor& t, int64_t dim) {
+  if (!t.defined()) throw ValueError("mark_dynamic: the tensor is undefined");
+  const int64_t rank = t.dim();
+  const int64_t d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank) {
+    throw IndexError(detail::str_cat("mark_dynamic: dim ", dim, " is out of range for a tensor of ", rank,
+                                     " dims (sizes ", str(t.sizes()), ")"));
+  }
+  if (d >= 64) throw ValueError(detail::str_cat("mark_dynamic: dim ", d, ": only dims below 64 can be dynamic"));
+  std::lock_guard lock(g_marks_mutex);
+  if ((g_marks.size() & (g_marks.size() - 1)) == 0) {  // now and then, forget the marks of freed tensors
+    std::erase_if(g_marks, [](const auto& m) { return m.second.impl.expired(); });
+  }
+  Mark& m = g_marks[t.impl_ptr().get()];
+  if (m.impl.lock() != t.impl_ptr()) m = Mark{t.impl_ptr(), 0};
+  m.dims |= uint64_t{1} << d;
+  g_any_marks.store(true, std::memory_order_relaxed);
+}
+
+uint64_t dynamic_marks(const Tensor& t) {
+  if (!t.defined() || !g_any_marks.load(std::memory_order_relaxed)) return 0;
+  std::lock_guard lock(g_marks_mutex);
+  const auto it = g_marks.find(t.impl_ptr().get());
+  if (it == g_marks.end() || it->second.impl.lock() != t.impl_ptr()) return 0;
+  return it->second.dims;
+}
+
 namespace internal {
 
 namespace {
@@ -146,6 +221,9 @@ namespace {
 // A graph break's tree keeps at most this many values per read; a value
 // read past it runs the rest of its call from a trace, unkept.
 constexpr size_t kMaxValuesPerRead = 256;
+// A family of dynamic dims keeps the graphs of at most this many sizes; the
+// oldest are forgotten first.
+constexpr size_t kMaxSizesPerFamily = 64;
 
 // One call's way through an entry's graphs.
 struct Walk {
@@ -167,6 +245,17 @@ struct Core::Impl {
   uint64_t epoch = 0;
   int64_t compiling_traces = 0;  // traces that compiled a graph: what recompile_limit bounds
   int64_t graphs = 0;            // graphs compiled, which numbers them
+  // Dynamic dims: by tensor argument, the dims left out of family keys; how
+  // each became dynamic; the families by key.
+  std::vector<uint64_t> dynamic;
+  std::vector<std::string> dynamic_reasons;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Family>, KeyHash> families;
+
+  // A missed key's family (null when none of its dims is dynamic): makes the
+  // dims marked, or (Dynamic::Auto) those whose sizes changed since a kept
+  // key that differs only in sizes, dynamic first. Under mutex.
+  std::shared_ptr<Family> family_of(const FlatArgs& args, const std::vector<std::string>& names, bool& known);
+  void forget_old_sizes(Family& family);
 
   void warn_limit() {  // under mutex
     if (warned_limit) return;
@@ -184,8 +273,62 @@ struct Core::Impl {
                    std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path);
   TensorList trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
                    std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path,
-                   const std::string& reason, bool new_key);
+                   const std::string& reason, bool new_key, bool instance = false);
 };
+
+std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::vector<std::string>& names,
+                                              bool& known) {
+  known = false;
+  if (options.dynamic == Dynamic::Off) return nullptr;
+  if (dynamic.size() < args.tensors.size()) dynamic.resize(args.tensors.size(), 0);
+  const auto make_dynamic = [&](size_t i, uint64_t dims, const std::string& why) {
+    dims &= ~dynamic[i];
+    for (size_t d = 0; d < 64; ++d) {
+      if (!(dims >> d & 1)) continue;
+      dynamic_reasons.push_back(detail::str_cat(names[i], " dim ", d, ": ", why));
+      log(LogChannel::kRecompiles,
+          detail::str_cat(options.name, ": ", names[i], " dim ", d, " is dynamic from now on (", why, ")"));
+    }
+    dynamic[i] |= dims;
+  };
+  for (size_t i = 0; i < args.tensors.size(); ++i) {
+    const Tensor& t = args.tensors[i];
+    const uint64_t all = t.dim() >= 64 ? ~uint64_t{0} : (uint64_t{1} << t.dim()) - 1;
+    if (options.dynamic == Dynamic::On) {
+      make_dynamic(i, all, "CompileOptions::dynamic is On");
+    } else if (const uint64_t marks = dynamic_marks(t) & all) {
+      make_dynamic(i, marks, "marked by mark_dynamic");
+    }
+  }
+  if (options.dynamic == Dynamic::Auto) {
+    const std::vector<int64_t> shapeless = build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
+    for (const auto& [k, e] : cache) {
+      if (e->shapeless != shapeless) continue;
+      for (size_t i = 0; i < args.tensors.size(); ++i) {
+        const Shape& now = args.tensors[i].sizes();
+        for (size_t d = 0; d < now.size() && d < 64; ++d) {
+          if (e->sizes[i][d] == now[d] || (dynamic[i] >> d & 1)) continue;
+          make_dynamic(i, uint64_t{1} << d,
+                       detail::str_cat("its size changed from ", e->sizes[i][d], " to ", now[d]));
+        }
+      }
+    }
+  }
+  bool any = false;
+  for (size_t i = 0; i < args.tensors.size(); ++i) any = any || dynamic[i] != 0;
+  if (!any) return nullptr;
+  std::shared_ptr<Family>& family = families[build_key(args, dynamic)];
+  if (!family) family = std::make_shared<Family>();
+  known = !family->programs.empty();
+  return family;
+}
+
+void Core::Impl::forget_old_sizes(Family& family) {
+  while (family.keys.size() > kMaxSizesPerFamily) {
+    cache.erase(family.keys.front());
+    family.keys.pop_front();
+  }
+}
 
 // A traced graph made ready to run: verified, rewritten by the passes and
 // lowered (or, when it is not kept, run as traced through dispatch).
@@ -277,7 +420,8 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
 // the recompile limit) and linked under the value read before it.
 TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
                              std::vector<int64_t>& structure, CallState* state,
-                             std::vector<std::shared_ptr<Segment>>& path, const std::string& reason, bool new_key) {
+                             std::vector<std::shared_ptr<Segment>>& path, const std::string& reason, bool new_key,
+                             bool instance) {
   const size_t follow = path.size();
   {
     std::lock_guard lock(mutex);
@@ -301,6 +445,8 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     const std::shared_ptr<Segment> parent = depth == 0 ? nullptr : path.back();
     const bool guarded = how == nullptr || how->guardable;
     TraceSignature signature = signature_of(traced);
+    const uint64_t program = entry.family ? program_hash(traced.graph) : 0;
+    int64_t instance_of = 0;
     std::shared_ptr<Segment> seg;
     bool keep = !unguarded && guarded;
     {
@@ -326,7 +472,12 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
           break;
         }
       }
-      if (!seg && keep && !compiled_any) {
+      if (!seg && keep && entry.family) {
+        // The program compiled before for other sizes of the dynamic dims: an instance, no recompile.
+        const auto known = entry.family->programs.find(program);
+        if (known != entry.family->programs.end()) instance_of = known->second;
+      }
+      if (!seg && keep && !compiled_any && instance_of == 0) {
         if (compiling_traces >= options.recompile_limit) {
           keep = false;
           warn_limit();
@@ -359,6 +510,9 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         std::lock_guard lock(mutex);
         seg->order = ++graphs;
         seg->resumes = parent ? parent->order : 0;
+        seg->instance_of = instance_of;
+        if (instance_of) ++stats.dynamic_instances;
+        if (entry.family) entry.family->programs.emplace(program, seg->order);
         if (read >= 0) {
           ++stats.graph_breaks;
           graph_breaks.push_back(detail::str_cat("graph ", seg->order, ": ", description,
@@ -468,6 +622,10 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     ++stats.eager_calls;
   }
   if (!new_key && compiled_any) recompiles.push_back(reason);
+  if (instance && compiled_any) {
+    recompiles.push_back(reason + ", and its ops differ from those compiled for other sizes");
+    log(LogChannel::kRecompiles, detail::str_cat("recompiling ", options.name, ": ", recompiles.back()));
+  }
   return results;
 }
 
@@ -507,6 +665,7 @@ ExplainReport Core::explain() const {
   r.stats = impl_->stats;
   r.recompiles = impl_->recompiles;
   r.graph_breaks = impl_->graph_breaks;
+  r.dynamic_dims = impl_->dynamic_reasons;
   // Every kept graph, once, with the guards that lead to it.
   struct Found {
     std::shared_ptr<Segment> seg;
@@ -554,6 +713,7 @@ ExplainReport Core::explain() const {
       g.planned_bytes = s.executable->plan().planned_bytes;
     }
     g.resumes = s.resumes;
+    g.instance_of = s.instance_of;
     g.read = s.read >= 0 ? s.read_description : "";
     g.trace_ms = s.trace_ms;
     g.verify_ms = s.verify_ms;
@@ -584,6 +744,9 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
     if (epoch != m.epoch) {  // compiler::reset()
       m.cache.clear();
+      m.families.clear();
+      m.dynamic.clear();
+      m.dynamic_reasons.clear();
       m.recompiles.clear();
       m.graph_breaks.clear();
       m.stats.traces = 0;
@@ -611,12 +774,25 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
                           return m.serve(*entry, root, args, run, structure, state, walked);
                         });
   }
-  // A new key: trace, within the limit.
+  // A new key: trace, within the limit (new sizes of a program's dynamic dims aside).
   const auto described = describe(args);
+  const auto names = tensor_names(args);
   std::string reason;
+  bool instance = false;
   {
     std::lock_guard lock(m.mutex);
-    if (m.compiling_traces >= m.options.recompile_limit) {
+    bool known = false;
+    std::shared_ptr<Family> family = m.family_of(args, names, known);
+    if (known) {
+      instance = true;
+      reason = "new sizes of dynamic dims:";
+      for (size_t i = 0; i < args.tensors.size(); ++i)
+        if (m.dynamic[i]) reason += detail::str_cat(" ", names[i], " sizes ", str(args.tensors[i].sizes()));
+      log(LogChannel::kRecompiles, detail::str_cat("tracing ", m.options.name, " for ", reason,
+                                                   " (graphs of a program compiled for other sizes are instances, "
+                                                   "not recompiles)"));
+      entry = std::make_shared<Entry>();
+    } else if (m.compiling_traces >= m.options.recompile_limit) {
       ++m.stats.eager_calls;
       m.warn_limit();
     } else {
@@ -637,16 +813,23 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       }
       entry = std::make_shared<Entry>();
     }
+    if (entry) entry->family = std::move(family);
   }
   if (!entry) return run(args.tensors, structure);
   entry->key = key;
   entry->described = described;
+  entry->shapeless = build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
+  for (const Tensor& t : args.tensors) entry->sizes.push_back(t.sizes());
   const CompiledCall traced = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
     Walk walk;
     walk.env = args.tensors;
-    TensorList out = m.trace(*entry, walk, args, run, structure, state, path, reason, true);
+    TensorList out = m.trace(*entry, walk, args, run, structure, state, path, reason, true, instance);
     std::lock_guard lock(m.mutex);
-    m.cache[key] = entry;
+    const bool added = m.cache.insert_or_assign(key, entry).second;
+    if (entry->family && added) {
+      entry->family->keys.push_back(key);
+      m.forget_old_sizes(*entry->family);
+    }
     return out;
   };
   if (m.options.check) return checked_call(args.tensors, run, m.options, traced);

@@ -15,6 +15,7 @@ std::string ExplainReport::to_string() const {
      << stats.eager_calls << " eager";
   if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
   os << "\n";
+  for (const auto& d : dynamic_dims) os << "dynamic: " << d << "\n";
   for (size_t i = 0; i < graphs.size(); ++i) {
     const Graph& g = graphs[i];
     os << "graph " << i + 1 << ": " << g.nodes << " ops (";
@@ -23,6 +24,7 @@ std::string ExplainReport::to_string() const {
        << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
     if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
     if (g.cuda_graph) os << ", replayed as one CUDA graph";
+    if (g.instance_of) os << "\n  the program of graph " << g.instance_of << ", compiled for new sizes of dynamic dims";
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;
     if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
     os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
@@ -47,7 +49,8 @@ std::string ExplainReport::to_json() const {
                 {"traces", stats.traces},
                 {"eager_calls", stats.eager_calls},
                 {"graph_breaks", stats.graph_breaks},
-                {"graph_launches", stats.graph_launches}};
+                {"graph_launches", stats.graph_launches},
+                {"dynamic_instances", stats.dynamic_instances}};
   j["graphs"] = nlohmann::json::array();
   for (const Graph& g : graphs) {
     nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
@@ -63,6 +66,7 @@ std::string ExplainReport::to_json() const {
                            {"planned_bytes", g.planned_bytes},
                            {"traced_nodes", g.traced_nodes},
                            {"resumes", g.resumes},
+                           {"instance_of", g.instance_of},
                            {"read", g.read},
                            {"compile_ms",
                             {{"trace", g.trace_ms},
@@ -75,6 +79,7 @@ std::string ExplainReport::to_json() const {
   }
   j["graph_breaks"] = graph_breaks;
   j["recompiles"] = recompiles;
+  j["dynamic_dims"] = dynamic_dims;
   j["cuda_graph_skips"] = cuda_graph_skips;
   return j.dump(1);
 }

@@ -111,6 +111,9 @@ void print_values(std::ostream& os, const Graph& g, const char* what, const std:
 // splitmix64 over a running state.
 struct Hasher {
   uint64_t h = 0x6b696c6e5f697221ull;
+  // false: integers that may follow sizes (sizes, strides, offsets, integer
+  // attributes, constants' values) count by their number only.
+  bool with_sizes = true;
   void add(uint64_t x) {
     uint64_t z = (h ^ x) + 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -119,7 +122,8 @@ struct Hasher {
   }
   void add_shape(const Shape& s) {
     add(s.size());
-    for (int64_t d : s) add(static_cast<uint64_t>(d));
+    if (with_sizes)
+      for (int64_t d : s) add(static_cast<uint64_t>(d));
   }
   void add_string(std::string_view s) {
     add(s.size());
@@ -127,13 +131,14 @@ struct Hasher {
   }
   void add_scalar(const Scalar& s) {
     add(s.is_floating() ? 1 : s.is_bool() ? 2 : 3);
+    if (!with_sizes) return;
     add(s.is_floating() ? std::bit_cast<uint64_t>(s.to_double()) : static_cast<uint64_t>(s.to_int()));
   }
   void add_value(const Value& v) {
     add(static_cast<uint64_t>(v.kind));
     add_shape(v.sizes);
     add_shape(v.strides);
-    add(static_cast<uint64_t>(v.offset));
+    if (with_sizes) add(static_cast<uint64_t>(v.offset));
     add(static_cast<uint64_t>(v.dtype));
     add(static_cast<uint64_t>(v.device.kind()));
     add(static_cast<uint64_t>(v.device.index()));
@@ -146,7 +151,9 @@ struct Hasher {
         [&](const auto& x) {
           using X = std::decay_t<decltype(x)>;
           if constexpr (std::is_same_v<X, std::monostate>) {
-          } else if constexpr (std::is_same_v<X, int64_t> || std::is_same_v<X, bool>) {
+          } else if constexpr (std::is_same_v<X, int64_t>) {
+            if (with_sizes) add(static_cast<uint64_t>(x));
+          } else if constexpr (std::is_same_v<X, bool>) {
             add(static_cast<uint64_t>(x));
           } else if constexpr (std::is_same_v<X, double>) {
             add(std::bit_cast<uint64_t>(x));
@@ -402,14 +409,19 @@ std::string to_dot(const Graph& g) {
   return os.str();
 }
 
-uint64_t structural_hash(const Graph& g) {
+namespace {
+
+uint64_t hash_graph(const Graph& g, bool with_sizes) {
   Hasher h;
+  h.with_sizes = with_sizes;
   for (const auto* list : {&g.inputs(), &g.captured(), &g.constants()}) {
     h.add(list->size());
     for (ValueId id : *list) h.add_value(g.value(id));
   }
-  for (const Tensor& c : g.constant_values()) {
-    if (c.numel() == 1) h.add_scalar(c.item());
+  if (with_sizes) {
+    for (const Tensor& c : g.constant_values()) {
+      if (c.numel() == 1) h.add_scalar(c.item());
+    }
   }
   h.add(g.nodes().size());
   for (const Node& n : g.nodes()) {
@@ -431,6 +443,12 @@ uint64_t structural_hash(const Graph& g) {
   for (ValueId id : g.outputs()) h.add(static_cast<uint64_t>(id));
   return h.h;
 }
+
+}  // namespace
+
+uint64_t structural_hash(const Graph& g) { return hash_graph(g, true); }
+
+uint64_t program_hash(const Graph& g) { return hash_graph(g, false); }
 
 std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }
 

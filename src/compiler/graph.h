@@ -139,6 +139,10 @@ std::string to_dot(const Graph& graph);
 // program on equal inputs: not of captured tensors' identities, nor of the
 // seeds a random op drew while tracing.
 uint64_t structural_hash(const Graph& graph);
+// The same, sizes aside: equal for two traces of one program whose ops and
+// wiring do not depend on its arguments' sizes (sizes, strides, offsets,
+// integer attributes and constants' values are left out; ranks are not).
+uint64_t program_hash(const Graph& graph);
 
 std::ostream& operator<<(std::ostream& os, const Graph& graph);
 

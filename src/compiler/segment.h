@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -86,6 +87,7 @@ struct Segment {
   std::unordered_map<std::string, Link> next;  // by the bytes read (under Impl::mutex)
   int64_t order = 0;    // the graph's number in its function, from 1
   int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
+  int64_t instance_of = 0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
   double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
   // Mode::ReduceOverhead: the executable recorded as one device graph, or
@@ -100,8 +102,20 @@ struct Segment {
   std::string stale() const;
 };
 
+// The keys that differ only in the sizes of dynamic dims (CompileOptions::
+// dynamic): one program, compiled per size. Each size has its own Entry,
+// guarded exactly; graphs whose program (program_hash) the family already
+// has are instances, not recompiles.
+struct Family {
+  std::deque<std::vector<int64_t>> keys;             // its entries' keys, oldest first (under Impl::mutex)
+  std::unordered_map<uint64_t, int64_t> programs;    // program_hash -> the first graph compiled with it
+};
+
 struct Entry {
   std::vector<int64_t> key;
+  std::vector<int64_t> shapeless;  // the key with every size and stride left out
+  std::vector<Shape> sizes;        // each tensor argument's
+  std::shared_ptr<Family> family;  // when some of its tensor arguments' dims are dynamic
   std::vector<std::pair<std::string, std::string>> described;  // (guard, value), for logs
   // The first graph (under Impl::mutex); none: calls with this key run
   // eagerly (a graph break that cannot resume, or the recompile limit).

@@ -37,7 +37,9 @@ void expect_same_parameters(Net& got, Net& want, int step) {
   for (size_t i = 0; i < p.size(); ++i) {
     EXPECT_TRUE(same(p[i], q[i])) << "parameter " << i << " after step " << step;
     ASSERT_EQ(p[i].grad().defined(), q[i].grad().defined()) << "gradient " << i << " after step " << step;
-    if (p[i].grad().defined()) EXPECT_TRUE(same(p[i].grad(), q[i].grad())) << "gradient " << i << " after step " << step;
+    if (p[i].grad().defined()) {
+      EXPECT_TRUE(same(p[i].grad(), q[i].grad())) << "gradient " << i << " after step " << step;
+    }
   }
 }
 
