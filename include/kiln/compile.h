@@ -150,6 +150,7 @@ struct ExplainReport {
     size_t planned_bytes = 0; // the planned storages' sizes before sharing
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
+    size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)
     int64_t resumes = 0;       // after a graph break: the number of the graph whose read it follows (else 0)
     // Compiled for new sizes of dynamic dims: the number of the graph whose
     // program (ops and wiring, sizes aside) it repeats (else 0).

@@ -65,6 +65,12 @@ class DeviceGraph {
   virtual void record(const std::function<void()>& fn) = 0;
   // Queues the recorded work on the device's current stream.
   virtual void launch() = 0;
+  // Before anything is allocated from the pool: makes it one block of
+  // nbytes, so that work needing at most that much at once takes no more.
+  virtual void reserve(size_t nbytes) = 0;
+  // The device memory the pool holds, and the most its tensors held at once.
+  virtual size_t pool_bytes() const = 0;
+  virtual size_t pool_peak_bytes() const = 0;
 };
 
 class Backend {
@@ -79,6 +85,17 @@ class Backend {
   // reads it; a copy from the host has read its source on return.
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                           size_t nbytes, bool non_blocking) = 0;
+  // Copies between allocations of one device of this backend, non-blocking
+  // (queued on its current stream). One by one here; a backend may queue
+  // them all as one launch.
+  struct ByteCopy {
+    void* dst;
+    const void* src;
+    size_t nbytes;
+  };
+  virtual void copy_within(Device device, std::span<const ByteCopy> copies) {
+    for (const ByteCopy& c : copies) copy_bytes(c.dst, device, c.src, device, c.nbytes, true);
+  }
   // Page-locked host memory (a CPU storage) for fast, asynchronous copies.
   virtual std::shared_ptr<Storage> allocate_pinned(size_t nbytes) {
     (void)nbytes;

@@ -723,6 +723,7 @@ ExplainReport Core::explain() const {
     {
       std::lock_guard graph_lock(s.graph_mutex);
       g.cuda_graph = s.graphed != nullptr;
+      if (s.graphed) g.cuda_graph_bytes = s.graphed->pool_bytes();
       g.record_ms = s.record_ms;
       g.autotune_ms = s.autotune_ms;
       for (const std::string& why : s.graph_obstacles)

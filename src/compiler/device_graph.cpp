@@ -40,11 +40,10 @@ const char* bytes_of(const Tensor& t) {
   return static_cast<const char*>(t.storage()->data()) + t.storage_offset() * static_cast<int64_t>(t.element_size());
 }
 
-// Copies a layout's whole extent (src and dst have equal sizes and strides).
-void copy_extent(const Tensor& dst, const Tensor& src) {
+// The copy of a layout's whole extent (src and dst have equal sizes and strides).
+backend::Backend::ByteCopy extent_copy(const Tensor& dst, const Tensor& src) {
   const auto nbytes = static_cast<size_t>(extent(src.sizes(), src.strides())) * src.element_size();
-  backend::backend_for(src.device().kind())
-      .copy_bytes(const_cast<char*>(bytes_of(dst)), dst.device(), bytes_of(src), src.device(), nbytes, true);
+  return {const_cast<char*>(bytes_of(dst)), bytes_of(src), nbytes};
 }
 
 }  // namespace
@@ -107,15 +106,38 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
       break;
     }
   }
+  record(inputs, 0);
+  // The pool grew by segments as the recording asked (the libraries'
+  // workspaces come and go): recorded again into one block of the
+  // most it held at once, it takes no more from the device than that, unless
+  // splitting that block leaves no room where a request needs it. The first
+  // recording is let go before, so that the two pools are never held at once.
+  const size_t held = graph_->pool_bytes(), peak = graph_->pool_peak_bytes();
+  if (held > peak) {
+    try {
+      record(inputs, peak);
+    } catch (const Error&) {
+      record(inputs, 0);  // as the first time
+    }
+  }
+  for (const Tensor& t : trace.captured) captured_at_.push_back(t.storage()->data());
+}
+
+void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
+  static_inputs_.clear();
+  static_outputs_.clear();
+  graph_.reset();
   graph_ = backend::backend_for(device_.kind()).make_graph(device_);
+  if (reserve) graph_->reserve(reserve);
   graph_->allocate_from_pool([&] {
     for (const Tensor& in : inputs) {
       static_inputs_.push_back(empty_strided(in.sizes(), in.strides(), in.dtype(), in.device()));
     }
   });
   graph_->record([&] { static_outputs_ = exe_->run(static_inputs_); });
-  for (const Tensor& t : trace.captured) captured_at_.push_back(t.storage()->data());
 }
+
+size_t GraphedExecutable::pool_bytes() const { return graph_->pool_bytes(); }
 
 GraphedExecutable::~GraphedExecutable() = default;
 
@@ -134,14 +156,19 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
     done_->record(*last_stream_);
     stream.wait(*done_);
   }
-  for (size_t i = 0; i < inputs.size(); ++i) copy_extent(static_inputs_[i], inputs[i]);
+  backend::Backend& backend = backend::backend_for(device_.kind());
+  std::vector<backend::Backend::ByteCopy> copies;
+  copies.reserve(std::max(inputs.size(), static_outputs_.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) copies.push_back(extent_copy(static_inputs_[i], inputs[i]));
+  backend.copy_within(device_, copies);
   graph_->launch();
   results.clear();
+  copies.clear();
   for (const Tensor& s : static_outputs_) {
-    Tensor out = empty_strided(s.sizes(), s.strides(), s.dtype(), s.device());
-    copy_extent(out, s);
-    results.push_back(std::move(out));
+    results.push_back(empty_strided(s.sizes(), s.strides(), s.dtype(), s.device()));
+    copies.push_back(extent_copy(results.back(), s));
   }
+  backend.copy_within(device_, copies);
   last_stream_ = stream;
   return Outcome::kRan;
 }

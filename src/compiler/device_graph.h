@@ -43,7 +43,15 @@ class GraphedExecutable {
   };
   Outcome run(const TensorList& inputs, TensorList& results);
 
+  // The device memory the graph's private pool holds: static arguments and
+  // results, and every buffer the recorded work uses.
+  size_t pool_bytes() const;
+
  private:
+  // Records into a new graph whose pool starts as one block of `reserve`
+  // bytes (0: grows by segments).
+  void record(const TensorList& inputs, size_t reserve);
+
   std::shared_ptr<const Executable> exe_;
   Device device_;
   std::unique_ptr<backend::DeviceGraph> graph_;

@@ -23,7 +23,7 @@ std::string ExplainReport::to_string() const {
     os << "), " << g.captured << " captured tensors, "
        << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
     if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
-    if (g.cuda_graph) os << ", replayed as one CUDA graph";
+    if (g.cuda_graph) os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
     if (g.instance_of) os << "\n  the program of graph " << g.instance_of << ", compiled for new sizes of dynamic dims";
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;
     if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
@@ -62,6 +62,7 @@ std::string ExplainReport::to_json() const {
                            {"captured", g.captured},
                            {"executable", g.executable},
                            {"cuda_graph", g.cuda_graph},
+                           {"cuda_graph_bytes", g.cuda_graph_bytes},
                            {"arena_bytes", g.arena_bytes},
                            {"planned_bytes", g.planned_bytes},
                            {"traced_nodes", g.traced_nodes},

@@ -366,6 +366,26 @@ TEST(ReduceOverhead, ThreadsOnSeveralStreamsShareOneGraph) {
   EXPECT_GT(s.graph_launches, 0);
 }
 
+// A graph's pool holds what its recorded work needs at once, not the
+// segments it grew by while recording.
+TEST(ReduceOverhead, AGraphHoldsOnlyTheMemoryItUsesAtOnce) {
+  REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  const auto f = [](const Tensor& x) { return ((x * 2.0 + 1.0).relu() * x).sum({0}); };
+  const auto fast = compile(f, {.mode = Mode::ReduceOverhead});
+  const Tensor x = randn({1000}).to(Device::cuda());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(fast(x), f(x))) << i;
+  const ExplainReport r = fast.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  ASSERT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
+  EXPECT_EQ(r.stats.graph_launches, 2);
+  // The static argument (4000 bytes), the arena's intermediates and the
+  // result: a few 512-byte blocks, where a recording's pool takes 2 MiB
+  // segments from the device.
+  EXPECT_GT(r.graphs[0].cuda_graph_bytes, 4000u);
+  EXPECT_LE(r.graphs[0].cuda_graph_bytes, size_t{64} << 10) << r.to_string();
+}
+
 TEST(ReduceOverhead, TheGraphsMemoryCountsInTheDevicesStatisticsUntilReset) {
   REQUIRE_CUDA();
   NoGradGuard no_grad;

@@ -3,6 +3,7 @@
 // driver or GPU) the Cuda tests skip and say why; CudaInfo runs everywhere.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -102,6 +103,31 @@ TEST_F(Cuda, CopiesRoundTripThroughTheDevice) {
   printed << arange(0, 6).view({2, 3}).to(kDevice);
   EXPECT_NE(printed.str().find("[[0, 1, 2],"), std::string::npos) << printed.str();
   EXPECT_NE(printed.str().find("device='cuda:0'"), std::string::npos) << printed.str();
+}
+
+// copy_within: many copies in one launch, of any size and alignment (a
+// compiled function's CUDA graph takes its arguments in and its results out
+// with it).
+TEST_F(Cuda, CopiesWithinTheDeviceInOneLaunch) {
+  auto& be = backend::backend_for(kDevice.kind());
+  const Tensor src = randint(0, 256, {int64_t{1} << 21}).to(kUInt8).to(kDevice);
+  Tensor dst = zeros({int64_t{1} << 21}, {.dtype = kUInt8}).to(kDevice);
+  auto* s = static_cast<const char*>(src.data_ptr());
+  auto* d = static_cast<char*>(dst.data_ptr());
+  // (source offset, destination offset, bytes): aligned and not, empty, and
+  // more than one launch takes (16).
+  std::vector<std::array<size_t, 3>> jobs = {{0, 0, 1 << 20}, {1, 1048577, 15}, {16, 1048600, 16}, {3, 1048700, 17},
+                                             {5, 1048800, 0}, {64, 1049000, 100003}};
+  for (size_t k = 0; k < 20; ++k) jobs.push_back({1200000 + k * 37, 1300000 + k * 64, 33 + k});
+  std::vector<backend::Backend::ByteCopy> copies;
+  for (const auto& [from, to, n] : jobs) copies.push_back({d + to, s + from, n});
+  be.copy_within(kDevice, copies);
+  const std::vector<int64_t> a = src.to(Device::cpu()).to_vector<int64_t>(),
+                             b = dst.to(Device::cpu()).to_vector<int64_t>();
+  std::vector<int64_t> want(b.size(), 0);
+  for (const auto& [from, to, n] : jobs)
+    for (size_t i = 0; i < n; ++i) want[to + i] = a[from + i];
+  EXPECT_EQ(b, want);
 }
 
 TEST_F(Cuda, RejectsDevicesThatDoNotExistAndOpsWithoutKernels) {

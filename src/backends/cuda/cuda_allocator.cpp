@@ -83,9 +83,13 @@ CudaAllocator::Block* CudaAllocator::find_free(Pool& pool, size_t size, void* st
   return block;
 }
 
-CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size_t requested) {
-  const size_t segment = size <= kSmallRequest ? kSmallSegment
-                                               : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size_t requested, bool exact) {
+  const bool small = !parent_ && size <= kSmallRequest;
+  // A private pool takes what it is asked for: its memory counts as
+  // allocated for as long as the graph lives.
+  const size_t segment = exact || parent_ ? size
+                         : small ? kSmallSegment
+                                 : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
   DeviceGuard guard(device_);
   // A private pool grows while a graph is being recorded on this thread:
   // cudaMalloc does not touch the recorded stream, so it is allowed then.
@@ -112,17 +116,27 @@ CudaAllocator::Block* CudaAllocator::new_segment(size_t size, void* stream, size
   if (parent_) parent_->account_private(segment, true);
   reserved_ += segment;
   ++device_mallocs_;
-  return new Block{ptr, segment, stream, size <= kSmallRequest};
+  return new Block{ptr, segment, stream, small};
+}
+
+void CudaAllocator::reserve(size_t nbytes) {
+  std::lock_guard lock(mutex_);
+  if (!parent_ || reserved_ != 0) {
+    throw Error(detail::str_cat("cuda allocator: reserve(", nbytes, "): only an empty private pool can reserve"));
+  }
+  large_.free_blocks.insert(new_segment(round_size(nbytes), nullptr, nbytes, true));
 }
 
 void* CudaAllocator::allocate(size_t nbytes, void* stream) {
   const size_t size = round_size(nbytes);
+  if (parent_) stream = nullptr;  // one graph's memory: its work is ordered
   std::lock_guard lock(mutex_);
-  Block* block = find_free(size <= kSmallRequest ? small_ : large_, size, stream);
+  Block* block = find_free(!parent_ && size <= kSmallRequest ? small_ : large_, size, stream);
   if (!block) block = new_segment(size, stream, nbytes);
   // Split off the rest when it is worth keeping as a block of its own.
   const size_t rest = block->size - size;
-  if ((block->small && rest >= kRound) || (!block->small && rest >= kMinLargeSplit)) {
+  const size_t min_rest = block->small || parent_ ? kRound : kMinLargeSplit;
+  if (rest >= min_rest) {
     Block* tail = new Block{static_cast<char*>(block->ptr) + size, rest, stream, block->small};
     tail->prev = block;
     tail->next = block->next;

@@ -30,8 +30,15 @@ class CudaAllocator {
   // A pool private to one device graph (DeviceGraph): it never gives its
   // blocks to anyone else, and returns its segments to the driver when
   // destroyed. Its segments count as allocated (and reserved) in the
-  // statistics of the device's allocator while the pool exists.
+  // statistics of the device's allocator while the pool exists. Its memory
+  // serves one graph, whose work is ordered: blocks are not kept apart by
+  // stream, nor small requests from large ones, and its segments are as
+  // large as the requests that make them (not rounded to segment sizes).
   static std::shared_ptr<CudaAllocator> make_private(int index);
+  // A private pool's first segment, of nbytes exactly (rounded to kRound),
+  // made before anything is allocated: requests are split from it while it
+  // has room.
+  void reserve(size_t nbytes);
   ~CudaAllocator();
 
   // A block of at least nbytes (one kRound block for 0) usable on `stream`.
@@ -60,7 +67,8 @@ class CudaAllocator {
   void account_private(size_t bytes, bool add);
   Pool& pool_of(const Block* block);
   Block* find_free(Pool& pool, size_t size, void* stream);
-  Block* new_segment(size_t size, void* stream, size_t requested);
+  // `exact`: a segment of `size` bytes, not rounded up to the pools' segment sizes.
+  Block* new_segment(size_t size, void* stream, size_t requested, bool exact = false);
   void release_cached_segments();
   void merge_into(Block* block, Block* neighbour);
 

@@ -86,6 +86,10 @@ class CudaGraph final : public DeviceGraph {
     check(cudaGraphUpload(exec_, static_cast<cudaStream_t>(caller.handle())), "cudaGraphUpload");
   }
 
+  void reserve(size_t nbytes) override { pool_->reserve(nbytes); }
+  size_t pool_bytes() const override { return pool_->stats().reserved_bytes; }
+  size_t pool_peak_bytes() const override { return pool_->stats().peak_allocated_bytes; }
+
   void launch() override {
     if (!exec_) throw Error(detail::str_cat("cuda graph on cuda:", device_, ": launched before it was recorded"));
     DeviceGuard device(device_);
