@@ -47,19 +47,20 @@ double device_ms(const std::function<void()>& f, int iters) {
   return ms[ms.size() / 2];
 }
 
-// Median host microseconds per call of f, over 5 runs of 20000 calls queued
-// back to back (the device catches up after each run).
-double host_us(const std::function<void()>& f) {
-  constexpr int kCalls = 20000;
+// Median host microseconds per call of f over `runs` runs of `calls` calls
+// queued back to back, each run followed by a synchronize that is not timed.
+// 5 runs of 20000: the device's pace can bound it; 200 runs of 50: the device
+// keeps up, and the host's own cost shows.
+double host_us(const std::function<void()>& f, int calls = 20000, int runs = 5) {
   for (int i = 0; i < 1000; ++i) f();
   cuda::synchronize();
   std::vector<double> us;
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kCalls; ++i) f();
+    for (int i = 0; i < calls; ++i) f();
     const auto t1 = std::chrono::steady_clock::now();
     cuda::synchronize();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
   }
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
@@ -69,24 +70,6 @@ void emit(const std::string& name, double value, const std::string& unit) {
   std::printf("{\"framework\": \"kiln\", \"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}\n",
               name.c_str(), value, unit.c_str());
   std::fflush(stdout);
-}
-
-// Median host microseconds per call of f while the device keeps up: bursts of
-// 50 calls timed, each followed by a synchronize that is not.
-double host_us_in_bursts(const std::function<void()>& f) {
-  constexpr int kBurst = 50, kBursts = 200;
-  for (int i = 0; i < 1000; ++i) f();
-  cuda::synchronize();
-  std::vector<double> us;
-  for (int r = 0; r < kBursts; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kBurst; ++i) f();
-    const auto t1 = std::chrono::steady_clock::now();
-    cuda::synchronize();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kBurst);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
 }
 
 int run(int iters) {
@@ -101,7 +84,7 @@ int run(int iters) {
     const auto compiled = compile([](const Tensor& x, const Tensor& y) { return (x + y) * 2.0; },
                                   {.mode = Mode::ReduceOverhead});
     emit("host_us_per_compiled_call", host_us([&] { (void)compiled(a, b); }), "us");
-    emit("host_us_per_compiled_call_in_bursts", host_us_in_bursts([&] { (void)compiled(a, b); }), "us");
+    emit("host_us_per_compiled_call_in_bursts", host_us([&] { (void)compiled(a, b); }, 50, 200), "us");
   }
   for (DType t : {kFloat32, kBFloat16}) {
     const int64_t n = 4096;

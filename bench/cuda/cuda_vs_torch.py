@@ -20,48 +20,34 @@ import time
 import torch
 
 
+def host_us(f, calls=20000, runs=5):
+    """Median host microseconds per call of f over `runs` runs of `calls`
+    queued calls, each run followed by an untimed synchronize (as kiln's side)."""
+    for _ in range(1000):
+        f()
+    torch.cuda.synchronize()
+    us = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            f()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        us.append((t1 - t0) * 1e6 / calls)
+    return sorted(us)[len(us) // 2]
+
+
 def torch_figures(iters):
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
     out = {}
     a = torch.ones(1, device=dev)
     b = torch.ones(1, device=dev)
-    for _ in range(1000):
-        a + b
-    torch.cuda.synchronize()
-    us = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(20000):
-            a + b
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        us.append((t1 - t0) * 1e6 / 20000)
-    out["host_us_per_tiny_add"] = sorted(us)[len(us) // 2]
+    out["host_us_per_tiny_add"] = host_us(lambda: a + b)
     compiled = torch.compile(lambda x, y: (x + y) * 2.0, mode="reduce-overhead")
     with torch.inference_mode():
-        for _ in range(1000):
-            compiled(a, b)
-        torch.cuda.synchronize()
-        us = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(20000):
-                compiled(a, b)
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            us.append((t1 - t0) * 1e6 / 20000)
-    out["host_us_per_compiled_call"] = sorted(us)[len(us) // 2]
-    with torch.inference_mode():
-        us = []
-        for _ in range(200):
-            t0 = time.perf_counter()
-            for _ in range(50):
-                compiled(a, b)
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            us.append((t1 - t0) * 1e6 / 50)
-    out["host_us_per_compiled_call_in_bursts"] = sorted(us)[len(us) // 2]
+        out["host_us_per_compiled_call"] = host_us(lambda: compiled(a, b))
+        out["host_us_per_compiled_call_in_bursts"] = host_us(lambda: compiled(a, b), 50, 200)
 
     def device_ms(f):
         f()
