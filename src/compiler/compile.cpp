@@ -254,7 +254,9 @@ struct Core::Impl {
   // A missed key's family (null when none of its dims is dynamic): makes the
   // dims marked, or (Dynamic::Auto) those whose sizes changed since a kept
   // key that differs only in sizes, dynamic first. Under mutex.
-  std::shared_ptr<Family> family_of(const FlatArgs& args, const std::vector<std::string>& names, bool& known);
+  // `shapeless`: the call's key with every size and stride left out.
+  std::shared_ptr<Family> family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
+                                    const std::vector<std::string>& names, bool& known);
   void forget_old_sizes(Family& family);
 
   void warn_limit() {  // under mutex
@@ -276,8 +278,8 @@ struct Core::Impl {
                    const std::string& reason, bool new_key, bool instance = false);
 };
 
-std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::vector<std::string>& names,
-                                              bool& known) {
+std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
+                                              const std::vector<std::string>& names, bool& known) {
   known = false;
   if (options.dynamic == Dynamic::Off) return nullptr;
   if (dynamic.size() < args.tensors.size()) dynamic.resize(args.tensors.size(), 0);
@@ -301,7 +303,6 @@ std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::v
     }
   }
   if (options.dynamic == Dynamic::Auto) {
-    const std::vector<int64_t> shapeless = build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
     for (const auto& [k, e] : cache) {
       if (e->shapeless != shapeless) continue;
       for (size_t i = 0; i < args.tensors.size(); ++i) {
@@ -778,12 +779,13 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   // A new key: trace, within the limit (new sizes of a program's dynamic dims aside).
   const auto described = describe(args);
   const auto names = tensor_names(args);
+  std::vector<int64_t> shapeless = build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
   std::string reason;
   bool instance = false;
   {
     std::lock_guard lock(m.mutex);
     bool known = false;
-    std::shared_ptr<Family> family = m.family_of(args, names, known);
+    std::shared_ptr<Family> family = m.family_of(args, shapeless, names, known);
     if (known) {
       instance = true;
       reason = "new sizes of dynamic dims:";
@@ -819,7 +821,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   if (!entry) return run(args.tensors, structure);
   entry->key = key;
   entry->described = described;
-  entry->shapeless = build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
+  entry->shapeless = std::move(shapeless);
   for (const Tensor& t : args.tensors) entry->sizes.push_back(t.sizes());
   const CompiledCall traced = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
     Walk walk;
