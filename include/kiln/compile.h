@@ -148,6 +148,9 @@ struct ExplainReport {
     bool executable = false;  // runs the lowered schedule (else replays through dispatch, for autograd)
     size_t arena_bytes = 0;   // the memory plan's arenas, all devices
     size_t planned_bytes = 0; // the planned storages' sizes before sharing
+    // The kernels' workspaces (cuDNN, cuBLASLt, split reductions) planned in
+    // the arena, each for its step's time, as the first run measured them.
+    size_t workspace_bytes = 0;
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)

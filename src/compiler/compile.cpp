@@ -712,6 +712,7 @@ ExplainReport Core::explain() const {
     if (s.executable) {
       for (const auto& a : s.executable->plan().arenas) g.arena_bytes += a.nbytes;
       g.planned_bytes = s.executable->plan().planned_bytes;
+      for (const auto& w : s.executable->plan().workspaces) g.workspace_bytes += w.in_arena ? w.nbytes : 0;
     }
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;

@@ -1,8 +1,12 @@
 #include "compiler/executable.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "backends/backend.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
+#include "ops/workspace.h"
 
 namespace kiln::compiler {
 
@@ -14,6 +18,7 @@ struct Executable::Step {
   ops::Attrs attrs;                                 // canonicalized by the shape rule
   std::vector<std::optional<DType>> input_casts;
   std::vector<ops::TensorMeta> outputs;             // kernel outputs: sizes, dtype, device
+  Device device;                                    // where its kernel runs (its workspaces)
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
 };
@@ -32,7 +37,7 @@ Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
 
 }  // namespace
 
-Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)) {
+Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)), current_(&plan_) {
   const Graph& g = trace_->graph;
   plan_ = plan_memory(g);
   NoGradGuard no_grad;
@@ -44,6 +49,7 @@ Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(tr
     if (n.inplace()) {
       s.kind = Step::Kind::kInplace;
       s.attrs = n.attrs;
+      s.device = g.value(n.target).device;
     } else if (s.schema->has_flag(ops::kView)) {
       s.kind = Step::Kind::kView;
       const int64_t base = g.value(n.inputs[0]).offset;
@@ -55,10 +61,19 @@ Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(tr
       s.attrs = std::move(inferred.attrs);
       s.input_casts = std::move(inferred.input_casts);
       s.outputs = std::move(inferred.outputs);
-      const Device device = s.outputs.empty() ? Device::cpu() : s.outputs[0].device;
-      s.kernel = &ops::kernel_for(n.op, device);
+      s.device = s.outputs.empty() ? Device::cpu() : s.outputs[0].device;
+      s.kernel = &ops::kernel_for(n.op, s.device);
     }
     steps_.push_back(std::move(s));
+  }
+  // The values of each arena storage, let go after its last use (by a
+  // measuring run).
+  release_after_.resize(steps_.size());
+  for (size_t v = 0; v < g.values().size(); ++v) {
+    const Value& value = g.values()[v];
+    if (value.kind != ValueKind::kNode) continue;
+    const PlannedStorage& p = plan_.storages[static_cast<size_t>(value.storage)];
+    if (p.in_arena && p.last >= 0) release_after_[static_cast<size_t>(p.last)].push_back(static_cast<ValueId>(v));
   }
 }
 
@@ -72,17 +87,37 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   NoGradGuard no_grad;
   const Graph& g = trace_->graph;
   std::vector<Tensor> env = bind_sources(*trace_, inputs);
+  // The first run measures the steps' workspaces (one run does, while
+  // others go on with the plan they found). It runs as eager would hold
+  // memory: each intermediate allocated on its own and let go after its
+  // last use, so that it peaks no higher than eager.
+  const MemoryPlan& plan_now = *current_.load(std::memory_order_acquire);
+  const bool measure = &plan_now == &plan_ && !measuring_.exchange(true);
+  std::vector<size_t> workspaces(measure ? steps_.size() : 0);
   // One arena per device; planned storages are slices that keep it alive.
   std::vector<std::shared_ptr<Storage>> arenas;
-  arenas.reserve(plan_.arenas.size());
-  for (const auto& a : plan_.arenas)
-    arenas.push_back(backend::backend_for(a.device.kind()).allocate(a.nbytes, a.device));
+  if (!measure) {
+    arenas.reserve(plan_now.arenas.size());
+    for (const auto& a : plan_now.arenas)
+      arenas.push_back(backend::backend_for(a.device.kind()).allocate(a.nbytes, a.device));
+  }
   TensorList args;
   ops::Attrs scratch;
+  std::optional<ops::WorkspaceScope> workspace;
   for (size_t index = 0; index < steps_.size(); ++index) {
     const Step& s = steps_[index];
     const Node& n = *s.node;
     args.clear();
+    workspace.reset();
+    if (s.kind != Step::Kind::kView) {
+      if (measure) {
+        workspace.emplace(s.device);
+      } else if (!plan_now.workspaces.empty() && plan_now.workspaces[index].in_arena) {
+        const PlannedStorage& w = plan_now.workspaces[index];
+        workspace.emplace(s.device, arenas[static_cast<size_t>(plan_now.workspace_arena[index])], w.offset,
+                          w.nbytes);
+      }
+    }
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
     const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch);
     switch (s.kind) {
@@ -101,6 +136,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
       case Step::Kind::kInplace: {
         Tensor target = env[static_cast<size_t>(n.target)];
         ops::dispatch_inplace(n.op, target, args, *attrs);
+        if (measure) workspaces[index] = workspace->high_water();
         env[static_cast<size_t>(n.outputs[0])] = target;
         if (observe) observe(index, std::span<const Tensor>(&target, 1));
         break;
@@ -114,9 +150,9 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           const ops::TensorMeta& m = s.outputs[k];
           const Value& v = g.value(n.outputs[k]);
           const auto storage = static_cast<size_t>(v.storage);
-          const PlannedStorage& p = plan_.storages[storage];
-          if (p.in_arena) {
-            const std::shared_ptr<Storage>& arena = arenas[static_cast<size_t>(plan_.arena_of[storage])];
+          const PlannedStorage& p = plan_now.storages[storage];
+          if (p.in_arena && !measure) {
+            const std::shared_ptr<Storage>& arena = arenas[static_cast<size_t>(plan_now.arena_of[storage])];
             auto slice = std::make_shared<Storage>(static_cast<char*>(arena->data()) + p.offset, p.nbytes,
                                                    m.device, [keep = arena](void*) {});
             outs.push_back(ops::make_tensor(std::move(slice), m.sizes, m.dtype));
@@ -125,11 +161,21 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           }
         }
         (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs});
+        if (measure) workspaces[index] = workspace->high_water();
         if (observe) observe(index, outs);
         for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
         break;
       }
     }
+    if (measure) {
+      args.clear();
+      for (ValueId id : release_after_[index]) env[static_cast<size_t>(id)] = Tensor();
+    }
+  }
+  workspace.reset();
+  if (measure && std::any_of(workspaces.begin(), workspaces.end(), [](size_t b) { return b > 0; })) {
+    measured_ = std::make_unique<const MemoryPlan>(plan_memory(g, workspaces));
+    current_.store(measured_.get(), std::memory_order_release);
   }
   TensorList results;
   results.reserve(g.outputs().size());

@@ -5,11 +5,17 @@
 // intermediate lives in one arena per device (one allocation per call from
 // the caching allocators), sharing bytes where lifetimes allow.
 //
+// The kernels' workspaces (ops/workspace.h) are planned too: the first run
+// measures what each step asks for, and later runs use a plan that gives
+// each step a slice of the arena for the step's time, so a call holds at
+// once only what is alive plus the workspace of the running kernel.
+//
 // Results equal eager's bitwise: the same kernels on the same values, with
 // buffers as aligned as eager's. Autograd is not recorded: calls that need
 // gradients replay through dispatch instead (compiler/capture.h).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -27,15 +33,20 @@ class Executable {
   // Runs on inputs laid out as the trace's (the caller has checked the guards).
   TensorList run(const TensorList& inputs, const NodeObserver& observe = {}) const;
 
-  const MemoryPlan& plan() const noexcept { return plan_; }
+  // The plan calls use now: with the workspaces once a run has measured them.
+  const MemoryPlan& plan() const noexcept { return *current_.load(std::memory_order_acquire); }
   const Trace& trace() const noexcept { return *trace_; }
   size_t num_steps() const noexcept;
 
  private:
   struct Step;
   std::shared_ptr<const Trace> trace_;
-  MemoryPlan plan_;
+  MemoryPlan plan_;  // without workspaces
+  mutable std::unique_ptr<const MemoryPlan> measured_;  // with them, set once
+  mutable std::atomic<const MemoryPlan*> current_;
+  mutable std::atomic<bool> measuring_{false};  // a run has taken the measurement
   std::vector<Step> steps_;
+  std::vector<std::vector<ValueId>> release_after_;  // by step: values whose storage it uses last
 };
 
 }  // namespace kiln::compiler

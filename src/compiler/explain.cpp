@@ -22,7 +22,10 @@ std::string ExplainReport::to_string() const {
     for (size_t k = 0; k < g.ops.size(); ++k) os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
     os << "), " << g.captured << " captured tensors, "
        << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
-    if (g.executable) os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
+    if (g.executable) {
+      os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
+      if (g.workspace_bytes) os << " (" << g.workspace_bytes << " of kernel workspaces)";
+    }
     if (g.cuda_graph) os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
     if (g.instance_of) os << "\n  the program of graph " << g.instance_of << ", compiled for new sizes of dynamic dims";
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;
@@ -65,6 +68,7 @@ std::string ExplainReport::to_json() const {
                            {"cuda_graph_bytes", g.cuda_graph_bytes},
                            {"arena_bytes", g.arena_bytes},
                            {"planned_bytes", g.planned_bytes},
+                           {"workspace_bytes", g.workspace_bytes},
                            {"traced_nodes", g.traced_nodes},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},

@@ -16,14 +16,15 @@ bool overlap_in_time(const PlannedStorage& a, const PlannedStorage& b) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Graph& g) {
+MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
   MemoryPlan plan;
   const auto& storages = g.storages();
-  plan.storages.resize(storages.size());
-  plan.arena_of.assign(storages.size(), -1);
+  const size_t num_storages = storages.size();
+  plan.storages.resize(num_storages);
+  plan.arena_of.assign(num_storages, -1);
   // Lifetimes: made by a node, used until the last node touching any of its values.
   const std::vector<bool> escapes = returned_storages(g);
-  for (size_t s = 0; s < storages.size(); ++s) {
+  for (size_t s = 0; s < num_storages; ++s) {
     const Value& root = g.value(storages[s].root);
     PlannedStorage& p = plan.storages[s];
     p.nbytes = storages[s].nbytes;
@@ -43,18 +44,41 @@ MemoryPlan plan_memory(const Graph& g) {
     touch(n.target);
     for (ValueId out : n.outputs) touch(out);
   }
-  // Per device: the largest storages first, each at the lowest offset that
-  // clears every placed storage alive at the same time.
-  std::vector<size_t> order(storages.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return plan.storages[a].nbytes > plan.storages[b].nbytes;
-  });
+  // Workspaces live for their node's step; with the storages, one list of
+  // items: storage s is item s, node i's workspace item num_storages + i.
+  std::vector<Device> device_of(num_storages);
+  for (size_t s = 0; s < num_storages; ++s) device_of[s] = storages[s].device;
+  if (!workspaces.empty()) {
+    plan.workspaces.resize(g.nodes().size());
+    plan.workspace_arena.assign(g.nodes().size(), -1);
+    device_of.resize(num_storages + g.nodes().size());
+    for (size_t i = 0; i < g.nodes().size() && i < workspaces.size(); ++i) {
+      const Node& n = g.nodes()[i];
+      const ValueId on = n.outputs.empty() ? n.target : n.outputs[0];
+      if (workspaces[i] == 0 || on == kNoValue) continue;
+      PlannedStorage& w = plan.workspaces[i];
+      w.in_arena = true;
+      w.nbytes = workspaces[i];
+      w.first = w.last = static_cast<int32_t>(i);
+      device_of[num_storages + i] = g.value(on).device;
+    }
+  }
+  auto item = [&](size_t k) -> PlannedStorage& {
+    return k < num_storages ? plan.storages[k] : plan.workspaces[k - num_storages];
+  };
+  auto arena_slot = [&](size_t k) -> int32_t& {
+    return k < num_storages ? plan.arena_of[k] : plan.workspace_arena[k - num_storages];
+  };
+  std::vector<size_t> order;
+  for (size_t k = 0; k < device_of.size(); ++k)
+    if (item(k).in_arena) order.push_back(k);
+  // Per device: the largest first, each at the lowest offset that clears
+  // every placed storage alive at the same time.
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return item(a).nbytes > item(b).nbytes; });
   std::vector<std::vector<size_t>> placed;  // by arena
-  for (size_t s : order) {
-    PlannedStorage& p = plan.storages[s];
-    if (!p.in_arena) continue;
-    const Device device = storages[s].device;
+  for (size_t k : order) {
+    PlannedStorage& p = item(k);
+    const Device device = device_of[k];
     int32_t arena = -1;
     for (size_t a = 0; a < plan.arenas.size(); ++a)
       if (plan.arenas[a].device == device) arena = static_cast<int32_t>(a);
@@ -68,7 +92,7 @@ MemoryPlan plan_memory(const Graph& g) {
     // Busy ranges at this storage's time, by offset.
     std::vector<std::pair<size_t, size_t>> busy;
     for (size_t other : placed[static_cast<size_t>(arena)]) {
-      const PlannedStorage& q = plan.storages[other];
+      const PlannedStorage& q = item(other);
       if (overlap_in_time(p, q)) busy.emplace_back(q.offset, q.offset + round_up(std::max<size_t>(q.nbytes, 1), align));
     }
     std::sort(busy.begin(), busy.end());
@@ -78,28 +102,39 @@ MemoryPlan plan_memory(const Graph& g) {
       offset = std::max(offset, end);
     }
     p.offset = offset;
-    plan.arena_of[s] = arena;
+    arena_slot(k) = arena;
     plan.arenas[static_cast<size_t>(arena)].nbytes =
         std::max(plan.arenas[static_cast<size_t>(arena)].nbytes, offset + size);
     plan.planned_bytes += size;
-    placed[static_cast<size_t>(arena)].push_back(s);
+    placed[static_cast<size_t>(arena)].push_back(k);
   }
   return plan;
 }
 
 void check_plan(const Graph& g, const MemoryPlan& plan) {
   (void)g;
-  for (size_t a = 0; a < plan.storages.size(); ++a) {
-    const PlannedStorage& p = plan.storages[a];
-    if (!p.in_arena) continue;
-    const size_t arena = static_cast<size_t>(plan.arena_of[a]);
-    if (p.offset + p.nbytes > plan.arenas[arena].nbytes)
-      throw Error(detail::str_cat("compiler: memory plan: storage ", a, " ends past its arena"));
-    for (size_t b = a + 1; b < plan.storages.size(); ++b) {
-      const PlannedStorage& q = plan.storages[b];
-      if (!q.in_arena || plan.arena_of[b] != plan.arena_of[a] || !overlap_in_time(p, q)) continue;
+  // Storages, then the nodes' workspaces.
+  struct Item {
+    const PlannedStorage* p;
+    int32_t arena;
+    std::string name;
+  };
+  std::vector<Item> items;
+  for (size_t s = 0; s < plan.storages.size(); ++s)
+    if (plan.storages[s].in_arena) items.push_back({&plan.storages[s], plan.arena_of[s], detail::str_cat("storage ", s)});
+  for (size_t i = 0; i < plan.workspaces.size(); ++i)
+    if (plan.workspaces[i].in_arena)
+      items.push_back({&plan.workspaces[i], plan.workspace_arena[i], detail::str_cat("the workspace of node ", i)});
+  for (size_t a = 0; a < items.size(); ++a) {
+    const PlannedStorage& p = *items[a].p;
+    if (items[a].arena < 0 || static_cast<size_t>(items[a].arena) >= plan.arenas.size() ||
+        p.offset + p.nbytes > plan.arenas[static_cast<size_t>(items[a].arena)].nbytes)
+      throw Error(detail::str_cat("compiler: memory plan: ", items[a].name, " ends past its arena"));
+    for (size_t b = a + 1; b < items.size(); ++b) {
+      const PlannedStorage& q = *items[b].p;
+      if (items[b].arena != items[a].arena || !overlap_in_time(p, q)) continue;
       if (p.offset < q.offset + q.nbytes && q.offset < p.offset + p.nbytes && p.nbytes > 0 && q.nbytes > 0) {
-        throw Error(detail::str_cat("compiler: memory plan: storages ", a, " and ", b,
+        throw Error(detail::str_cat("compiler: memory plan: ", items[a].name, " and ", items[b].name,
                                     " are alive at once (nodes ", p.first, "-", p.last, " and ", q.first, "-",
                                     q.last, ") and overlap"));
       }

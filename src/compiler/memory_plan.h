@@ -3,13 +3,15 @@
 // and storages whose lifetimes do not overlap share bytes (DESIGN.md 7).
 //
 // A storage lives from the node that makes it to the last node that reads or
-// writes any value in it (views included). Storages that hold a graph output
+// writes any value in it (views included). A node's workspace (the bytes its
+// kernel asks for while it runs, ops/workspace.h) lives for that node only. Storages that hold a graph output
 // (or a view of one) leave the graph and are allocated on their own; inputs,
 // captured values and constants are the caller's.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "compiler/graph.h"
@@ -32,12 +34,18 @@ struct MemoryPlan {
   };
   std::vector<Arena> arenas;
   std::vector<int32_t> arena_of;  // by storage id: index into arenas (-1 when not in an arena)
-  size_t planned_bytes = 0;       // the sum of the planned storages' sizes, before sharing
+  // By node (empty when no workspaces were given): its workspace, and the
+  // index of its arena (-1 for none).
+  std::vector<PlannedStorage> workspaces;
+  std::vector<int32_t> workspace_arena;
+  size_t planned_bytes = 0;  // the sum of the planned sizes, before sharing
 };
 
 // Offsets aligned to `alignment` bytes (64 on the CPU, 256 on CUDA devices:
 // what the eager allocators give, so kernels see the same alignment).
-MemoryPlan plan_memory(const Graph& graph);
+// `workspaces`, when given, holds each node's workspace bytes (0: none), on
+// the device of the node's first output.
+MemoryPlan plan_memory(const Graph& graph, std::span<const size_t> workspaces = {});
 
 // Checks that no two storages live at one time overlap in an arena; throws
 // kiln::Error naming them. Tests run it on every plan.

@@ -8,6 +8,7 @@
 #include "compiler/compiler_testing.h"
 #include "compiler/executable.h"
 #include "compiler/memory_plan.h"
+#include "ops/workspace.h"
 #include "kiln/kiln.h"
 #include "unit/expect_error.h"
 
@@ -85,6 +86,80 @@ TEST(MemoryPlan, CheckPlanFindsOverlaps) {
   // Move every arena storage to offset 0: the two sums are alive together.
   for (auto& p : plan.storages) p.offset = 0;
   expect_error<Error>([&] { check_plan(t->graph, plan); }, "memory plan", "overlap");
+}
+
+TEST(MemoryPlan, AWorkspaceLivesForItsStepOnly) {
+  // Five steps in a chain; steps 1 and 3 ask for workspaces larger than
+  // any storage. They never live at once, so they share bytes, and neither
+  // overlaps the storages alive during its step.
+  const auto t = trace_of(
+      [](const TensorList& a) {
+        Tensor y = a[0];
+        for (int i = 0; i < 5; ++i) y = (y * 0.5).tanh();
+        return TensorList{y.sum()};
+      },
+      {ones({32, 32})});
+  const Graph& g = t->graph;
+  const size_t one = 32 * 32 * 4;
+  std::vector<size_t> workspaces(g.nodes().size(), 0);
+  ASSERT_GE(workspaces.size(), 4u);
+  workspaces[1] = 3 * one;
+  workspaces[3] = 3 * one;
+  const MemoryPlan plan = plan_memory(g, workspaces);
+  check_plan(g, plan);
+  ASSERT_EQ(plan.workspaces.size(), g.nodes().size());
+  EXPECT_TRUE(plan.workspaces[1].in_arena);
+  EXPECT_TRUE(plan.workspaces[3].in_arena);
+  EXPECT_FALSE(plan.workspaces[0].in_arena);
+  EXPECT_EQ(plan.workspaces[3].nbytes, 3 * one);
+  ASSERT_EQ(plan.arenas.size(), 1u);
+  // Alive at once at most: two chain links and the larger workspace.
+  EXPECT_EQ(plan.arenas[0].nbytes, 2 * one + 3 * one) << "the two workspaces did not share bytes";
+  // A workspace moved onto a storage alive in its step is an overlap.
+  MemoryPlan broken = plan;
+  const PlannedStorage& input_of_step_3 =
+      broken.storages[static_cast<size_t>(g.value(g.nodes()[3].inputs[0]).storage)];
+  ASSERT_TRUE(input_of_step_3.in_arena);
+  broken.workspaces[3].offset = input_of_step_3.offset;
+  kiln::testing::expect_error_with<Error>([&] { check_plan(g, broken); },
+                                         {"memory plan", "the workspace of node 3", "overlap"});
+}
+
+TEST(Workspace, AScopeServesFromItsSliceAsAStack) {
+  const Device cpu = Device::cpu();
+  const Tensor arena = empty({4096}, {.dtype = kUInt8});
+  const char* base = static_cast<const char*>(arena.data_ptr());
+  const auto at = [](const Tensor& t) { return static_cast<const char*>(t.data_ptr()); };
+  {
+    ops::WorkspaceScope scope(cpu, arena.storage(), 128, 1024);
+    {
+      const Tensor a = ops::make_workspace(100, cpu);
+      EXPECT_EQ(at(a), base + 128);
+      EXPECT_EQ(a.numel(), 100);
+      {
+        const Tensor b = ops::make_workspace(200, cpu);  // above a while a is held
+        EXPECT_EQ(at(b), base + 128 + 128);
+      }
+      const Tensor c = ops::make_workspace(64, cpu);  // b's bytes, free again
+      EXPECT_EQ(at(c), base + 128 + 128);
+    }
+    EXPECT_EQ(scope.high_water(), 128u + 256u);
+    const Tensor d = ops::make_workspace(1000, cpu);  // from the slice's start again
+    EXPECT_EQ(at(d), base + 128);
+    const Tensor e = ops::make_workspace(100, cpu);  // past the slice: the allocator's
+    EXPECT_TRUE(at(e) < base || at(e) >= base + 4096);
+    EXPECT_EQ(scope.served(), 128u + 256u + 64u + 1024u);
+    // Another device's workspaces are not the scope's.
+    EXPECT_EQ(ops::WorkspaceScope::rounded(1, Device::cuda()), 256u);
+  }
+  const Tensor outside = ops::make_workspace(100, cpu);
+  EXPECT_TRUE(at(outside) < base || at(outside) >= base + 4096);
+  // Measuring only: the most held at once.
+  ops::WorkspaceScope measure(cpu);
+  { const Tensor a = ops::make_workspace(10, cpu), b = ops::make_workspace(70, cpu); }
+  { const Tensor a = ops::make_workspace(100, cpu); }
+  EXPECT_EQ(measure.high_water(), 64u + 128u);
+  EXPECT_EQ(measure.served(), 0u);
 }
 
 TEST(Executable, MatchesEagerBitwise) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -384,6 +385,59 @@ TEST(ReduceOverhead, AGraphHoldsOnlyTheMemoryItUsesAtOnce) {
   // segments from the device.
   EXPECT_GT(r.graphs[0].cuda_graph_bytes, 4000u);
   EXPECT_LE(r.graphs[0].cuda_graph_bytes, size_t{64} << 10) << r.to_string();
+}
+
+// Convolutions (cuDNN, with workspaces), a batch norm and a matmul.
+struct ConvNet : nn::Module {
+  nn::Conv2d a{3, 32, 3, {.padding = 1}}, b{32, 64, 3, {.stride = 2, .padding = 1}};
+  nn::BatchNorm2d norm{32};
+  nn::Linear head{64, 10};
+  ConvNet() {
+    register_module("a", a);
+    register_module("b", b);
+    register_module("norm", norm);
+    register_module("head", head);
+  }
+  Tensor forward(const Tensor& x) {
+    const Tensor h = b(norm(a(x)).relu()).relu();
+    return head(h.mean({2, 3}));
+  }
+};
+
+TEST(ReduceOverhead, CompiledCallsPeakNoHigherThanEager) {
+  REQUIRE_CUDA();
+  InferenceModeGuard inference;
+  const Device gpu = Device::cuda();
+  ConvNet net;
+  net.eval();
+  net.to(gpu);
+  const Tensor x = randn({4, 3, 64, 64}).to(gpu);
+  // The most allocated at once over the first call and two more, beyond
+  // what was allocated before (weights, input).
+  const auto peak_extra = [&](const std::function<Tensor()>& call) {
+    cuda::synchronize();
+    const size_t before = memory_stats(gpu).allocated_bytes;
+    reset_peak_memory_stats(gpu);
+    for (int i = 0; i < 3; ++i) (void)call();
+    cuda::synchronize();
+    return memory_stats(gpu).peak_allocated_bytes - before;
+  };
+  const Tensor want = net.forward(x);
+  const size_t eager = peak_extra([&] { return net.forward(x); });
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead}) {
+    SCOPED_TRACE(mode == Mode::Default ? "default" : "reduce-overhead");
+    const auto fast = compile(net, {.mode = mode});
+    const size_t compiled = peak_extra([&] { return fast(x); });
+    EXPECT_TRUE(same(fast(x), want));
+    const ExplainReport r = fast.explain();
+    ASSERT_EQ(r.graphs.size(), 1u);
+    // Every convolution asks for a workspace, planned in the arena.
+    EXPECT_GT(r.graphs[0].workspace_bytes, 0u) << r.to_string();
+    // A CUDA graph also holds a copy of the argument (its static input),
+    // which eager does not need.
+    const size_t argument = mode == Mode::ReduceOverhead ? x.numel() * sizeof(float) : 0;
+    EXPECT_LE(compiled, eager + argument) << r.to_string();
+  }
 }
 
 TEST(ReduceOverhead, TheGraphsMemoryCountsInTheDevicesStatisticsUntilReset) {

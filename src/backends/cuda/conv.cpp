@@ -27,6 +27,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
+#include "ops/workspace.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -185,8 +186,7 @@ bool run_graph(DeviceState& state, ConvPass pass, const ConvGeometry& g, DType d
       state.graphs.plan(state.handle, pass, g, dtype, tf32, common_alignment({x, w, y}),
                         [device] { return workspace_limit(device); }, time, device_name(device));
   if (!plan.plan) return false;
-  Tensor workspace =
-      ops::make_tensor({std::max<int64_t>(plan.workspace, 1)}, kUInt8, on, false);
+  Tensor workspace = ops::make_workspace(std::max<size_t>(plan.workspace, 1), on);
   return execute_conv_plan(state.handle, plan, x, w, y, workspace.data_ptr()) ==
          CUDNN_STATUS_SUCCESS;
 }
@@ -244,8 +244,7 @@ void conv_forward_op(const KernelCall& c) {
     const ConvGeometry& g = s.g;
     const Tensor x = explicitly_padded(x0.reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
     const Plan& p = plan_for(state, Pass::Forward, g, dtype, device);
-    Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
-                                        kUInt8, out.device(), false);
+    Tensor workspace = ops::make_workspace(std::max<size_t>(p.workspace, 1), out.device());
     check_dnn(cudnnConvolutionForward(
                   state.handle, k.one(dtype), p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
                   static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), workspace.data_ptr(),
@@ -286,8 +285,7 @@ void conv_backward_input_op(const KernelCall& c) {
       return;
     target = s.padded() ? ops::make_tensor(as_4d(g, g.c, g.h, g.w), dtype, gx.device(), false) : gx;
     const Plan& p = plan_for(state, Pass::BackwardData, g, dtype, device);
-    Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
-                                        kUInt8, gx.device(), false);
+    Tensor workspace = ops::make_workspace(std::max<size_t>(p.workspace, 1), gx.device());
     const Scale k;
     check_dnn(cudnnConvolutionBackwardData(
                   state.handle, k.one(dtype), p.w, w.data_ptr(), p.y, gy.data_ptr(), p.conv,
@@ -325,8 +323,7 @@ void conv_backward_weight_op(const KernelCall& c) {
     return;
   const Tensor x = explicitly_padded(x0.reshape(as_4d(g0, g0.c, g0.h, g0.w)), s);
   const Plan& p = plan_for(state, Pass::BackwardFilter, g, dtype, device);
-  Tensor workspace = ops::make_tensor({static_cast<int64_t>(std::max<size_t>(p.workspace, 1))},
-                                      kUInt8, gw.device(), false);
+  Tensor workspace = ops::make_workspace(std::max<size_t>(p.workspace, 1), gw.device());
   const Scale k;
   check_dnn(cudnnConvolutionBackwardFilter(
                 state.handle, k.one(dtype), p.x, x.data_ptr(), p.y, gy.data_ptr(), p.conv,

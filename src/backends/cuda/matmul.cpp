@@ -31,6 +31,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
+#include "ops/workspace.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -293,7 +294,7 @@ void gemm(const Tensor& d, const Tensor& a, const Tensor& b, int64_t batch, int6
     p.tuned = tune;
   }
   const Tensor workspace =
-      p.workspace ? ops::make_tensor({static_cast<int64_t>(p.workspace)}, kUInt8, d.device(), false) : Tensor();
+      p.workspace ? ops::make_workspace(p.workspace, d.device()) : Tensor();
   check_lt(cublasLtMatmul(state.handle, p.desc, alpha_p, ob.ptr, p.a, oa.ptr, p.b, beta_p,
                           d.data_ptr(), p.d, d.data_ptr(), p.d, &p.algo,
                           p.workspace ? workspace.data_ptr() : nullptr, p.workspace, stream),

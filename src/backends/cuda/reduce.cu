@@ -17,6 +17,7 @@
 #include "backends/cuda/pointwise.cuh"
 #include "backends/reduce_view.h"
 #include "ops/dispatch.h"
+#include "ops/workspace.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -138,8 +139,7 @@ void run_reduce(const Tensor& like, const ReduceView& v, Op op) {
   Tensor workspace;
   Acc* partials = nullptr;
   if (splits > 1) {
-    workspace = ops::make_tensor({static_cast<int64_t>(splits * M * sizeof(Acc))}, kUInt8,
-                                 like.device(), false);
+    workspace = ops::make_workspace(static_cast<size_t>(splits * M) * sizeof(Acc), like.device());
     partials = static_cast<Acc*>(workspace.data_ptr());
   }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));

@@ -31,6 +31,7 @@
 #include "backends/cuda/cudnn_common.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
+#include "ops/workspace.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -267,8 +268,7 @@ void lstm_sequence_cudnn(const KernelCall& call) {
     }
     const Tensor input = x.contiguous(), h0 = call.in(1).contiguous(), c0 = call.in(2).contiguous();
     const Tensor y = writable(call.out(0)), hy = writable(call.out(1)), cy = writable(call.out(2));
-    const Tensor workspace = ops::make_tensor(
-        {static_cast<int64_t>(std::max<size_t>(p.workspace, 1))}, kUInt8, device, false);
+    const Tensor workspace = ops::make_workspace(std::max<size_t>(p.workspace, 1), device);
     check_dnn(cudnnSetStream(s.handle, static_cast<cudaStream_t>(current_stream_handle(device.index()))),
               "cudnnSetStream");
     const cudnnStatus_t st = cudnnRNNForward(
