@@ -49,22 +49,22 @@ int main(int argc, char** argv) {
   Mlp net;
   Dataset train = spirals(300, gen), test = spirals(200, gen);
   optim::Adam opt(net.parameters(), {.lr = 1e-2});
-  // Forward, loss and backward traced once into one graph; each call sets the
-  // parameters' gradients as loss.backward() would. Adam keeps its step count
-  // on the host, so its step() runs outside the compiled function.
-  auto forward_backward = compile([&](const Tensor& x, const Tensor& y) {
+  // Forward, loss, backward and the Adam update traced into one graph (Adam
+  // then counts its steps on the device); each call updates the parameters
+  // as the same code run eagerly would.
+  auto train_step = compile([&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss = F::cross_entropy(net.forward(x), y);
     loss.backward();
+    opt.step();
     return loss;
   });
   for (int step = 1; step <= steps; ++step) {
-    const Tensor loss = forward_backward(train.points, train.labels);
-    opt.step();
+    const Tensor loss = train_step(train.points, train.labels);
     if (step % 250 == 0) std::printf("step %4d  loss %.4f\n", step, loss.item<double>());
   }
-  std::printf("compiled: %lld traces for %lld calls\n", static_cast<long long>(forward_backward.stats().traces),
-              static_cast<long long>(forward_backward.stats().calls));
+  std::printf("compiled: %lld traces for %lld calls\n", static_cast<long long>(train_step.stats().traces),
+              static_cast<long long>(train_step.stats().calls));
   const double train_acc = accuracy(net, train), test_acc = accuracy(net, test);
   std::printf("accuracy: train %.1f%%, held out %.1f%% (target 95%%)\n", 100 * train_acc,
               100 * test_acc);

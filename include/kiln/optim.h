@@ -57,6 +57,10 @@ struct ParamGroup {
 // What an optimizer keeps per parameter: PyTorch's optimizer.state[p].
 struct ParamState {
   int64_t step = 0;  // the number of updates, for optimizers that count them
+  // The count on the parameter's device (0-dim float32), made when a step is
+  // recorded by kiln::compile (a recorded graph cannot count on the host);
+  // from then on it is the count, in eager steps too.
+  Tensor step_count;
   std::vector<std::pair<std::string, Tensor>> tensors;  // e.g. exp_avg, momentum_buffer
 
   Tensor* find(std::string_view name);
@@ -123,6 +127,9 @@ class Optimizer {
   virtual std::vector<std::string> state_names(const GroupOptions& options) const = 0;
   // Whether ParamState::step is part of the state (state.<i>.step).
   virtual bool counts_steps() const noexcept = 0;
+  // Whether a step recorded by kiln::compile may make a parameter's state
+  // (as zeros, outside the graph) and count on the device.
+  virtual bool records_first_step() const noexcept { return false; }
 
   // Checks that the option is 0 or 1 (a bool kept as a double).
   void check_flag(const GroupOptions& options, std::string_view name) const;
@@ -141,6 +148,7 @@ class Optimizer {
   GroupOptions defaults_;
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<ParamState>> state_;  // parallel to groups_ and their params
+  uint64_t state_epoch_ = 0;  // bumped when load_state_dict replaces the state (guarded by traces)
 };
 
 // --- SGD ----------------------------------------------------------------------
@@ -211,6 +219,7 @@ class Adam : public Optimizer {
   void update_group(const ParamGroup& group, std::span<ParamState> states) override;
   std::vector<std::string> state_names(const GroupOptions& options) const override;
   bool counts_steps() const noexcept override { return true; }
+  bool records_first_step() const noexcept override { return true; }
 
  private:
   bool decoupled_weight_decay_ = false;

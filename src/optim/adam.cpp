@@ -1,7 +1,13 @@
 // torch.optim.Adam and AdamW: bias-corrected moments, amsgrad, L2 or decoupled
 // weight decay, maximize.
+//
+// A step recorded by kiln::compile counts on the device (ParamState::
+// step_count, as PyTorch's capturable Adam): the bias corrections are then
+// computed there, in float64, and applied as tensors.
 #include <cmath>
 
+#include "compiler/capture.h"
+#include "kiln/ops/factory.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/optim.h"
 #include "optim/options.h"
@@ -80,18 +86,38 @@ void Adam::update_group(const ParamGroup& group, std::span<ParamState> states) {
   const double weight_decay = option_value(o, "weight_decay");
   const bool amsgrad = option_flag(o, "amsgrad");
   const bool maximize = option_flag(o, "maximize");
+  const bool traced = compiler::Tracer::active() != nullptr;
   for (size_t i = 0; i < group.params.size(); ++i) {
     Tensor p = group.params[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
     ParamState& st = states[i];
-    // Made on the first update; references are taken once every insertion is done.
-    st.get_or_zeros("exp_avg", p);
-    st.get_or_zeros("exp_avg_sq", p);
-    if (amsgrad) st.get_or_zeros("max_exp_avg_sq", p);
+    {
+      // Made on the first update, outside any trace (a recorded step
+      // captures them); references are taken once every insertion is done.
+      compiler::TracerPause untraced;
+      st.get_or_zeros("exp_avg", p);
+      st.get_or_zeros("exp_avg_sq", p);
+      if (amsgrad) st.get_or_zeros("max_exp_avg_sq", p);
+      if (traced && !st.step_count.defined())
+        st.step_count = scalar_tensor(static_cast<double>(st.step), {.dtype = kFloat32, .device = p.device()});
+    }
     Tensor& exp_avg = *st.find("exp_avg");
     Tensor& exp_avg_sq = *st.find("exp_avg_sq");
-    const double step = static_cast<double>(++st.step);
+    // -lr / (1 - beta1^t) and sqrt(1 - beta2^t): numbers on the host, or
+    // tensors of the parameter's dtype computed from the device's count.
+    double step_size = 0, bias_correction2_sqrt = 0;
+    Tensor step_size_t, bias_correction2_sqrt_t;
+    if (st.step_count.defined()) {
+      st.step_count.add_(1);
+      const Tensor t = st.step_count.to(kFloat64);
+      step_size_t = reciprocal(neg(pow(beta1, t)).add_(1)).mul_(-lr).to(p.dtype());
+      bias_correction2_sqrt_t = sqrt(neg(pow(beta2, t)).add_(1)).to(p.dtype());
+    } else {
+      const double step = static_cast<double>(++st.step);
+      step_size = -lr / (1 - std::pow(beta1, step));
+      bias_correction2_sqrt = std::sqrt(1 - std::pow(beta2, step));
+    }
 
     // New tensors, never writes into p.grad().
     if (maximize) g = neg(g);
@@ -111,11 +137,14 @@ void Adam::update_group(const ParamGroup& group, std::span<ParamState> states) {
       max_exp_avg_sq.copy_(maximum(max_exp_avg_sq, exp_avg_sq));
       second = max_exp_avg_sq;
     }
-    const double bias_correction1 = 1 - std::pow(beta1, step);
-    const double bias_correction2 = 1 - std::pow(beta2, step);
     Tensor denom = second.sqrt();
-    denom.div_(std::sqrt(bias_correction2)).add_(eps);
-    p.add_(exp_avg / denom, -lr / bias_correction1);
+    if (st.step_count.defined()) {
+      denom.div_(bias_correction2_sqrt_t).add_(eps);
+      p.add_(exp_avg / denom * step_size_t);
+    } else {
+      denom.div_(bias_correction2_sqrt).add_(eps);
+      p.add_(exp_avg / denom, step_size);
+    }
   }
 }
 

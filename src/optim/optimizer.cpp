@@ -123,14 +123,12 @@ void Optimizer::step() {
   if (compiler::Tracer* tracer = compiler::Tracer::active()) {
     // Inside kiln::compile the update is recorded. A graph holds numbers as
     // constants: the options are guarded (a changed learning rate traces
-    // anew), and what only changes on the host cannot be recorded.
-    if (counts_steps()) {
-      throw Error(detail::str_cat("optim: ", name_, ".step() inside kiln::compile: its step count is a number on "
-                                  "the host, which a recorded graph would keep at its traced value; call step() "
-                                  "outside the compiled function"));
-    }
+    // anew), and what only changes on the host cannot be recorded. The state
+    // tensors are captured: a state_dict loaded in their place traces anew.
+    tracer->add_host_guard(detail::str_cat(name_, " load_state_dict calls"),
+                           [this] { return static_cast<double>(state_epoch_); });
     for (size_t g = 0; g < groups_.size(); ++g) {
-      const bool stateful = !state_names(groups_[g].options).empty();
+      const bool stateful = !records_first_step() && !state_names(groups_[g].options).empty();
       for (size_t i = 0; i < groups_[g].params.size(); ++i) {
         if (stateful && groups_[g].params[i].grad().defined() && state_[g][i].empty()) {
           throw Error(detail::str_cat("optim: ", name_, ".step() inside kiln::compile: parameter ", i, " of group ", g,

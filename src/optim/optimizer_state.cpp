@@ -51,8 +51,12 @@ StateDict Optimizer::state_dict() const {
       const auto prefix = detail::str_cat(kStatePrefix, index++, ".");
       if (st.empty()) continue;
       // float32, PyTorch's dtype for the step count.
-      if (counts_steps())
-        sd.set(prefix + "step", scalar_tensor(static_cast<double>(st.step), {.dtype = kFloat32}));
+      if (counts_steps()) {
+        const Tensor step = st.step_count.defined()
+                                ? st.step_count.to(Device::cpu()).clone()
+                                : scalar_tensor(static_cast<double>(st.step), {.dtype = kFloat32});
+        sd.set(prefix + "step", step);
+      }
       for (const auto& [name, tensor] : st.tensors) sd.set(prefix + name, tensor);
     }
   }
@@ -199,6 +203,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   // Everything checked: now change the optimizer.
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(options[g]);
   state_ = std::move(state);
+  ++state_epoch_;
 }
 
 }  // namespace kiln::optim
