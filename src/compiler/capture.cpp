@@ -297,7 +297,7 @@ void Tracer::record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> 
 ops::PhiloxDraw Tracer::note_random_draw(Generator* generator, int64_t count) {
   pending_generator_ = generator;
   pending_count_ = count;
-  return {0, 0};
+  return {kTracedDrawSeed, draws_++};
 }
 
 void Tracer::take_random_draw(ops::OpId op, int32_t node) {
@@ -356,15 +356,37 @@ std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs) {
   return env;
 }
 
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch) {
-  if (n.draw_count < 0) return base;
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws) {
   const ops::OpSchema& schema = ops::op_schema(n.op);
-  const ops::PhiloxDraw draw = ops::draw_philox(n.generator, n.draw_count);
-  scratch = base;
+  if (!schema.has_flag(ops::kRandom)) return base;
+  size_t seed = schema.attrs.size(), offset = schema.attrs.size();
   for (size_t i = 0; i < schema.attrs.size(); ++i) {
-    if (schema.attrs[i].name == "seed") scratch[i] = draw.seed;
-    if (schema.attrs[i].name == "offset") scratch[i] = draw.offset;
+    if (schema.attrs[i].name == "seed") seed = i;
+    if (schema.attrs[i].name == "offset") offset = i;
   }
+  if (seed >= base.size() || offset >= base.size() || base.i(seed) != kTracedDrawSeed) return base;
+  const int64_t number = base.i(offset);
+  ops::PhiloxDraw draw;
+  if (n.draw_count >= 0) {
+    draw = ops::draw_philox(n.generator, n.draw_count);
+    if (number >= 0) {
+      const auto k = static_cast<size_t>(number);
+      if (draws.draws.size() <= k) draws.draws.resize(k + 1), draws.made.resize(k + 1);
+      draws.draws[k] = draw;
+      draws.made[k] = true;
+    }
+  } else {
+    const auto k = static_cast<size_t>(number);
+    if (number < 0 || k >= draws.made.size() || !draws.made[k]) {
+      throw Error(detail::str_cat("compile: ", schema.name, " reuses random draw ", number,
+                                  " of the trace, which this graph did not make (it was made before a graph "
+                                  "break): keep a random op and the backward that recomputes it in one graph"));
+    }
+    draw = draws.draws[k];
+  }
+  scratch = base;
+  scratch[seed] = draw.seed;
+  scratch[offset] = draw.offset;
   return scratch;
 }
 
@@ -387,13 +409,14 @@ TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserv
   std::vector<Tensor> env = bind_sources(trace, inputs);
   TensorList args;
   ops::Attrs scratch;
+  CallDraws draws;
   for (size_t index = 0; index < g.nodes().size(); ++index) {
     const Node& n = g.nodes()[index];
     std::optional<NoGradGuard> no_grad;
     if (!n.grad_enabled) no_grad.emplace();
     args.clear();
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
-    const ops::Attrs& attrs = call_attrs(n, n.attrs, scratch);
+    const ops::Attrs& attrs = call_attrs(n, n.attrs, scratch, draws);
     if (n.inplace()) {
       Tensor target = env[static_cast<size_t>(n.target)];
       ops::dispatch_inplace(n.op, target, args, attrs);

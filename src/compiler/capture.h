@@ -19,6 +19,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <source_location>
 #include <span>
 #include <string>
@@ -189,6 +190,7 @@ class Tracer {
   Tracer* previous_ = nullptr;
   Generator* pending_generator_ = nullptr;
   int64_t pending_count_ = -1;
+  int64_t draws_ = 0;  // random draws noted so far
 };
 
 // Called after each node of a run with the node's index and its results
@@ -204,9 +206,22 @@ TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserv
 // The environment of a run over a trace: a tensor per value, with the
 // inputs, captured tensors and constants bound (the rest undefined).
 std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs);
+// While tracing, a random op's draw is this seed and, as its offset, the
+// number of the draw in the trace (Tracer::note_random_draw). A random node
+// that did not draw but has them (dropout's backward, which recomputes its
+// forward's mask from the forward's attributes) uses that draw of the call.
+constexpr int64_t kTracedDrawSeed = std::numeric_limits<int64_t>::min() + 0x6b696c6e;
+
+// The draws of one call of a graph, by their number in the trace.
+struct CallDraws {
+  std::vector<ops::PhiloxDraw> draws;
+  std::vector<bool> made;
+};
+
 // A node's attributes for one call: `base` itself, or for a random node a
-// copy in `scratch` with a fresh draw from its generator.
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch);
+// copy in `scratch` with a fresh draw from its generator (kept in `draws`),
+// or with the draw of this call it reuses.
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws);
 
 // Suspends the thread's tracer (ops run eagerly) while alive.
 class TracerPause {

@@ -103,6 +103,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   }
   TensorList args;
   ops::Attrs scratch;
+  CallDraws draws;
   std::optional<ops::WorkspaceScope> workspace;
   for (size_t index = 0; index < steps_.size(); ++index) {
     const Step& s = steps_[index];
@@ -119,7 +120,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
       }
     }
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
-    const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch);
+    const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch, draws);
     switch (s.kind) {
       case Step::Kind::kView:
         for (size_t k = 0; k < n.outputs.size(); ++k) {

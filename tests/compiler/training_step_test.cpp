@@ -82,6 +82,34 @@ TEST(TrainingStep, ForwardBackwardAndSGDStepAreOneGraphEqualToEager) {
       << r.to_string();
 }
 
+TEST(TrainingStep, DropoutsBackwardUsesTheMaskOfItsForwardDraw) {
+  auto [net, eager_net] = twins(15);
+  optim::SGD opt(net->parameters(), {.lr = 0.1}), eager_opt(eager_net->parameters(), {.lr = 0.1});
+  // Two dropouts: each backward must apply its own forward's mask, drawn
+  // anew at every call.
+  const auto train = [](Net& n, optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    const Tensor h = nn::functional::dropout(n.a(x).tanh(), 0.5);
+    Tensor loss = nn::functional::mse_loss(nn::functional::dropout(n.b(h), 0.25), y);
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train(*net, opt, x, y); });
+  Generator gen(16);
+  for (int i = 0; i < 5; ++i) {
+    const Tensor x = randn({8, 6}, {}, &gen), y = randn({8, 3}, {}, &gen);
+    manual_seed(100 + static_cast<uint64_t>(i));
+    const Tensor loss = step(x, y);
+    const Tensor after = randn({3});  // the generator advanced as eager's
+    manual_seed(100 + static_cast<uint64_t>(i));
+    EXPECT_TRUE(same(loss, train(*eager_net, eager_opt, x, y))) << i;
+    EXPECT_TRUE(same(after, randn({3}))) << i;
+    expect_same_parameters(*net, *eager_net, i);
+  }
+  EXPECT_EQ(step.stats().traces, 2);
+}
+
 TEST(TrainingStep, GradientsAccumulateAcrossCallsAsInEager) {
   auto [net, eager_net] = twins(6);
   // No zero_grad: each backward adds to the gradients of the last.

@@ -18,7 +18,8 @@ Trace fold_constants(const Trace& trace) {
   NoGradGuard no_grad;
   Rewriter r(trace);
   for (const Node& n : g.nodes()) {
-    bool foldable = !n.inplace() && n.draw_count < 0;
+    // Random ops draw at each call, or reuse a draw of the call.
+    bool foldable = !n.inplace() && !ops::op_schema(n.op).has_flag(ops::kRandom);
     for (ValueId in : n.inputs)
       foldable = foldable && (in == kNoValue || r.graph().value(r.map(in)).kind == ValueKind::kConstant);
     for (ValueId out : n.outputs) {
