@@ -248,6 +248,41 @@ TEST(ReduceOverhead, AWholeTrainingStepIsOneCudaGraphEqualToEager) {
   EXPECT_EQ(r.stats.graph_launches, 4);
 }
 
+TEST(ReduceOverhead, AnAdamStepIsOneCudaGraphCountingOnTheDevice) {
+  REQUIRE_CUDA();
+  manual_seed(13);
+  Block net;
+  manual_seed(13);
+  Block eager_net;
+  net.to(Device::cuda());
+  eager_net.to(Device::cuda());
+  optim::AdamW opt(net.parameters(), {.lr = 1e-2}), eager_opt(eager_net.parameters(), {.lr = 1e-2});
+  const auto train = [](Block& m, optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    Tensor loss = F::mse_loss(m.forward(x), y);
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train(net, opt, x, y); },
+                            {.mode = Mode::ReduceOverhead, .name = "adam_step"});
+  // Within float32's tolerance of eager's host-counted steps.
+  const auto close = [](const Tensor& a, const Tensor& b) {
+    return ((a - b).abs() - (b.abs() * 1e-5 + 1e-6)).max().item<double>() <= 0;
+  };
+  for (int i = 0; i < 6; ++i) {
+    const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
+    EXPECT_TRUE(close(step(x, y), train(eager_net, eager_opt, x, y))) << i;
+    const auto p = net.parameters(), q = eager_net.parameters();
+    for (size_t k = 0; k < p.size(); ++k) EXPECT_TRUE(close(p[k], q[k])) << "parameter " << k << " after step " << i;
+  }
+  const ExplainReport r = step.explain();
+  ASSERT_EQ(r.graphs.size(), 1u) << r.to_string();
+  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
+  EXPECT_EQ(r.stats.graph_launches, 4);
+  EXPECT_EQ(opt.state_dict().find("state.0.step")->item<double>(), 6);
+}
+
 TEST(ReduceOverhead, ParametersAreReadWhereTheyLiveAndBuffersWrittenAsInEager) {
   REQUIRE_CUDA();
   manual_seed(4);
