@@ -42,6 +42,19 @@ namespace functional {
 
 LSTMState lstm_cell(const Tensor& input, const LSTMState& state, const Tensor& weight_ih,
                     const Tensor& weight_hh, const Tensor& bias_ih, const Tensor& bias_hh) {
+  // With nothing to differentiate, one op (lstm_step: on CUDA one kernel for
+  // a few rows); else the projections and the cell, which autograd follows.
+  const TensorList all = {input, state.h, state.c, weight_ih, weight_hh, bias_ih, bias_hh};
+  bool one_op = input.dim() == 2 && state.h.dim() == 2 && state.c.dim() == 2;
+  for (const Tensor& t : all) {
+    if (!t.defined()) continue;
+    one_op = one_op && t.dtype() == input.dtype() && t.device() == input.device() &&
+             !(t.requires_grad() && is_grad_enabled());
+  }
+  if (one_op) {
+    TensorList out = ops::dispatch(ops::OpId::lstm_step, all, {});
+    return {std::move(out[0]), std::move(out[1])};
+  }
   return lstm_step(linear(input, weight_ih, bias_ih), linear(state.h, weight_hh, bias_hh), state.c);
 }
 

@@ -63,7 +63,36 @@ void add_lstm_cell(CaseList& cases, const std::string& name, const Shape& state,
                    }});
 }
 
+// lstm_step: input, state, weights (and biases) of every floating dtype;
+// CUDA fuses up to 8 rows into one kernel, and composes above.
+void add_lstm_step(CaseList& cases, const std::string& name, int64_t batch, int64_t in, int64_t hidden, bool bias,
+                   bool strided) {
+  cases.push_back({.name = "lstm_step/" + name,
+                   .ops = {OpId::lstm_step},
+                   .dtypes = kFloatTypes,
+                   .make =
+                       [=](DType t, Generator& g) {
+                         TensorList v = {strided ? uniform_strided({batch, in}, t, g) : uniform({batch, in}, t, g, -1, 1),
+                                         uniform({batch, hidden}, t, g, -1, 1), uniform({batch, hidden}, t, g, -2, 2),
+                                         uniform({4 * hidden, in}, t, g, -0.5, 0.5),
+                                         uniform({4 * hidden, hidden}, t, g, -0.5, 0.5)};
+                         if (bias) {
+                           v.push_back(uniform({4 * hidden}, t, g, -0.5, 0.5));
+                           v.push_back(uniform({4 * hidden}, t, g, -0.5, 0.5));
+                         } else {
+                           v.push_back(Tensor());
+                           v.push_back(Tensor());
+                         }
+                         return v;
+                       },
+                   .run = [](TensorList& in) { return ops::dispatch(OpId::lstm_step, in, {}); }});
+}
+
 const CaseRegistration kCases([](CaseList& cases) {
+  add_lstm_step(cases, "batch_1", 1, 12, 9, true, false);
+  add_lstm_step(cases, "batch_8_no_bias", 8, 40, 33, false, false);
+  add_lstm_step(cases, "batch_9_composed", 9, 7, 5, true, false);
+  add_lstm_step(cases, "strided_input", 3, 6, 4, true, true);
   add_lstm_cell(cases, "batch", {3, 5}, false);
   add_lstm_cell(cases, "unbatched", {7}, false);
   add_lstm_cell(cases, "strided_gates", {4, 6}, true);

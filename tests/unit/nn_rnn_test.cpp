@@ -594,6 +594,46 @@ TEST(LstmSequence, RejectsWrongListsShapesAndDTypes) {
                                     "weight_hh of layer 0 must be float32, got float64");
 }
 
+TEST(LstmStepOp, RejectsMismatchedShapesAndDTypes) {
+  using ops::OpId;
+  const auto call = [](TensorList in) { ops::dispatch(OpId::lstm_step, in, {}); };
+  // input [2, 5], hx, cx [2, 3]: weights [12, 5] and [12, 3], biases [12].
+  const auto good = [] {
+    return TensorList{zeros({2, 5}), zeros({2, 3}), zeros({2, 3}), zeros({12, 5}), zeros({12, 3}), zeros({12}),
+                      zeros({12})};
+  };
+  TensorList in = good();
+  in[4] = zeros({12, 5});
+  testing::expect_error<ShapeError>([&] { call(in); }, "lstm_step",
+                                    "weight_hh must be [12, 3] for input [2, 5] and hx [2, 3], got [12, 5]");
+  in = good();
+  in[6] = zeros({3});
+  testing::expect_error<ShapeError>([&] { call(in); }, "lstm_step", "bias_hh must be [12]");
+  in = good();
+  in[0] = zeros({5});
+  testing::expect_error<ShapeError>([&] { call(in); }, "lstm_step", "input must be [B, I]");
+  in = good();
+  in[2] = zeros({2, 3}, {.dtype = kFloat64});
+  testing::expect_error<DTypeError>([&] { call(in); }, "lstm_step", "cx is float64");
+}
+
+TEST(LstmStepOp, AnLSTMCellStepWithoutGradientsEqualsTheDifferentiableOne) {
+  manual_seed(3);
+  nn::LSTMCell cell(6, 5);
+  for (bool bias : {true, false}) {
+    nn::LSTMCell no_bias(6, 5, {.bias = false});
+    nn::LSTMCell& c = bias ? cell : no_bias;
+    const Tensor x = randn({4, 6}), h = randn({4, 5}), s = randn({4, 5});
+    const nn::LSTMState with_grad = c(x, {h, s});  // linear, linear, lstm_cell
+    ASSERT_TRUE(with_grad.h.requires_grad());
+    NoGradGuard no_grad;
+    const nn::LSTMState step = c(x, {h, s});  // lstm_step
+    EXPECT_FALSE(step.h.requires_grad());
+    EXPECT_LT((step.h - with_grad.h.detach()).abs().max().item<double>(), 1e-5) << bias;
+    EXPECT_LT((step.c - with_grad.c.detach()).abs().max().item<double>(), 1e-5) << bias;
+  }
+}
+
 TEST(LstmCellOp, RejectsMismatchedShapesAndDTypes) {
   using ops::OpId;
   const auto call = [](const Tensor& a, const Tensor& b, const Tensor& c) {

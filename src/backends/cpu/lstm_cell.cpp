@@ -3,6 +3,10 @@
 #include "backends/cpu/loops.h"
 #include "backends/cpu/nn.h"
 #include "backends/cpu/vec_math.h"
+#include "backends/lstm_step.h"
+#include "kiln/autograd.h"
+#include "kiln/ops/linalg.h"
+#include "ops/dispatch.h"
 #include "ops/op_table.h"
 
 namespace kiln::backend::cpu {
@@ -45,6 +49,26 @@ void lstm_cell(const KernelCall& call) {
 
 }  // namespace
 
-void register_cpu_lstm_cell_kernel(KernelTable& t) { t.set(ops::OpId::lstm_cell, lstm_cell); }
+void register_cpu_lstm_cell_kernel(KernelTable& t) {
+  t.set(ops::OpId::lstm_cell, lstm_cell);
+  t.set(ops::OpId::lstm_step, lstm_step_composite);
+}
 
 }  // namespace kiln::backend::cpu
+
+namespace kiln::backend {
+
+void lstm_step_composite(const KernelCall& call) {
+  NoGradGuard no_grad;
+  const auto optional = [&](size_t i) { return i < call.inputs.size() ? call.in(i) : Tensor(); };
+  const Tensor x_proj = linear(call.in(0), call.in(3), optional(5));
+  const Tensor h_proj = linear(call.in(1), call.in(4), optional(6));
+  // The cell's kernel writes the step's outputs.
+  const TensorList inputs = {x_proj, h_proj, call.in(2)};
+  TensorList outputs = {call.out(0), call.out(1)};
+  const ops::Attrs none;
+  ops::kernel_for(ops::OpId::lstm_cell, call.out(0).device())(
+      KernelCall{ops::op_schema(ops::OpId::lstm_cell), inputs, outputs, none});
+}
+
+}  // namespace kiln::backend

@@ -19,6 +19,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/lstm_step.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
 
@@ -94,6 +95,85 @@ void lstm_cell_op(const KernelCall& call) {
     copy_same_dtype(hy, h);
     copy_same_dtype(cy, c);
   }
+}
+
+// lstm_step for up to kStepMaxRows rows, in one launch: block j computes
+// hidden unit j of every row. Warp g of the block sums gate g's row of
+// weight_ih against each input row and of weight_hh against each hx row
+// (one coalesced pass over each weight row), adds the biases, and the cell
+// update follows from the four gates in shared memory. Sums in float (double
+// for float64), in a fixed order: results are deterministic.
+constexpr int kStepMaxRows = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(128) lstm_step_kernel(const T* x, const T* hx, const T* cx, const T* w_ih,
+                                                        const T* w_hh, const T* b_ih, const T* b_hh, T* hy, T* cy,
+                                                        int rows, int64_t in, int64_t hidden) {
+  using C = dcompute_t<T>;
+  __shared__ C gates[4][kStepMaxRows];
+  const int64_t j = blockIdx.x;
+  const int gate = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t feature = gate * hidden + j;
+  C acc[kStepMaxRows] = {};
+  const T* wi = w_ih + feature * in;
+  for (int64_t k = lane; k < in; k += 32) {
+    const C w = to_compute(wi[k]);
+#pragma unroll
+    for (int r = 0; r < kStepMaxRows; ++r)
+      if (r < rows) acc[r] += w * to_compute(x[r * in + k]);
+  }
+  const T* wh = w_hh + feature * hidden;
+  for (int64_t k = lane; k < hidden; k += 32) {
+    const C w = to_compute(wh[k]);
+#pragma unroll
+    for (int r = 0; r < kStepMaxRows; ++r)
+      if (r < rows) acc[r] += w * to_compute(hx[r * hidden + k]);
+  }
+  C bias = C(0);
+  if (b_ih) bias += to_compute(b_ih[feature]);
+  if (b_hh) bias += to_compute(b_hh[feature]);
+#pragma unroll
+  for (int r = 0; r < kStepMaxRows; ++r) {
+    if (r >= rows) break;
+    C v = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+    if (lane == 0) gates[gate][r] = v + bias;
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r < rows) {
+    const C i = sigmoid(gates[0][r]);
+    const C f = sigmoid(gates[1][r]);
+    const C g = ::tanh(gates[2][r]);
+    const C o = sigmoid(gates[3][r]);
+    const C c_next = f * to_compute(cx[r * hidden + j]) + i * g;
+    cy[r * hidden + j] = cvt<T>(c_next);
+    hy[r * hidden + j] = cvt<T>(o * ::tanh(c_next));
+  }
+}
+
+void lstm_step_op(const KernelCall& call) {
+  const auto optional = [&](size_t i) { return i < call.inputs.size() ? call.in(i) : Tensor(); };
+  const Tensor &hy = call.out(0), &cy = call.out(1);
+  const int64_t rows = call.in(0).size(0), in = call.in(0).size(1), hidden = call.in(1).size(1);
+  if (rows < 1 || rows > kStepMaxRows || in < 1 || !hy.is_contiguous() || !cy.is_contiguous()) {
+    lstm_step_composite(call);
+    return;
+  }
+  const Tensor x = call.in(0).contiguous(), hx = call.in(1).contiguous(), cx = call.in(2).contiguous(),
+               w_ih = call.in(3).contiguous(), w_hh = call.in(4).contiguous();
+  const Tensor b_ih = optional(5).defined() ? optional(5).contiguous() : Tensor();
+  const Tensor b_hh = optional(6).defined() ? optional(6).contiguous() : Tensor();
+  DeviceGuard guard(hy.device().index());
+  visit_device_dtype(hy.dtype(), [&]<typename T>() {
+    if constexpr (kIsFloatT<T>) {
+      const auto data = [](const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; };
+      lstm_step_kernel<T><<<static_cast<unsigned>(hidden), 128, 0, stream_for(hy)>>>(
+          data(x), data(hx), data(cx), data(w_ih), data(w_hh), data(b_ih), data(b_hh), static_cast<T*>(hy.data_ptr()),
+          static_cast<T*>(cy.data_ptr()), static_cast<int>(rows), in, hidden);
+    }
+  });
+  check_launch("lstm step kernel");
 }
 
 }  // namespace
@@ -179,6 +259,7 @@ void sdpa_op(const KernelCall& c) {
 void register_cuda_composite_kernels(KernelTable& t) {
   t.set(OpId::lstm_sequence, lstm_sequence_composite);
   t.set(OpId::lstm_cell, lstm_cell_op);
+  t.set(OpId::lstm_step, lstm_step_op);
   t.set(OpId::scaled_dot_product_attention, sdpa_op);
 }
 

@@ -107,10 +107,41 @@ void lstm_cell(const KernelCall& call) {
   }
 }
 
+// lstm_step: both projections and the cell, per row, in double.
+void lstm_step(const KernelCall& call) {
+  const std::vector<double> x = call.in(0).to_vector<double>(), h = call.in(1).to_vector<double>(),
+                            cx = call.in(2).to_vector<double>(), w_ih = call.in(3).to_vector<double>(),
+                            w_hh = call.in(4).to_vector<double>();
+  const auto optional = [&](size_t i) {
+    return i < call.inputs.size() && call.in(i).defined() ? call.in(i).to_vector<double>() : std::vector<double>();
+  };
+  const std::vector<double> b_ih = optional(5), b_hh = optional(6);
+  const int64_t rows = call.in(0).size(0), in = call.in(0).size(1), hidden = call.in(1).size(1);
+  std::vector<double> gates(static_cast<size_t>(4 * hidden));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < 4 * hidden; ++k) {
+      double sum = b_ih.empty() ? 0 : b_ih[static_cast<size_t>(k)];
+      if (!b_hh.empty()) sum += b_hh[static_cast<size_t>(k)];
+      for (int64_t i = 0; i < in; ++i) sum += x[static_cast<size_t>(r * in + i)] * w_ih[static_cast<size_t>(k * in + i)];
+      for (int64_t j = 0; j < hidden; ++j)
+        sum += h[static_cast<size_t>(r * hidden + j)] * w_hh[static_cast<size_t>(k * hidden + j)];
+      gates[static_cast<size_t>(k)] = sum;
+    }
+    for (int64_t j = 0; j < hidden; ++j) {
+      const int64_t s = r * hidden + j;
+      const auto gate = [&](int64_t g) { return gates[static_cast<size_t>(g * hidden + j)]; };
+      const double c = sigmoid(gate(1)) * cx[static_cast<size_t>(s)] + sigmoid(gate(0)) * std::tanh(gate(2));
+      ref::write(call.out(1), s, c);
+      ref::write(call.out(0), s, sigmoid(gate(3)) * std::tanh(c));
+    }
+  }
+}
+
 }  // namespace
 
 void register_reference_rnn_kernels(KernelTable& t) {
   t.set(ops::OpId::lstm_cell, lstm_cell);
+  t.set(ops::OpId::lstm_step, lstm_step);
   t.set(ops::OpId::lstm_sequence, lstm_sequence);
 }
 

@@ -329,6 +329,45 @@ void infer_lstm_cell(ShapeCtx& ctx) {
   ctx.add_output(cx.sizes(), cx.dtype(), device);
 }
 
+void infer_lstm_step(ShapeCtx& ctx) {
+  const char* names[] = {"input", "hx", "cx", "weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+  const Tensor& x = ctx.input(0);
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const Tensor& t = ctx.input(i);
+    if (!t.defined()) {
+      if (i < 5) throw ValueError(detail::str_cat("lstm_step: ", names[i], " is an undefined tensor"));
+      continue;
+    }
+    require_floating(ctx, i);
+    if (t.dtype() != x.dtype()) {
+      throw DTypeError(detail::str_cat("lstm_step: every tensor must have input's dtype ", x.dtype(), "; ",
+                                       names[i], " is ", t.dtype()));
+    }
+  }
+  const Tensor& hx = ctx.input(1);
+  if (x.dim() != 2 || hx.dim() != 2 || hx.size(1) < 1) {
+    throw ShapeError(detail::str_cat("lstm_step: input must be [B, I] and hx [B, H] with H >= 1, got ", x.sizes(),
+                                     " and ", hx.sizes()));
+  }
+  const int64_t batch = x.size(0), in = x.size(1), hidden = hx.size(1);
+  const auto expect = [&](size_t i, const Shape& shape) {
+    const Tensor& t = ctx.input(i);
+    if (t.defined() && t.sizes() != shape) {
+      throw ShapeError(detail::str_cat("lstm_step: ", names[i], " must be ", shape, " for input ", x.sizes(),
+                                       " and hx ", hx.sizes(), ", got ", t.sizes()));
+    }
+  };
+  expect(1, {batch, hidden});
+  expect(2, {batch, hidden});
+  expect(3, {4 * hidden, in});
+  expect(4, {4 * hidden, hidden});
+  if (ctx.inputs.size() > 5) expect(5, {4 * hidden});
+  if (ctx.inputs.size() > 6) expect(6, {4 * hidden});
+  const Device device = ctx.common_device();
+  ctx.add_output({batch, hidden}, x.dtype(), device);
+  ctx.add_output({batch, hidden}, x.dtype(), device);
+}
+
 void infer_lstm_sequence(ShapeCtx& ctx) {
   const int64_t layers = ctx.attrs.i(0);
   const bool has_biases = ctx.attrs.b(1);
