@@ -100,12 +100,44 @@ void lstm_cell_op(const KernelCall& call) {
 // lstm_step for up to kStepMaxRows rows, in one launch: block j computes
 // hidden unit j of every row. Warp g of the block sums gate g's row of
 // weight_ih against each input row and of weight_hh against each hx row
-// (one coalesced pass over each weight row), adds the biases, and the cell
-// update follows from the four gates in shared memory. Sums in float (double
-// for float64), in a fixed order: results are deterministic.
+// (one coalesced pass over each weight row, 16 bytes per lane and load where
+// the rows allow), adds the biases, and the cell update follows from the
+// four gates in shared memory. Sums in float (double for float64), in a
+// fixed order: results are deterministic.
 constexpr int kStepMaxRows = 8;
 
-template <typename T>
+template <typename T, int V>
+struct alignas(16) Pack {
+  T v[V];
+};
+
+// acc[r] += w . x_r over len elements, x_r = x + r * len, for the warp's lane.
+template <bool kVector, typename T, typename C>
+__device__ inline void add_dots(const T* w, const T* x, int64_t len, int rows, int lane, C* acc) {
+  if constexpr (kVector) {
+    constexpr int V = 16 / sizeof(T);
+#pragma unroll 2
+    for (int64_t k = int64_t{lane} * V; k < len; k += 32 * V) {
+      const Pack<T, V> wp = *reinterpret_cast<const Pack<T, V>*>(w + k);
+#pragma unroll
+      for (int r = 0; r < kStepMaxRows; ++r) {
+        if (r >= rows) break;
+        const Pack<T, V> xp = *reinterpret_cast<const Pack<T, V>*>(x + r * len + k);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[r] += to_compute(wp.v[e]) * to_compute(xp.v[e]);
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < len; k += 32) {
+      const C wv = to_compute(w[k]);
+#pragma unroll
+      for (int r = 0; r < kStepMaxRows; ++r)
+        if (r < rows) acc[r] += wv * to_compute(x[r * len + k]);
+    }
+  }
+}
+
+template <bool kVector, typename T>
 __global__ void __launch_bounds__(128) lstm_step_kernel(const T* x, const T* hx, const T* cx, const T* w_ih,
                                                         const T* w_hh, const T* b_ih, const T* b_hh, T* hy, T* cy,
                                                         int rows, int64_t in, int64_t hidden) {
@@ -115,20 +147,8 @@ __global__ void __launch_bounds__(128) lstm_step_kernel(const T* x, const T* hx,
   const int gate = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t feature = gate * hidden + j;
   C acc[kStepMaxRows] = {};
-  const T* wi = w_ih + feature * in;
-  for (int64_t k = lane; k < in; k += 32) {
-    const C w = to_compute(wi[k]);
-#pragma unroll
-    for (int r = 0; r < kStepMaxRows; ++r)
-      if (r < rows) acc[r] += w * to_compute(x[r * in + k]);
-  }
-  const T* wh = w_hh + feature * hidden;
-  for (int64_t k = lane; k < hidden; k += 32) {
-    const C w = to_compute(wh[k]);
-#pragma unroll
-    for (int r = 0; r < kStepMaxRows; ++r)
-      if (r < rows) acc[r] += w * to_compute(hx[r * hidden + k]);
-  }
+  add_dots<kVector>(w_ih + feature * in, x, in, rows, lane, acc);
+  add_dots<kVector>(w_hh + feature * hidden, hx, hidden, rows, lane, acc);
   C bias = C(0);
   if (b_ih) bias += to_compute(b_ih[feature]);
   if (b_hh) bias += to_compute(b_hh[feature]);
@@ -168,9 +188,20 @@ void lstm_step_op(const KernelCall& call) {
   visit_device_dtype(hy.dtype(), [&]<typename T>() {
     if constexpr (kIsFloatT<T>) {
       const auto data = [](const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; };
-      lstm_step_kernel<T><<<static_cast<unsigned>(hidden), 128, 0, stream_for(hy)>>>(
-          data(x), data(hx), data(cx), data(w_ih), data(w_hh), data(b_ih), data(b_hh), static_cast<T*>(hy.data_ptr()),
-          static_cast<T*>(cy.data_ptr()), static_cast<int>(rows), in, hidden);
+      // 16-byte loads where every row starts on a 16-byte boundary.
+      constexpr int64_t V = 16 / sizeof(T);
+      const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+      const bool vector = in % V == 0 && hidden % V == 0 && aligned(x) && aligned(hx) && aligned(w_ih) && aligned(w_hh);
+      const auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(hidden), 128, 0, stream_for(hy)>>>(
+            data(x), data(hx), data(cx), data(w_ih), data(w_hh), data(b_ih), data(b_hh),
+            static_cast<T*>(hy.data_ptr()), static_cast<T*>(cy.data_ptr()), static_cast<int>(rows), in, hidden);
+      };
+      if (vector) {
+        launch(lstm_step_kernel<true, T>);
+      } else {
+        launch(lstm_step_kernel<false, T>);
+      }
     }
   });
   check_launch("lstm step kernel");
