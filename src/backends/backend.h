@@ -85,15 +85,21 @@ class Backend {
   // reads it; a copy from the host has read its source on return.
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                           size_t nbytes, bool non_blocking) = 0;
-  // Copies between allocations of one device of this backend, non-blocking
-  // (queued on its current stream). One by one here; a backend may queue
-  // them all as one launch.
+  // Copies between allocations of one device of this backend, and writes of
+  // 64-bit values from the host into its memory (the values are taken at
+  // the call), non-blocking (queued on its current stream). One by one
+  // here; a backend may queue them all as one launch.
   struct ByteCopy {
     void* dst;
     const void* src;
     size_t nbytes;
   };
-  virtual void copy_within(Device device, std::span<const ByteCopy> copies) {
+  struct WordWrite {
+    uint64_t* dst;
+    uint64_t value;
+  };
+  virtual void copy_within(Device device, std::span<const ByteCopy> copies, std::span<const WordWrite> writes = {}) {
+    for (const WordWrite& w : writes) copy_bytes(w.dst, device, &w.value, Device::cpu(), sizeof(uint64_t), false);
     for (const ByteCopy& c : copies) copy_bytes(c.dst, device, c.src, device, c.nbytes, true);
   }
   // Page-locked host memory (a CPU storage) for fast, asynchronous copies.

@@ -356,7 +356,8 @@ std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs) {
   return env;
 }
 
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws) {
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws,
+                             const uint64_t** words) {
   const ops::OpSchema& schema = ops::op_schema(n.op);
   if (!schema.has_flag(ops::kRandom)) return base;
   size_t seed = schema.attrs.size(), offset = schema.attrs.size();
@@ -367,13 +368,24 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
   if (seed >= base.size() || offset >= base.size() || base.i(seed) != kTracedDrawSeed) return base;
   const int64_t number = base.i(offset);
   ops::PhiloxDraw draw;
+  size_t slot = 0;
   if (n.draw_count >= 0) {
-    draw = ops::draw_philox(n.generator, n.draw_count);
+    if (PhiloxRecording* r = draws.recording) {
+      while (slot < r->slots.size() && r->slots[slot].generator != n.generator) ++slot;
+      if (slot == r->slots.size()) throw Error("compile: a recorded random op's generator has no slot");
+      draw = {0, static_cast<int64_t>(r->slots[slot].drawn)};
+      r->slots[slot].drawn += (static_cast<uint64_t>(n.draw_count) + 1) & ~uint64_t{1};
+    } else {
+      draw = ops::draw_philox(n.generator, n.draw_count);
+    }
     if (number >= 0) {
       const auto k = static_cast<size_t>(number);
-      if (draws.draws.size() <= k) draws.draws.resize(k + 1), draws.made.resize(k + 1);
+      if (draws.draws.size() <= k) {
+        draws.draws.resize(k + 1), draws.made.resize(k + 1), draws.slot.resize(k + 1);
+      }
       draws.draws[k] = draw;
       draws.made[k] = true;
+      draws.slot[k] = slot;
     }
   } else {
     const auto k = static_cast<size_t>(number);
@@ -383,7 +395,9 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
                                   "break): keep a random op and the backward that recomputes it in one graph"));
     }
     draw = draws.draws[k];
+    slot = draws.slot[k];
   }
+  if (words && draws.recording) *words = draws.recording->slots[slot].words;
   scratch = base;
   scratch[seed] = draw.seed;
   scratch[offset] = draw.offset;

@@ -212,16 +212,34 @@ std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs);
 // forward's mask from the forward's attributes) uses that draw of the call.
 constexpr int64_t kTracedDrawSeed = std::numeric_limits<int64_t>::min() + 0x6b696c6e;
 
+// A device graph's recording of its random ops: per generator (null: the
+// default one), the device memory its kernels read the seed and base offset
+// from at each replay (ops::recorded_philox), and the counter values the
+// recorded draws take, from 0 (rounded to even, as Generator::advance).
+struct PhiloxRecording {
+  struct Slot {
+    Generator* generator = nullptr;
+    const uint64_t* words = nullptr;
+    uint64_t drawn = 0;
+  };
+  std::vector<Slot> slots;
+};
+
 // The draws of one call of a graph, by their number in the trace.
 struct CallDraws {
   std::vector<ops::PhiloxDraw> draws;
   std::vector<bool> made;
+  std::vector<size_t> slot;              // under a recording: each draw's slot
+  PhiloxRecording* recording = nullptr;  // set while recording a device graph
 };
 
 // A node's attributes for one call: `base` itself, or for a random node a
 // copy in `scratch` with a fresh draw from its generator (kept in `draws`),
-// or with the draw of this call it reuses.
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws);
+// or with the draw of this call it reuses. Under a recording, a draw takes
+// the next counter values of its generator's slot instead (the generator
+// does not advance), and `*words` is set to the slot's device memory.
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws,
+                             const uint64_t** words = nullptr);
 
 // Suspends the thread's tracer (ops run eagerly) while alive.
 class TracerPause {

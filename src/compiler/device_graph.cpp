@@ -63,14 +63,6 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
   }
   if (out.empty() && devices.size() > 1) out.push_back("it uses several CUDA devices");
   if (devices.empty()) out.push_back("it has no tensors on a device (nothing to record)");
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (n.draw_count >= 0) {
-      out.push_back(detail::str_cat("node ", i, " (", ops::op_schema(n.op).name,
-                                    ") draws random numbers: a recorded graph would repeat one draw"));
-      break;
-    }
-  }
   const std::vector<bool> written = written_storages(g);
   std::vector<int32_t> input_of_storage(g.storages().size(), -1);
   for (size_t i = 0; i < g.inputs().size(); ++i) {
@@ -106,6 +98,11 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
       break;
     }
   }
+  // The generators the random ops draw from, each a slot of the graph's
+  // seed and base offset words.
+  for (const Node& n : g.nodes())
+    if (n.draw_count >= 0 && std::find(generators_.begin(), generators_.end(), n.generator) == generators_.end())
+      generators_.push_back(n.generator);
   record(inputs, 0);
   // The pool grew by segments as the recording asked (the libraries'
   // workspaces come and go): recorded again into one block of the
@@ -126,6 +123,7 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
 void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
   static_inputs_.clear();
   static_outputs_.clear();
+  philox_words_ = Tensor();
   graph_.reset();
   graph_ = backend::backend_for(device_.kind()).make_graph(device_);
   if (reserve) graph_->reserve(reserve);
@@ -133,8 +131,19 @@ void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
     for (const Tensor& in : inputs) {
       static_inputs_.push_back(empty_strided(in.sizes(), in.strides(), in.dtype(), in.device()));
     }
+    if (!generators_.empty()) {
+      const auto words = static_cast<int64_t>(2 * generators_.size());
+      philox_words_ = empty_strided({words}, {1}, kInt64, device_);
+    }
   });
-  graph_->record([&] { static_outputs_ = exe_->run(static_inputs_); });
+  // Random kernels read their seed and base offset from the words, which
+  // each call sets from a draw of the whole graph's count (drawn_).
+  PhiloxRecording philox;
+  auto* words = philox_words_.defined() ? static_cast<uint64_t*>(philox_words_.data_ptr()) : nullptr;
+  for (size_t s = 0; s < generators_.size(); ++s) philox.slots.push_back({generators_[s], words + 2 * s, 0});
+  graph_->record([&] { static_outputs_ = exe_->run(static_inputs_, {}, &philox); });
+  drawn_.clear();
+  for (const auto& slot : philox.slots) drawn_.push_back(slot.drawn);
 }
 
 size_t GraphedExecutable::pool_bytes() const { return graph_->pool_bytes(); }
@@ -160,7 +169,18 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   std::vector<backend::Backend::ByteCopy> copies;
   copies.reserve(std::max(inputs.size(), static_outputs_.size()));
   for (size_t i = 0; i < inputs.size(); ++i) copies.push_back(extent_copy(static_inputs_[i], inputs[i]));
-  backend.copy_within(device_, copies);
+  // The graph's draws: as many counter values as eager's ops take, from each
+  // generator, in one draw whose seed and offset the kernels read.
+  std::vector<backend::Backend::WordWrite> writes;
+  if (!generators_.empty()) {
+    auto* words = static_cast<uint64_t*>(philox_words_.data_ptr());
+    for (size_t s = 0; s < generators_.size(); ++s) {
+      const ops::PhiloxDraw draw = ops::draw_philox(generators_[s], static_cast<int64_t>(drawn_[s]));
+      writes.push_back({words + 2 * s, static_cast<uint64_t>(draw.seed)});
+      writes.push_back({words + 2 * s + 1, static_cast<uint64_t>(draw.offset)});
+    }
+  }
+  backend.copy_within(device_, copies, writes);
   graph_->launch();
   results.clear();
   copies.clear();

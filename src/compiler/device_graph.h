@@ -57,6 +57,12 @@ class GraphedExecutable {
   std::unique_ptr<backend::DeviceGraph> graph_;
   TensorList static_inputs_, static_outputs_;
   std::vector<const void*> captured_at_;  // where each captured tensor's data was when recorded
+  // Random ops: the generators they draw from, the device words (seed, base
+  // offset per generator) their kernels read, and each generator's count
+  // of counter values per call.
+  std::vector<Generator*> generators_;
+  Tensor philox_words_;
+  std::vector<uint64_t> drawn_;
   std::mutex mutex_;
   // The stream the last call ran on: a call on another stream waits for the
   // work queued there (through done_) before touching the static buffers.

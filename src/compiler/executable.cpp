@@ -81,7 +81,7 @@ Executable::~Executable() = default;
 
 size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
-TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe) const {
+TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe, PhiloxRecording* philox) const {
   // Nothing here is differentiated: a training step's graph holds its own
   // backward ops, and writes parameters that require grad in place.
   NoGradGuard no_grad;
@@ -104,7 +104,9 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   TensorList args;
   ops::Attrs scratch;
   CallDraws draws;
+  draws.recording = philox;
   std::optional<ops::WorkspaceScope> workspace;
+  std::optional<ops::RecordedPhiloxScope> recorded_draw;
   for (size_t index = 0; index < steps_.size(); ++index) {
     const Step& s = steps_[index];
     const Node& n = *s.node;
@@ -120,7 +122,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
       }
     }
     for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
-    const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch, draws);
+    const uint64_t* words = nullptr;
+    const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch, draws, &words);
+    recorded_draw.reset();
+    if (words) recorded_draw.emplace(words);
     switch (s.kind) {
       case Step::Kind::kView:
         for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -174,6 +179,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
     }
   }
   workspace.reset();
+  recorded_draw.reset();
   if (measure && std::any_of(workspaces.begin(), workspaces.end(), [](size_t b) { return b > 0; })) {
     measured_ = std::make_unique<const MemoryPlan>(plan_memory(g, workspaces));
     current_.store(measured_.get(), std::memory_order_release);

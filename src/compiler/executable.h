@@ -31,7 +31,9 @@ class Executable {
   ~Executable();
 
   // Runs on inputs laid out as the trace's (the caller has checked the guards).
-  TensorList run(const TensorList& inputs, const NodeObserver& observe = {}) const;
+  // While a device graph records the run, `philox` says where its random
+  // kernels read their draws at each replay.
+  TensorList run(const TensorList& inputs, const NodeObserver& observe = {}, PhiloxRecording* philox = nullptr) const;
 
   // The plan calls use now: with the workspaces once a run has measured them.
   const MemoryPlan& plan() const noexcept { return *current_.load(std::memory_order_acquire); }

@@ -12,6 +12,7 @@ namespace kiln::backend::cuda {
 namespace {
 
 constexpr int kJobsPerLaunch = 16;
+constexpr int kWordsPerLaunch = 8;
 constexpr int kThreads = 256;
 
 struct CopyJobs {
@@ -19,11 +20,16 @@ struct CopyJobs {
   const char* src[kJobsPerLaunch];
   char* dst[kJobsPerLaunch];
   int64_t nbytes[kJobsPerLaunch];
+  // Values written from the kernel's parameters.
+  int words;
+  uint64_t* word_dst[kWordsPerLaunch];
+  uint64_t word_value[kWordsPerLaunch];
 };
 
 __global__ void __launch_bounds__(kThreads) copy_jobs_kernel(CopyJobs jobs) {
   const int64_t start = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if (start < jobs.words) *jobs.word_dst[start] = jobs.word_value[start];
   for (int j = 0; j < jobs.count; ++j) {
     const char* src = jobs.src[j];
     char* dst = jobs.dst[j];
@@ -42,17 +48,21 @@ __global__ void __launch_bounds__(kThreads) copy_jobs_kernel(CopyJobs jobs) {
 
 }  // namespace
 
-void CudaBackend::copy_within(Device device, std::span<const ByteCopy> copies) {
-  if (copies.empty()) return;
+void CudaBackend::copy_within(Device device, std::span<const ByteCopy> copies, std::span<const WordWrite> writes) {
+  if (copies.empty() && writes.empty()) return;
   if (!device.is_cuda()) {
     throw DeviceError(detail::str_cat("cuda: copy_within on ", device, ": not a CUDA device"));
   }
   DeviceGuard guard(device.index());
   const auto stream = static_cast<cudaStream_t>(current_stream_handle(device.index()));
-  size_t next = 0;
-  while (next < copies.size()) {
+  size_t next = 0, next_word = 0;
+  while (next < copies.size() || next_word < writes.size()) {
     CopyJobs jobs{};
     int64_t largest = 0;
+    for (; next_word < writes.size() && jobs.words < kWordsPerLaunch; ++next_word, ++jobs.words) {
+      jobs.word_dst[jobs.words] = writes[next_word].dst;
+      jobs.word_value[jobs.words] = writes[next_word].value;
+    }
     for (; next < copies.size() && jobs.count < kJobsPerLaunch; ++next) {
       if (copies[next].nbytes == 0) continue;
       jobs.src[jobs.count] = static_cast<const char*>(copies[next].src);
@@ -61,7 +71,7 @@ void CudaBackend::copy_within(Device device, std::span<const ByteCopy> copies) {
       largest = std::max(largest, jobs.nbytes[jobs.count]);
       ++jobs.count;
     }
-    if (jobs.count == 0) continue;
+    if (jobs.count == 0 && jobs.words == 0) continue;
     const int64_t blocks = std::clamp<int64_t>((largest / 16 + kThreads - 1) / kThreads, 1, 1024);
     copy_jobs_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(jobs);
     check(cudaGetLastError(), "copy_within");

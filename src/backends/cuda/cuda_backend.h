@@ -17,7 +17,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Storage> allocate(size_t nbytes, Device device) override;
   // One kernel launch for all the copies (a cudaMemcpyAsync costs the host
   // more than a launch).
-  void copy_within(Device device, std::span<const ByteCopy> copies) override;
+  void copy_within(Device device, std::span<const ByteCopy> copies, std::span<const WordWrite> writes = {}) override;
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
                   bool non_blocking) override;
   std::shared_ptr<Storage> allocate_pinned(size_t nbytes) override;

@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
 #include "backends/factory_formulas.h"
+#include "ops/random.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -57,21 +58,32 @@ struct EyeF {
   int64_t m;
   __device__ int64_t operator()(int64_t i) const { return int64_t(i / m == i % m); }
 };
+// A random op's seed and offset: its attributes', or, in a recorded device
+// graph, the seed and base offset in device memory (ops::recorded_philox)
+// with the attribute's offset added.
+struct PhiloxAt {
+  uint64_t seed, offset;
+  const uint64_t* words;
+  __device__ uint64_t s() const { return words ? words[0] : seed; }
+  __device__ uint64_t o() const { return words ? words[1] + offset : offset; }
+};
+PhiloxAt philox_at(const KernelCall& c, size_t seed_attr) {
+  return {static_cast<uint64_t>(c.attrs.i(seed_attr)), static_cast<uint64_t>(c.attrs.i(seed_attr + 1)),
+          ops::recorded_philox()};
+}
 struct RandF {
   bool dbl;
-  uint64_t seed, offset;
-  __device__ double operator()(int64_t i) const { return factory::rand_at(dbl, seed, offset + i); }
+  PhiloxAt p;
+  __device__ double operator()(int64_t i) const { return factory::rand_at(dbl, p.s(), p.o() + i); }
 };
 struct RandnF {
-  uint64_t seed, offset;
-  __device__ double operator()(int64_t i) const { return philox::normal(seed, offset + i); }
+  PhiloxAt p;
+  __device__ double operator()(int64_t i) const { return philox::normal(p.s(), p.o() + i); }
 };
 struct RandintF {
   int64_t low, high;
-  uint64_t seed, offset;
-  __device__ int64_t operator()(int64_t i) const {
-    return factory::randint_at(low, high, seed, offset + i);
-  }
+  PhiloxAt p;
+  __device__ int64_t operator()(int64_t i) const { return factory::randint_at(low, high, p.s(), p.o() + i); }
 };
 
 }  // namespace
@@ -103,16 +115,11 @@ void register_cuda_factory_kernels(KernelTable& t) {
   });
   t.set(OpId::eye, [](const KernelCall& c) { generate(c.out(), EyeF{c.attrs.i(1)}); });
   t.set(OpId::rand, [](const KernelCall& c) {
-    generate(c.out(), RandF{c.out().dtype() == kFloat64, static_cast<uint64_t>(c.attrs.i(3)),
-                            static_cast<uint64_t>(c.attrs.i(4))});
+    generate(c.out(), RandF{c.out().dtype() == kFloat64, philox_at(c, 3)});
   });
-  t.set(OpId::randn, [](const KernelCall& c) {
-    generate(c.out(),
-             RandnF{static_cast<uint64_t>(c.attrs.i(3)), static_cast<uint64_t>(c.attrs.i(4))});
-  });
+  t.set(OpId::randn, [](const KernelCall& c) { generate(c.out(), RandnF{philox_at(c, 3)}); });
   t.set(OpId::randint, [](const KernelCall& c) {
-    generate(c.out(), RandintF{c.attrs.i(5), c.attrs.i(6), static_cast<uint64_t>(c.attrs.i(3)),
-                               static_cast<uint64_t>(c.attrs.i(4))});
+    generate(c.out(), RandintF{c.attrs.i(5), c.attrs.i(6), philox_at(c, 3)});
   });
 }
 

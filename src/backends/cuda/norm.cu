@@ -19,6 +19,7 @@
 #include "core/philox.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
+#include "ops/random.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -320,9 +321,12 @@ void batch_norm_op(const KernelCall& c) {
 
 // dropout: element i is kept iff philox::uniform_f32(seed, offset + i) >= p,
 // the CPU's rule, so both backends drop the same elements.
+// In a recorded device graph, the seed and base offset are read from
+// `words` (ops::recorded_philox), and `offset` is added to the base.
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t n, double p, dcompute_t<T> scale,
-                               uint64_t seed, uint64_t offset) {
+                               uint64_t seed, uint64_t offset, const uint64_t* words) {
+  if (words) seed = words[0], offset += words[1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const bool keep = philox::uniform_f32(seed, offset + static_cast<uint64_t>(i)) >= p;
@@ -341,7 +345,7 @@ void dropout_op(const KernelCall& c) {
       const C scale = p < 1 ? static_cast<C>(1 / (1 - p)) : C(0);
       dropout_kernel<T><<<grid_for(x.numel()), kThreads, 0, stream_for(x)>>>(
           static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out().data_ptr()), x.numel(), p,
-          scale, static_cast<uint64_t>(c.attrs.i(1)), static_cast<uint64_t>(c.attrs.i(2)));
+          scale, static_cast<uint64_t>(c.attrs.i(1)), static_cast<uint64_t>(c.attrs.i(2)), ops::recorded_philox());
     } else {
       unsupported_dtype(c, x.dtype());
     }

@@ -44,6 +44,18 @@ PhiloxDraw draw_philox(Generator* g, int64_t n) {
 }
 }  // namespace ops
 
+namespace ops {
+namespace {
+thread_local const uint64_t* t_recorded_philox = nullptr;
+}  // namespace
+
+const uint64_t* recorded_philox() noexcept { return t_recorded_philox; }
+RecordedPhiloxScope::RecordedPhiloxScope(const uint64_t* words) noexcept : previous_(t_recorded_philox) {
+  t_recorded_philox = words;
+}
+RecordedPhiloxScope::~RecordedPhiloxScope() { t_recorded_philox = previous_; }
+}  // namespace ops
+
 uint64_t Generator::advance(uint64_t n) noexcept {
   // Keep offsets even so that Box-Muller pairs never straddle two ops.
   const uint64_t start = offset_;
