@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -51,6 +53,28 @@ struct Block : nn::Module {
     return (y.softmax(-1) * 2.0).view({-1, 4, 4}).sum({2});
   }
 };
+
+// Two Blocks on the GPU with equal parameters.
+std::pair<std::unique_ptr<Block>, std::unique_ptr<Block>> twin_blocks(uint64_t seed) {
+  manual_seed(seed);
+  auto one = std::make_unique<Block>();
+  manual_seed(seed);
+  auto two = std::make_unique<Block>();
+  one->to(Device::cuda());
+  two->to(Device::cuda());
+  return {std::move(one), std::move(two)};
+}
+
+// One optimizer step of a Block on mean squared error; with `dropouts`, its
+// input and output go through dropout (training).
+Tensor train_block(Block& m, optim::Optimizer& o, const Tensor& x, const Tensor& y, bool dropouts = false) {
+  o.zero_grad();
+  Tensor out = m.forward(dropouts ? F::dropout(x, 0.2, true) : x);
+  Tensor loss = F::mse_loss(dropouts ? F::dropout(out, 0.5, true) : out, y);
+  loss.backward();
+  o.step();
+  return loss;
+}
 
 TEST(ReduceOverhead, OnTheCpuGraphsRunTheExecutableAndExplainSaysWhy) {
   Block block;
@@ -215,27 +239,15 @@ TEST(ReduceOverhead, EachGraphOfAGraphBreakIsRecordedOnItsOwn) {
 
 TEST(ReduceOverhead, AWholeTrainingStepIsOneCudaGraphEqualToEager) {
   REQUIRE_CUDA();
-  manual_seed(12);
-  Block net;
-  manual_seed(12);
-  Block eager_net;
-  net.to(Device::cuda());
-  eager_net.to(Device::cuda());
-  optim::SGD opt(net.parameters(), {.lr = 0.05, .weight_decay = 1e-4});
-  optim::SGD eager_opt(eager_net.parameters(), {.lr = 0.05, .weight_decay = 1e-4});
-  const auto train = [](Block& m, optim::SGD& o, const Tensor& x, const Tensor& y) {
-    o.zero_grad();
-    Tensor loss = F::mse_loss(m.forward(x), y);
-    loss.backward();
-    o.step();
-    return loss;
-  };
-  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train(net, opt, x, y); },
+  auto [net, eager_net] = twin_blocks(12);
+  optim::SGD opt(net->parameters(), {.lr = 0.05, .weight_decay = 1e-4});
+  optim::SGD eager_opt(eager_net->parameters(), {.lr = 0.05, .weight_decay = 1e-4});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_block(*net, opt, x, y); },
                             {.mode = Mode::ReduceOverhead, .name = "step"});
   for (int i = 0; i < 6; ++i) {
     const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
-    EXPECT_TRUE(same(step(x, y), train(eager_net, eager_opt, x, y))) << i;
-    const auto p = net.parameters(), q = eager_net.parameters();
+    EXPECT_TRUE(same(step(x, y), train_block(*eager_net, eager_opt, x, y))) << i;
+    const auto p = net->parameters(), q = eager_net->parameters();
     for (size_t k = 0; k < p.size(); ++k) {
       EXPECT_TRUE(same(p[k], q[k])) << "parameter " << k << " after step " << i;
       EXPECT_TRUE(same(p[k].grad(), q[k].grad())) << "gradient " << k << " after step " << i;
@@ -250,21 +262,9 @@ TEST(ReduceOverhead, AWholeTrainingStepIsOneCudaGraphEqualToEager) {
 
 TEST(ReduceOverhead, AnAdamStepIsOneCudaGraphCountingOnTheDevice) {
   REQUIRE_CUDA();
-  manual_seed(13);
-  Block net;
-  manual_seed(13);
-  Block eager_net;
-  net.to(Device::cuda());
-  eager_net.to(Device::cuda());
-  optim::AdamW opt(net.parameters(), {.lr = 1e-2}), eager_opt(eager_net.parameters(), {.lr = 1e-2});
-  const auto train = [](Block& m, optim::Optimizer& o, const Tensor& x, const Tensor& y) {
-    o.zero_grad();
-    Tensor loss = F::mse_loss(m.forward(x), y);
-    loss.backward();
-    o.step();
-    return loss;
-  };
-  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train(net, opt, x, y); },
+  auto [net, eager_net] = twin_blocks(13);
+  optim::AdamW opt(net->parameters(), {.lr = 1e-2}), eager_opt(eager_net->parameters(), {.lr = 1e-2});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_block(*net, opt, x, y); },
                             {.mode = Mode::ReduceOverhead, .name = "adam_step"});
   // Within float32's tolerance of eager's host-counted steps.
   const auto close = [](const Tensor& a, const Tensor& b) {
@@ -272,8 +272,8 @@ TEST(ReduceOverhead, AnAdamStepIsOneCudaGraphCountingOnTheDevice) {
   };
   for (int i = 0; i < 6; ++i) {
     const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
-    EXPECT_TRUE(close(step(x, y), train(eager_net, eager_opt, x, y))) << i;
-    const auto p = net.parameters(), q = eager_net.parameters();
+    EXPECT_TRUE(close(step(x, y), train_block(*eager_net, eager_opt, x, y))) << i;
+    const auto p = net->parameters(), q = eager_net->parameters();
     for (size_t k = 0; k < p.size(); ++k) EXPECT_TRUE(close(p[k], q[k])) << "parameter " << k << " after step " << i;
   }
   const ExplainReport r = step.explain();
@@ -331,29 +331,17 @@ TEST(ReduceOverhead, RandomOpsDrawAnewAtEveryReplayAsEagerDraws) {
 
 TEST(ReduceOverhead, ATrainingStepWithDropoutIsOneCudaGraphEqualToEager) {
   REQUIRE_CUDA();
-  manual_seed(14);
-  Block net;
-  manual_seed(14);
-  Block eager_net;
-  net.to(Device::cuda());
-  eager_net.to(Device::cuda());
-  optim::SGD opt(net.parameters(), {.lr = 0.05}), eager_opt(eager_net.parameters(), {.lr = 0.05});
-  const auto train = [](Block& m, optim::SGD& o, const Tensor& x, const Tensor& y) {
-    o.zero_grad();
-    Tensor loss = F::mse_loss(F::dropout(m.forward(F::dropout(x, 0.2, true)), 0.5, true), y);
-    loss.backward();
-    o.step();
-    return loss;
-  };
-  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train(net, opt, x, y); },
+  auto [net, eager_net] = twin_blocks(14);
+  optim::SGD opt(net->parameters(), {.lr = 0.05}), eager_opt(eager_net->parameters(), {.lr = 0.05});
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_block(*net, opt, x, y, true); },
                             {.mode = Mode::ReduceOverhead});
   for (int i = 0; i < 6; ++i) {
     const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
     manual_seed(900 + static_cast<uint64_t>(i));
     const Tensor loss = step(x, y);
     manual_seed(900 + static_cast<uint64_t>(i));
-    EXPECT_TRUE(same(loss, train(eager_net, eager_opt, x, y))) << i;
-    const auto p = net.parameters(), q = eager_net.parameters();
+    EXPECT_TRUE(same(loss, train_block(*eager_net, eager_opt, x, y, true))) << i;
+    const auto p = net->parameters(), q = eager_net->parameters();
     for (size_t k = 0; k < p.size(); ++k) EXPECT_TRUE(same(p[k], q[k])) << "parameter " << k << " after step " << i;
   }
   const ExplainReport r = step.explain();
