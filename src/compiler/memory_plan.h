@@ -4,9 +4,10 @@
 //
 // A storage lives from the node that makes it to the last node that reads or
 // writes any value in it (views included). A node's workspace (the bytes its
-// kernel asks for while it runs, ops/workspace.h) lives for that node only. Storages that hold a graph output
-// (or a view of one) leave the graph and are allocated on their own; inputs,
-// captured values and constants are the caller's.
+// kernel asks for while it runs, ops/workspace.h) lives for that node only.
+// Storages that hold a graph output (or a view of one) leave the graph and
+// are allocated on their own; inputs, captured values and constants are the
+// caller's.
 #pragma once
 
 #include <cstddef>
@@ -47,8 +48,8 @@ struct MemoryPlan {
 // the device of the node's first output.
 MemoryPlan plan_memory(const Graph& graph, std::span<const size_t> workspaces = {});
 
-// Checks that no two storages live at one time overlap in an arena; throws
-// kiln::Error naming them. Tests run it on every plan.
+// Checks that no two storages or workspaces alive at one time overlap in an
+// arena; throws kiln::Error naming them. Tests run it on every plan.
 void check_plan(const Graph& graph, const MemoryPlan& plan);
 
 }  // namespace kiln::compiler
