@@ -55,6 +55,7 @@ bool requires_grad(const Tensor& t) {
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   AutogradMeta& m = ensure_meta(leaf);
+  std::lock_guard lock(m.accumulator_mutex);
   if (auto existing = m.grad_accumulator.lock()) return existing;
   auto acc = std::make_shared<AccumulateGrad>(leaf);
   m.grad_accumulator = acc;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,10 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;         // which output of grad_fn this tensor is
   // A leaf's accumulator, shared by every use of the leaf in the graph.
+  // Threads that build graphs over one leaf at once (eager or tracing)
+  // make and read it under accumulator_mutex.
   std::weak_ptr<Node> grad_accumulator;
+  std::mutex accumulator_mutex;
   bool retains_grad = false;
   // Hooks of a leaf (a non-leaf's hooks live on its grad_fn).
   std::vector<std::pair<int64_t, Node::Hook>> leaf_hooks;
