@@ -55,7 +55,7 @@ bool requires_grad(const Tensor& t) {
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   AutogradMeta& m = ensure_meta(leaf);
-  std::lock_guard lock(m.accumulator_mutex);
+  std::lock_guard lock(m.leaf_mutex);
   if (auto existing = m.grad_accumulator.lock()) return existing;
   auto acc = std::make_shared<AccumulateGrad>(leaf);
   m.grad_accumulator = acc;

@@ -18,10 +18,11 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;         // which output of grad_fn this tensor is
   // A leaf's accumulator, shared by every use of the leaf in the graph.
-  // Threads that build graphs over one leaf at once (eager or tracing)
-  // make and read it under accumulator_mutex.
   std::weak_ptr<Node> grad_accumulator;
-  std::mutex accumulator_mutex;
+  // Threads may build graphs over one leaf and run their backward passes at
+  // once (eager, or tracing one compiled function): the accumulator is made
+  // and a gradient accumulated into `grad` under this lock.
+  std::mutex leaf_mutex;
   bool retains_grad = false;
   // Hooks of a leaf (a non-leaf's hooks live on its grad_fn).
   std::vector<std::pair<int64_t, Node::Hook>> leaf_hooks;

@@ -145,6 +145,7 @@ TensorList AccumulateGrad::apply(TensorList grads) {
     if (replaced.defined()) g = check_hook_result(replaced, g, "AccumulateGrad");
   }
   if (!g.defined()) return {};
+  std::lock_guard lock(m.leaf_mutex);  // other threads' backward passes into this leaf
   if (!m.grad.defined()) {
     // Keep the gradient only when nothing else can see or write its storage.
     const bool owned = !is_grad_enabled() && g.storage().use_count() == 1 && g.is_contiguous() &&

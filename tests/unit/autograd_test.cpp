@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "kiln/autograd.h"
 #include "kiln/kiln.h"
@@ -213,6 +214,23 @@ TEST(Autograd, GradReturnsWithoutAccumulating) {
                            {"grad", "not used"});
   auto both = autograd::grad({y}, {x, u}, {}, {.allow_unused = true});
   EXPECT_FALSE(both[1].defined());
+}
+
+// As PyTorch's: threads may run backward passes into shared leaves at once
+// (each thread's graph links the leaf's accumulator, then adds to its grad).
+TEST(Autograd, ThreadsBackpropagateIntoSharedLeavesAtOnce) {
+  Tensor w = vec({1, 2, 3}).requires_grad_();
+  constexpr int kThreads = 8, kRounds = 50;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&w, t] {
+      for (int i = 0; i < kRounds; ++i) (w * static_cast<double>(t + 1)).sum().backward();
+    });
+  }
+  for (auto& th : threads) th.join();
+  // Whole numbers: every order of the additions gives the same sum.
+  const double each = kRounds * kThreads * (kThreads + 1) / 2.0;
+  expect_values(w.grad(), {each, each, each});
 }
 
 TEST(Autograd, BackwardOnANonScalarNeedsAGradient) {
