@@ -127,9 +127,6 @@ class Optimizer {
   virtual std::vector<std::string> state_names(const GroupOptions& options) const = 0;
   // Whether ParamState::step is part of the state (state.<i>.step).
   virtual bool counts_steps() const noexcept = 0;
-  // Whether a step recorded by kiln::compile may make a parameter's state
-  // (as zeros, outside the graph) and count on the device.
-  virtual bool records_first_step() const noexcept { return false; }
 
   // Checks that the option is 0 or 1 (a bool kept as a double).
   void check_flag(const GroupOptions& options, std::string_view name) const;
@@ -158,7 +155,9 @@ class Optimizer {
 //   buf = first step ? g : momentum * buf + (1 - dampening) * g     (momentum != 0)
 //   g = nesterov ? g + momentum * buf : buf
 //   p -= lr * g
-// State: momentum_buffer (with momentum only); no step count.
+// State: momentum_buffer (with momentum only); no step count. A step
+// recorded by kiln::compile makes the buffer as zeros, which the update takes
+// g whole into on the first step (with dampening, counting on the device).
 struct SGDOptions {
   double lr = 1e-3;
   double momentum = 0;
@@ -219,7 +218,6 @@ class Adam : public Optimizer {
   void update_group(const ParamGroup& group, std::span<ParamState> states) override;
   std::vector<std::string> state_names(const GroupOptions& options) const override;
   bool counts_steps() const noexcept override { return true; }
-  bool records_first_step() const noexcept override { return true; }
 
  private:
   bool decoupled_weight_decay_ = false;

@@ -123,19 +123,12 @@ void Optimizer::step() {
   if (compiler::Tracer* tracer = compiler::Tracer::active()) {
     // Inside kiln::compile the update is recorded. A graph holds numbers as
     // constants: the options are guarded (a changed learning rate traces
-    // anew), and what only changes on the host cannot be recorded. The state
-    // tensors are captured: a state_dict loaded in their place traces anew.
+    // anew). State a first step makes is made outside the graph and captured
+    // (each optimizer's update_group); a state_dict loaded in place of the
+    // captured tensors traces anew.
     tracer->add_host_guard(detail::str_cat(name_, " load_state_dict calls"),
                            [this] { return static_cast<double>(state_epoch_); });
     for (size_t g = 0; g < groups_.size(); ++g) {
-      const bool stateful = !records_first_step() && !state_names(groups_[g].options).empty();
-      for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-        if (stateful && groups_[g].params[i].grad().defined() && state_[g][i].empty()) {
-          throw Error(detail::str_cat("optim: ", name_, ".step() inside kiln::compile: parameter ", i, " of group ", g,
-                                      " has no state yet, and its first step would make it on the host; run one "
-                                      "step eagerly before compiling the step"));
-        }
-      }
       for (const auto& [option, value] : groups_[g].options) {
         tracer->add_host_guard(detail::str_cat(name_, " group ", g, " ", option), [this, g, option = option] {
           return g < groups_.size() ? groups_[g].get(option) : std::nan("");

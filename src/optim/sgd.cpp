@@ -1,6 +1,15 @@
 // torch.optim.SGD: momentum, dampening, Nesterov, weight decay, maximize.
+//
+// A first step with momentum makes the buffer from the gradient. Recorded by
+// kiln::compile, the buffer is made as zeros outside the graph instead, and
+// the graph's update `momentum * buf + (1 - dampening) * g` takes g whole on
+// the first call: with dampening 0 that is eager's first step as it stands;
+// otherwise the step counts on the device (ParamState::step_count) and the
+// first call's factor is 1.
 #include <cmath>
 
+#include "compiler/capture.h"
+#include "kiln/ops/factory.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/optim.h"
 #include "optim/options.h"
@@ -63,6 +72,7 @@ void SGD::update_group(const ParamGroup& group, std::span<ParamState> states) {
   const double weight_decay = option_value(o, "weight_decay");
   const bool nesterov = option_flag(o, "nesterov");
   const bool maximize = option_flag(o, "maximize");
+  const bool traced = compiler::Tracer::active() != nullptr;
   for (size_t i = 0; i < group.params.size(); ++i) {
     Tensor p = group.params[i];
     Tensor g = p.grad();
@@ -71,10 +81,21 @@ void SGD::update_group(const ParamGroup& group, std::span<ParamState> states) {
     if (maximize) g = neg(g);
     if (weight_decay != 0) g = add(g, p, weight_decay);
     if (momentum != 0) {
-      Tensor* buf = states[i].find(kMomentumBuffer);
+      ParamState& st = states[i];
+      Tensor* buf = st.find(kMomentumBuffer);
+      if (!buf && traced) {
+        compiler::TracerPause untraced;
+        buf = &st.get_or_zeros(kMomentumBuffer, p);
+        if (dampening != 0) st.step_count = scalar_tensor(0.0, {.dtype = kFloat32, .device = p.device()});
+      }
       if (!buf) {
-        states[i].tensors.emplace_back(std::string(kMomentumBuffer), g.clone());
-        buf = &states[i].tensors.back().second;
+        st.tensors.emplace_back(std::string(kMomentumBuffer), g.clone());
+        buf = &st.tensors.back().second;
+      } else if (st.step_count.defined()) {
+        // 1 on the first step, then 1 - dampening.
+        const Tensor factor = st.step_count.clamp(std::nullopt, 1.0).mul_(-dampening).add_(1.0).to(g.dtype());
+        st.step_count.add_(1);
+        buf->mul_(momentum).add_(mul(g, factor));
       } else {
         buf->mul_(momentum).add_(g, 1 - dampening);
       }

@@ -128,26 +128,31 @@ TEST(TrainingStep, GradientsAccumulateAcrossCallsAsInEager) {
 }
 
 TEST(TrainingStep, MomentumStateAndLearningRateChanges) {
-  auto [net, eager_net] = twins(7);
-  optim::SGD opt(net->parameters(), {.lr = 0.05, .momentum = 0.9});
-  optim::SGD eager_opt(eager_net->parameters(), {.lr = 0.05, .momentum = 0.9});
-  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
-                            {.name = "step"});
-  const Tensor x = randn({4, 6}), y = randn({4, 3});
-  // Momentum buffers are made by the first step: it cannot be recorded.
-  expect_error<Error>([&] { step(x, y); }, "SGD.step() inside kiln::compile", "run one step eagerly");
-  (void)train_step(*net, opt, x, y);
-  (void)train_step(*eager_net, eager_opt, x, y);
-  for (int i = 0; i < 5; ++i) {
-    if (i == 3) {  // a schedule's change: the graph's constant is stale, so it traces anew
-      opt.set_lr(0, 0.01);
-      eager_opt.set_lr(0, 0.01);
+  for (const bool nesterov : {false, true}) {
+    SCOPED_TRACE(nesterov ? "nesterov" : "momentum");
+    auto [net, eager_net] = twins(7);
+    const optim::SGDOptions options{.lr = 0.05, .momentum = 0.9, .nesterov = nesterov};
+    optim::SGD opt(net->parameters(), options);
+    optim::SGD eager_opt(eager_net->parameters(), options);
+    const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+                              {.name = "step"});
+    const Tensor x = randn({4, 6}), y = randn({4, 3});
+    // The first step is recorded too: its buffers are made as zeros outside
+    // the graph, and the update takes the first gradient whole, as eager's.
+    for (int i = 0; i < 6; ++i) {
+      if (i == 4) {  // a schedule's change: the graph's constant is stale, so it traces anew
+        opt.set_lr(0, 0.01);
+        eager_opt.set_lr(0, 0.01);
+      }
+      EXPECT_TRUE(same(step(x, y), train_step(*eager_net, eager_opt, x, y))) << i;
+      expect_same_parameters(*net, *eager_net, i);
     }
-    EXPECT_TRUE(same(step(x, y), train_step(*eager_net, eager_opt, x, y))) << i;
-    expect_same_parameters(*net, *eager_net, i);
+    const ExplainReport r = step.explain();
+    EXPECT_EQ(r.stats.traces, 3) << r.to_string();  // without gradients, with them, the new lr
+    EXPECT_NE(r.to_string().find("SGD group 0 lr was 0.05, now 0.01"), std::string::npos) << r.to_string();
+    const StateDict state = opt.state_dict(), eager_state = eager_opt.state_dict();
+    EXPECT_EQ(state.keys(), eager_state.keys());
   }
-  EXPECT_NE(step.explain().to_string().find("SGD group 0 lr was 0.05, now 0.01"), std::string::npos)
-      << step.explain().to_string();
 }
 
 // Within float32's documented tolerance: a recorded Adam step computes its
@@ -161,6 +166,34 @@ void expect_close_parameters(Net& got, Net& want, const std::string& what) {
   const auto p = got.parameters(), q = want.parameters();
   ASSERT_EQ(p.size(), q.size());
   for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(close(p[i], q[i])) << "parameter " << i << " " << what;
+}
+
+TEST(TrainingStep, DampenedMomentumCountsItsFirstStepOnTheDevice) {
+  auto [net, eager_net] = twins(8);
+  const optim::SGDOptions options{.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01};
+  optim::SGD opt(net->parameters(), options);
+  optim::SGD eager_opt(eager_net->parameters(), options);
+  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+                            {.name = "dampened"});
+  Generator gen(9);
+  for (int i = 0; i < 5; ++i) {
+    const Tensor x = randn({4, 6}, {}, &gen), y = randn({4, 3}, {}, &gen);
+    // The factor (1 on the first step, then 1 - dampening) is a tensor.
+    const Tensor loss = step(x, y), eager_loss = train_step(*eager_net, eager_opt, x, y);
+    if (i == 0) {
+      EXPECT_TRUE(same(loss, eager_loss));
+      expect_same_parameters(*net, *eager_net, 0);
+    }
+    EXPECT_TRUE(close(loss, eager_loss)) << i;
+    expect_close_parameters(*net, *eager_net, detail::str_cat("after step ", i));
+  }
+  EXPECT_EQ(step.stats().traces, 2);
+  EXPECT_EQ(step.stats().replays, 5);
+  // Eager steps after the recorded ones go on from the device's count.
+  opt.step();
+  eager_opt.step();
+  expect_close_parameters(*net, *eager_net, "after an eager step");
+  EXPECT_EQ(opt.state_dict().keys(), eager_opt.state_dict().keys());
 }
 
 struct AdamCase {
