@@ -5,16 +5,6 @@
 namespace kiln::compiler {
 namespace {
 
-const char* kind_name(ValueKind k) {
-  switch (k) {
-    case ValueKind::kInput: return "an argument";
-    case ValueKind::kCaptured: return "a captured tensor";
-    case ValueKind::kConstant: return "a constant";
-    case ValueKind::kNode: return "a result";
-  }
-  return "a value";
-}
-
 // Elements from a layout's first to its last, inclusive (0 when empty).
 int64_t extent(const Shape& sizes, const Shape& strides) {
   int64_t last = 0;
@@ -63,6 +53,10 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
   }
   if (out.empty() && devices.size() > 1) out.push_back("it uses several CUDA devices");
   if (devices.empty()) out.push_back("it has no tensors on a device (nothing to record)");
+  const bool launches = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) {
+    return n.inplace() || !ops::op_schema(n.op).has_flag(ops::kView);
+  });
+  if (!launches) out.push_back("it launches no kernels (nothing to record)");
   const std::vector<bool> written = written_storages(g);
   std::vector<int32_t> input_of_storage(g.storages().size(), -1);
   for (size_t i = 0; i < g.inputs().size(); ++i) {
@@ -73,17 +67,10 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
     }
     input_of_storage[s] = static_cast<int32_t>(i);
   }
-  std::vector<int32_t> output_of_storage(g.storages().size(), -1);
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value& v = g.value(g.outputs()[i]);
-    const auto s = static_cast<size_t>(v.storage);
-    const Value& root = g.value(g.storages()[s].root);
-    if (root.kind != ValueKind::kNode) {
-      out.push_back(detail::str_cat("result ", i, " is ", kind_name(root.kind), " or a view of one"));
-    } else if (output_of_storage[s] >= 0) {
-      out.push_back(detail::str_cat("results ", output_of_storage[s], " and ", i, " share memory"));
-    }
-    output_of_storage[s] = static_cast<int32_t>(i);
+    const Value& root = g.value(g.storages()[static_cast<size_t>(v.storage)].root);
+    if (root.kind == ValueKind::kConstant) out.push_back(detail::str_cat("result ", i, " is a constant or a view of one"));
   }
   return out;
 }
@@ -144,6 +131,54 @@ void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
   graph_->record([&] { static_outputs_ = exe_->run(static_inputs_, {}, &philox); });
   drawn_.clear();
   for (const auto& slot : philox.slots) drawn_.push_back(slot.drawn);
+  plan_results();
+}
+
+void GraphedExecutable::plan_results() {
+  const Graph& g = exe_->trace().graph;
+  results_.assign(g.outputs().size(), Result{});
+  groups_.clear();
+  std::vector<const Storage*> group_storage;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const Value& v = g.value(g.outputs()[i]);
+    const Value& root = g.value(g.storages()[static_cast<size_t>(v.storage)].root);
+    Result& r = results_[i];
+    r.kind = root.kind;
+    if (root.kind == ValueKind::kInput || root.kind == ValueKind::kCaptured) {
+      r.source = root.slot;
+      r.offset = v.offset - root.offset;
+      continue;
+    }
+    const Tensor& s = static_outputs_[i];
+    const auto found = std::find(group_storage.begin(), group_storage.end(), s.storage().get());
+    r.group = static_cast<int32_t>(found - group_storage.begin());
+    if (found == group_storage.end()) {
+      group_storage.push_back(s.storage().get());
+      groups_.push_back({});
+    }
+  }
+  // Each group's bytes: from the lowest of its results' first bytes (down to
+  // 16 bytes, so that every result's offset is whole elements) to the
+  // highest of their last.
+  std::vector<std::pair<const char*, const char*>> span(groups_.size(), {nullptr, nullptr});
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (results_[i].group < 0) continue;
+    const Tensor& s = static_outputs_[i];
+    auto& [lo, hi] = span[static_cast<size_t>(results_[i].group)];
+    const char* first = bytes_of(s);
+    const char* last = first + static_cast<size_t>(extent(s.sizes(), s.strides())) * s.element_size();
+    const char* base = static_cast<const char*>(s.storage()->data());
+    first = base + ((first - base) & ~std::ptrdiff_t{15});
+    if (!lo || first < lo) lo = first;
+    if (!hi || last > hi) hi = last;
+  }
+  for (size_t k = 0; k < groups_.size(); ++k) groups_[k] = {span[k].first, static_cast<size_t>(span[k].second - span[k].first)};
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (results_[i].group < 0) continue;
+    const Tensor& s = static_outputs_[i];
+    results_[i].offset = (bytes_of(s) - groups_[static_cast<size_t>(results_[i].group)].first) /
+                         static_cast<std::ptrdiff_t>(s.element_size());
+  }
 }
 
 size_t GraphedExecutable::pool_bytes() const { return graph_->pool_bytes(); }
@@ -182,13 +217,32 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   }
   backend.copy_within(device_, copies, writes);
   graph_->launch();
-  results.clear();
   copies.clear();
-  for (const Tensor& s : static_outputs_) {
-    results.push_back(empty_strided(s.sizes(), s.strides(), s.dtype(), s.device()));
-    copies.push_back(extent_copy(results.back(), s));
+  std::vector<std::shared_ptr<Storage>> out(groups_.size());
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    out[k] = backend.allocate(groups_[k].nbytes, device_);
+    copies.push_back({out[k]->data(), groups_[k].first, groups_[k].nbytes});
   }
   backend.copy_within(device_, copies);
+  results.clear();
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const Result& r = results_[i];
+    const Tensor& s = static_outputs_[i];  // its layout
+    auto impl = std::make_shared<TensorImpl>();
+    impl->sizes = s.sizes();
+    impl->strides = s.strides();
+    impl->dtype = s.dtype();
+    if (r.group >= 0) {
+      impl->storage = out[static_cast<size_t>(r.group)];
+      impl->offset = r.offset;
+    } else {
+      const Tensor& source = r.kind == ValueKind::kInput ? inputs[static_cast<size_t>(r.source)]
+                                                         : captured[static_cast<size_t>(r.source)];
+      impl->storage = source.storage();
+      impl->offset = source.storage_offset() + r.offset;
+    }
+    results.push_back(Tensor(std::move(impl)));
+  }
   last_stream_ = stream;
   return Outcome::kRan;
 }

@@ -6,7 +6,10 @@
 // all in memory private to the graph (backend::DeviceGraph). A call copies
 // its arguments in, launches the graph and copies the results out into
 // fresh tensors on the current stream, so results stay valid for as long as
-// the caller keeps them, as in eager mode. Captured tensors (parameters,
+// the caller keeps them, as in eager mode. Results that share memory are
+// copied out together, into one fresh storage, so they share it as eager's
+// do; a result that is an argument or a captured tensor (or a view of one)
+// is that tensor's view, made on the host, as eager's is. Captured tensors (parameters,
 // buffers) are read where they are: updates made to them in place are seen;
 // a captured tensor that moved to other memory makes the call report kMoved,
 // and the caller records anew.
@@ -52,8 +55,26 @@ class GraphedExecutable {
   // bytes (0: grows by segments).
   void record(const TensorList& inputs, size_t reserve);
 
+  // How each result is made at a call: a view of an argument or captured
+  // tensor (`source` >= 0, its slot), or of a storage copied out of the
+  // graph (`source` < 0: the group it shares with the results of the same
+  // static storage).
+  struct Result {
+    ValueKind kind = ValueKind::kNode;
+    int32_t source = -1;    // the argument's or captured tensor's slot
+    int64_t offset = 0;     // elements from the source's offset, or from the group's first byte
+    int32_t group = -1;
+  };
+  struct Group {  // results of one static storage: the bytes copied out for them
+    const char* first = nullptr;
+    size_t nbytes = 0;
+  };
+  void plan_results();
+
   std::shared_ptr<const Executable> exe_;
   Device device_;
+  std::vector<Result> results_;
+  std::vector<Group> groups_;
   std::unique_ptr<backend::DeviceGraph> graph_;
   TensorList static_inputs_, static_outputs_;
   std::vector<const void*> captured_at_;  // where each captured tensor's data was when recorded
