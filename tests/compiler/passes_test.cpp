@@ -9,6 +9,7 @@
 #include "compiler/executable.h"
 #include "compiler/passes/pass.h"
 #include "kiln/kiln.h"
+#include "ops/dispatch.h"
 
 namespace kiln::compiler {
 namespace {
@@ -143,9 +144,120 @@ TEST(Passes, ThePipelineKeepsModelsExact) {
   for (const auto& [f, args] : cases) {
     std::vector<PassReport> reports;
     const Trace t = run_passes(trace_of(f, args), &reports);
-    ASSERT_EQ(reports.size(), 4u);
+    ASSERT_EQ(reports.size(), 5u);
     EXPECT_LE(reports.back().nodes_after, reports.front().nodes_before);
     expect_equivalent(t, f, args);
+  }
+}
+
+// Eval-mode batch norms with fixed statistics and affine parameters.
+struct Norms {
+  explicit Norms(int64_t channels) : a(channels), b(channels), c(channels) {
+    for (auto* bn : {&a, &b, &c}) {
+      bn->eval();
+      NoGradGuard no_grad;
+      bn->running_mean.copy_(randn({channels}));
+      bn->running_var.copy_(rand({channels}) + 0.5);
+      bn->weight.copy_(randn({channels}));
+      bn->bias.copy_(randn({channels}));
+    }
+  }
+  nn::BatchNorm2d a, b, c;
+};
+
+TEST(Passes, EvalBatchNormFusesWithTheResidualAddAndReluAfterIt) {
+  manual_seed(7);
+  NoGradGuard no_grad;
+  Norms n(4);
+  const Program f = [&](const TensorList& a) {
+    const Tensor h = n.a(a[0]).relu();  // batch_norm -> relu
+    Tensor out = n.b(h * 2.0);
+    out += a[1];                        // y += r, in place, then relu_
+    out.relu_();
+    const Tensor skip = a[1] + n.c(a[0]);  // r + y, no relu
+    const Tensor twice = n.a(a[0]);        // read twice: left alone
+    const Tensor e = twice.exp();
+    return TensorList{out, skip, e + twice.sin()};
+  };
+  const TensorList args = {randn({2, 4, 3, 5}), randn({2, 4, 3, 5})};
+  const Trace t = trace_of(f, args);
+  const Trace fused = fuse_batch_norm_activation(t);
+  EXPECT_EQ(op_names(fused.graph), (std::vector<std::string>{"batch_norm_eval", "mul", "batch_norm_eval",
+                                                             "batch_norm_eval", "batch_norm", "exp", "sin", "add"}))
+      << to_text(fused.graph);
+  expect_equivalent(fused, f, args);
+  // The pipeline fuses too, and the executable runs the fused kernel.
+  expect_equivalent(run_passes(t), f, args);
+}
+
+TEST(Passes, BatchNormIsNotFusedWhereItWouldChangeWhatItReadsOrRecords) {
+  manual_seed(8);
+  Norms n(3);
+  const TensorList args = {randn({2, 3, 4, 5})};
+  {
+    // Its input written between the batch norm and the relu.
+    NoGradGuard no_grad;
+    const Program f = [&](const TensorList& a) {
+      Tensor src = a[0] * 1.0;
+      const Tensor y = n.a(src);
+      src.add_(1.0);
+      return TensorList{y.relu(), src};
+    };
+    const Trace t = trace_of(f, args);
+    EXPECT_EQ(op_names(fuse_batch_norm_activation(t).graph), op_names(t.graph));
+  }
+  {
+    // Training mode: the batch's statistics.
+    NoGradGuard no_grad;
+    n.b.train();
+    const Program f = [&](const TensorList& a) { return TensorList{n.b(a[0]).relu()}; };
+    const Trace t = trace_of(f, args);
+    EXPECT_EQ(op_names(fuse_batch_norm_activation(t).graph), op_names(t.graph));
+  }
+  {
+    // Recording autograd (the parameters require grad): replayed through dispatch.
+    const Program f = [&](const TensorList& a) { return TensorList{n.c(a[0]).relu()}; };
+    const Trace t = trace_of(f, args);
+    EXPECT_EQ(op_names(fuse_batch_norm_activation(t).graph), op_names(t.graph));
+  }
+}
+
+// The fused op against the ops it stands for, on every device and floating
+// dtype: bitwise, with and without each part.
+TEST(BatchNormEval, EqualsTheOpsItFusesBitwise) {
+  NoGradGuard no_grad;
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda::is_available()) devices.push_back(Device::cuda());
+  Generator gen(9);
+  for (const Device& device : devices) {
+    for (const DType dtype : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+      for (const Shape& shape : {Shape{2, 4, 3, 5}, Shape{40, 16, 7, 7}, Shape{5, 6}}) {
+        const int64_t c = shape[1];
+        const auto make = [&](const Shape& s) { return randn(s, {}, &gen).to(dtype).to(device); };
+        const Tensor x = make(shape), r = make(shape), w = make({c}), b = make({c});
+        const Tensor mean = randn({c}, {}, &gen).to(device), var = (rand({c}, {}, &gen) + 0.5).to(device);
+        for (const bool residual : {false, true}) {
+          for (const bool relu : {false, true}) {
+            SCOPED_TRACE(detail::str_cat(device, " ", dtype, " ", shape, residual ? " residual" : "", relu ? " relu" : ""));
+            const TensorList in = {x, w, b, mean, var, residual ? r : Tensor()};
+            const Tensor got = ops::dispatch(ops::OpId::batch_norm_eval, in, {1e-5, relu})[0];
+            Tensor want = F::batch_norm(x, mean, var, w, b, false, 0.1, 1e-5);
+            if (residual) want += r;
+            if (relu) want.relu_();
+            EXPECT_TRUE(same(got, want));
+          }
+        }
+      }
+    }
+  }
+  const TensorList bad = {randn({2, 3, 4}), Tensor(), Tensor(), zeros({3}), ones({3}), randn({2, 3, 5})};
+  try {
+    (void)ops::dispatch(ops::OpId::batch_norm_eval, bad, {1e-5, true});
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_norm_eval: residual must have input's shape [2, 3, 4], got [2, 3, 5]"),
+              std::string::npos)
+        << e.what();
   }
 }
 

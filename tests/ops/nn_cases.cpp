@@ -67,6 +67,29 @@ void add_batch_norm_outputs(CaseList& cases, bool training) {
       });
 }
 
+// batch_norm_eval: the normalization over running statistics, with or
+// without a residual added and a relu after.
+struct BatchNormEvalCase {
+  std::string name;
+  Shape shape;
+  bool affine, residual, relu, transposed = false;
+};
+
+void add_batch_norm_eval(CaseList& cases, const BatchNormEvalCase& s) {
+  add(
+      cases, "batch_norm_eval/" + s.name, OpId::batch_norm_eval, kFloatTypes,
+      [s](DType t, Generator& g) {
+        const int64_t c = s.shape[1];
+        const auto make = [&] { return s.transposed ? uniform_transposed(s.shape, t, g) : uniform(s.shape, t, g); };
+        Tensor x = make();
+        Tensor w = s.affine ? uniform({c}, t, g, 0.5, 2) : Tensor();
+        Tensor b = s.affine ? uniform({c}, t, g) : Tensor();
+        Tensor mean = uniform({c}, kFloat32, g), var = uniform({c}, kFloat32, g, 0.5, 2);
+        return TensorList{x, w, b, mean, var, s.residual ? make() : Tensor()};
+      },
+      [s](TensorList& in) { return ops::dispatch(OpId::batch_norm_eval, in, {1e-3, s.relu}); });
+}
+
 struct NormCase {
   std::string name;
   Shape shape;
@@ -123,6 +146,12 @@ const CaseRegistration kNorms([](CaseList& c) {
   add_batch_norm(c, {"eval_empty_batch", {0, 3, 4}, false, true});
   add_batch_norm_outputs(c, true);
   add_batch_norm_outputs(c, false);
+  add_batch_norm_eval(c, {"residual_relu_4d", {4, 8, 5, 6}, true, true, true});
+  add_batch_norm_eval(c, {"relu_grouped_small_planes", {40, 16, 7, 7}, true, false, true});
+  add_batch_norm_eval(c, {"residual_packed_planes", {66, 40, 4, 4}, true, true, false});
+  add_batch_norm_eval(c, {"plain_2d_no_affine", {7, 5}, false, false, false});
+  add_batch_norm_eval(c, {"transposed_residual_relu", {9, 4}, true, true, true, true});
+  add_batch_norm_eval(c, {"no_samples_residual_relu", {0, 3, 4}, true, true, true});
 
   add_layer_norm(c, {"row", {7, 13}, {13}, true});
   add_layer_norm(c, {"two_dims_no_affine", {3, 5, 11}, {5, 11}, false});

@@ -10,6 +10,8 @@
 #include "backends/cpu/loops.h"
 #include "backends/cpu/nn.h"
 #include "core/shape_util.h"
+#include "ops/dispatch.h"
+#include "ops/op_table.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -228,9 +230,33 @@ void group_norm(const KernelCall& c) {
       [=](int64_t j) { return j % channels; });
 }
 
+// batch_norm_eval as eager runs it: the batch_norm kernel (its statistics
+// outputs thrown away), then add's and relu's kernels in place.
+void batch_norm_eval(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const Device device = c.out(0).device();
+  const int64_t channels = x.size(1);
+  const DType acc = c.in(3).dtype();
+  TensorList norm_outputs = {c.out(0), ops::make_tensor({channels}, acc, device), ops::make_tensor({channels}, acc, device)};
+  const TensorList norm_inputs = {x, c.in(1), c.in(2), c.in(3), c.in(4)};
+  ops::kernel_for(OpId::batch_norm, device)(
+      KernelCall{ops::op_schema(OpId::batch_norm), norm_inputs, norm_outputs, ops::Attrs{false, c.attrs.f(0)}});
+  TensorList out = {c.out(0)};
+  if (c.inputs.size() > 5 && c.in(5).defined()) {
+    const TensorList add_inputs = {c.out(0), c.in(5)};
+    ops::kernel_for(OpId::add, device)(
+        KernelCall{ops::op_schema(OpId::add), add_inputs, out, ops::Attrs{Scalar(1)}});
+  }
+  if (c.attrs.b(1)) {
+    const TensorList relu_inputs = {c.out(0)};
+    ops::kernel_for(OpId::relu, device)(KernelCall{ops::op_schema(OpId::relu), relu_inputs, out, ops::Attrs{}});
+  }
+}
+
 }  // namespace
 
 void register_cpu_norm_kernels(KernelTable& t) {
+  t.set(OpId::batch_norm_eval, batch_norm_eval);
   t.set(OpId::batch_norm, [](const KernelCall& c) {
     visit_floating(c.in(0).dtype(), [&]<typename T>() { batch_norm<T>(c); });
   });

@@ -169,7 +169,7 @@ constexpr int kMaxBlockPlanes = 64;
 template <typename C>
 struct EvalCoefficients {
   const C *w, *b, *rm, *rv;
-  C *mean_out, *var_out;  // the running statistics are copied to these
+  C *mean_out, *var_out;  // the running statistics are copied to these (batch_norm_eval: null)
   double eps;
   int64_t channels;
   __device__ void operator()(int64_t plane, C* m1, C* m2, C* scale, C* shift) const {
@@ -178,7 +178,7 @@ struct EvalCoefficients {
     *m2 = C(0);
     *scale = static_cast<C>(1 / sqrt(static_cast<double>(rv[ch]) + eps)) * (w ? w[ch] : C(1));
     *shift = b ? b[ch] : C(0);
-    if (plane < channels) {
+    if (plane < channels && mean_out) {
       mean_out[ch] = rm[ch];
       var_out[ch] = rv[ch];
     }
@@ -204,12 +204,28 @@ struct alignas(16) Pack16 {
   T v[kCount];
 };
 
+// What batch_norm_eval does after the normalization: + residual (rounded
+// to T first, as eager's add reads batch_norm's output), then relu (keeping
+// NaN, as eager's relu).
+template <typename T>
+struct Epilogue {
+  const T* residual = nullptr;  // laid out as the output
+  bool relu = false;
+  __device__ T operator()(T v, T r) const {
+    using C = dcompute_t<T>;
+    if (residual) v = cvt<T>(to_compute(v) + to_compute(r));
+    if (relu && to_compute(v) < C(0)) v = cvt<T>(C(0));
+    return v;
+  }
+};
+
 template <typename T, int kWidth, typename Coefficients>
 __device__ void batch_apply_range(const T* x, T* y, int64_t count, int64_t inner, int n_planes,
-                                  const dcompute_t<T> (&coef)[4][kMaxBlockPlanes]) {
+                                  const dcompute_t<T> (&coef)[4][kMaxBlockPlanes], Epilogue<T> epilogue) {
   using C = dcompute_t<T>;
   using P = std::conditional_t<kWidth == 1, T, Pack16<T>>;
   const int64_t packs = count / kWidth;
+  const bool fused = epilogue.residual || epilogue.relu;
   for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
     // More than one plane only where inner is small: the offset fits 32 bits.
     const int p = n_planes == 1 ? 0
@@ -220,9 +236,15 @@ __device__ void batch_apply_range(const T* x, T* y, int64_t count, int64_t inner
     P out;
     if constexpr (kWidth == 1) {
       out = cvt<T>(((to_compute(in) - m1) - m2) * scale + shift);
+      if (fused) out = epilogue(out, epilogue.residual ? epilogue.residual[j] : out);
     } else {
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) out.v[k] = cvt<T>(((to_compute(in.v[k]) - m1) - m2) * scale + shift);
+      if (fused) {
+        const P r = epilogue.residual ? reinterpret_cast<const P*>(epilogue.residual)[j] : out;
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) out.v[k] = epilogue(out.v[k], r.v[k]);
+      }
     }
     reinterpret_cast<P*>(y)[j] = out;
   }
@@ -231,7 +253,7 @@ __device__ void batch_apply_range(const T* x, T* y, int64_t count, int64_t inner
 template <typename T, typename Coefficients>
 __global__ void __launch_bounds__(kThreads)
     batch_apply_kernel(const T* x, T* y, int64_t planes, int64_t inner, int per_block, bool vectorized,
-                       Coefficients coefficients) {
+                       Coefficients coefficients, Epilogue<T> epilogue) {
   using C = dcompute_t<T>;
   __shared__ C coef[4][kMaxBlockPlanes];
   const int64_t first = blockIdx.x * int64_t{per_block};
@@ -242,17 +264,18 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t count = n_planes * inner;
   x += first * inner;
   y += first * inner;
+  if (epilogue.residual) epilogue.residual += first * inner;
   if (vectorized) {
-    batch_apply_range<T, Pack16<T>::kCount, Coefficients>(x, y, count, inner, n_planes, coef);
+    batch_apply_range<T, Pack16<T>::kCount, Coefficients>(x, y, count, inner, n_planes, coef, epilogue);
   } else {
-    batch_apply_range<T, 1, Coefficients>(x, y, count, inner, n_planes, coef);
+    batch_apply_range<T, 1, Coefficients>(x, y, count, inner, n_planes, coef, epilogue);
   }
 }
 
 // The launch of batch_apply_kernel over `planes` planes of `inner` elements.
 template <typename T, typename Coefficients>
 void launch_batch_apply(const T* x, T* y, int64_t planes, int64_t inner, Coefficients coefficients,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, Epilogue<T> epilogue = {}) {
   constexpr int64_t kBlockElements = 4096;  // small planes are grouped up to this many elements
   constexpr int64_t kMinBlocks = 264;       // two blocks per SM of an H100/H200
   const int64_t grouped = std::min<int64_t>(kBlockElements / std::max<int64_t>(inner, 1), planes / kMinBlocks);
@@ -260,12 +283,13 @@ void launch_batch_apply(const T* x, T* y, int64_t planes, int64_t inner, Coeffic
   const int64_t blocks = (planes + per_block - 1) / per_block;
   constexpr int kWidth = Pack16<T>::kCount;
   const bool vectorized = inner % kWidth == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(y) % 16 == 0;
+                          reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(epilogue.residual) % 16 == 0;
   const int64_t packs = per_block * inner / (vectorized ? kWidth : 1);
   const auto threads = static_cast<unsigned>(std::clamp<int64_t>((packs + 31) / 32 * 32, 32, kThreads));
   // blocks <= planes / per_block stays below 2^31 for any tensor a device holds.
   batch_apply_kernel<T, Coefficients><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      x, y, planes, inner, per_block, vectorized, coefficients);
+      x, y, planes, inner, per_block, vectorized, coefficients, epilogue);
 }
 
 unsigned grid_for(int64_t n) {
@@ -319,6 +343,38 @@ void batch_norm_op(const KernelCall& c) {
   });
 }
 
+// batch_norm_eval: the eval pass of batch_norm with its epilogue.
+void batch_norm_eval_op(const KernelCall& c) {
+  const Tensor x = c.in(0).contiguous();
+  const int64_t n = x.size(0), channels = x.size(1);
+  if (x.numel() == 0) return;
+  const int64_t inner = x.numel() / (n * channels);
+  std::vector<Tensor> keep;
+  const void* w = optional_ptr(c, 1, keep);
+  const void* b = optional_ptr(c, 2, keep);
+  const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
+  const Tensor residual = c.inputs.size() > 5 && c.in(5).defined() ? c.in(5).contiguous() : Tensor();
+  DeviceGuard guard(x.device().index());
+  const cudaStream_t stream = stream_for(c.out(0));
+  visit_device_dtype(x.dtype(), [&]<typename T>() {
+    if constexpr (kIsFloatT<T>) {
+      using C = dcompute_t<T>;
+      const Epilogue<T> epilogue{residual.defined() ? static_cast<const T*>(residual.data_ptr()) : nullptr,
+                                 c.attrs.b(1)};
+      launch_batch_apply<T>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), n * channels,
+                            inner,
+                            EvalCoefficients<C>{static_cast<const C*>(w), static_cast<const C*>(b),
+                                                static_cast<const C*>(rm.data_ptr()),
+                                                static_cast<const C*>(rv.data_ptr()), nullptr, nullptr,
+                                                c.attrs.f(0), channels},
+                            stream, epilogue);
+      check_launch("batch_norm_eval kernel");
+    } else {
+      unsupported_dtype(c, x.dtype());
+    }
+  });
+}
+
 // dropout: element i is kept iff philox::uniform_f32(seed, offset + i) >= p,
 // the CPU's rule, so both backends drop the same elements.
 // In a recorded device graph, the seed and base offset are read from
@@ -359,6 +415,7 @@ void register_cuda_norm_kernels(KernelTable& t) {
   t.set(OpId::layer_norm, layer_norm_op);
   t.set(OpId::group_norm, group_norm_op);
   t.set(OpId::batch_norm, batch_norm_op);
+  t.set(OpId::batch_norm_eval, batch_norm_eval_op);
   t.set(OpId::dropout, dropout_op);
 }
 

@@ -81,6 +81,26 @@ void batch_norm(const KernelCall& c) {
   write_all(c.out(2), m.var);
 }
 
+// batch_norm_eval: the normalization, + residual, relu, in double.
+void batch_norm_eval(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const int64_t channels = x.size(1);
+  const int64_t inner = x.numel() / std::max<int64_t>(x.size(0) * channels, 1);
+  const auto v = x.to_vector<double>();
+  const auto mean = c.in(3).to_vector<double>(), var = c.in(4).to_vector<double>();
+  const auto w = values_or(c.in(1), channels, 1), b = values_or(c.in(2), channels, 0);
+  const bool residual = c.inputs.size() > 5 && c.in(5).defined();
+  const auto r = residual ? c.in(5).to_vector<double>() : std::vector<double>();
+  std::vector<double> y(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto ch = static_cast<size_t>(static_cast<int64_t>(i / inner) % channels);
+    double value = (v[i] - mean[ch]) / std::sqrt(var[ch] + c.attrs.f(0)) * w[ch] + b[ch];
+    if (residual) value += r[i];
+    y[i] = c.attrs.b(1) && value < 0 ? 0.0 : value;
+  }
+  write_all(c.out(0), y);
+}
+
 void layer_norm(const KernelCall& c) {
   const int64_t row = shape_numel(c.attrs.ints(0));
   const int64_t rows = c.in(0).numel() / row;
@@ -283,6 +303,7 @@ void nll_loss(const KernelCall& c) {
 
 void register_reference_nn_kernels(KernelTable& t) {
   t.set(OpId::batch_norm, batch_norm);
+  t.set(OpId::batch_norm_eval, batch_norm_eval);
   t.set(OpId::layer_norm, layer_norm);
   t.set(OpId::group_norm, group_norm);
   t.set(OpId::embedding, embedding);

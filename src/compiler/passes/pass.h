@@ -58,6 +58,10 @@ Trace fold_constants(const Trace& trace);
 // bitwise equal to eager: the folded weights round differently).
 Trace freeze(const Trace& trace);
 Trace fold_conv_batch_norm(const Trace& trace);
+// An eval-mode batch_norm whose result only an add of a residual and/or a
+// relu read becomes one batch_norm_eval node (bitwise eager's), run where
+// the add (or the relu) ran. Nodes that record autograd are left alone.
+Trace fuse_batch_norm_activation(const Trace& trace);
 // Drops views laid out exactly as their input (a reshape to the same shape,
 // an expand to the same sizes, a permute that keeps the order).
 Trace remove_noops(const Trace& trace);

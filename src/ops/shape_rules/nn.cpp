@@ -66,6 +66,27 @@ void infer_batch_norm(ShapeCtx& ctx) {
   ctx.add_output({c}, acc, device);
 }
 
+void infer_batch_norm_eval(ShapeCtx& ctx) {
+  const int64_t c = channels_of(ctx);
+  if (!(ctx.has_input(3) && ctx.has_input(4))) {
+    throw ValueError("batch_norm_eval: running_mean and running_var are required");
+  }
+  for (size_t i = 1; i < 5; ++i) check_param(ctx, i, {c});
+  const Tensor& x = ctx.input(0);
+  if (ctx.has_input(5)) {
+    const Tensor& r = ctx.input(5);
+    if (r.sizes() != x.sizes()) {
+      throw ShapeError(detail::str_cat("batch_norm_eval: residual must have input's shape ", x.sizes(), ", got ",
+                                       r.sizes()));
+    }
+    if (r.dtype() != x.dtype()) {
+      throw DTypeError(detail::str_cat("batch_norm_eval: residual must have input's dtype ", x.dtype(), ", got ",
+                                       r.dtype()));
+    }
+  }
+  ctx.add_output(x.sizes(), x.dtype(), ctx.common_device());
+}
+
 void infer_layer_norm(ShapeCtx& ctx) {
   require_floating(ctx, 0);
   const Tensor& x = ctx.input(0);
