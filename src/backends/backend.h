@@ -47,6 +47,18 @@ struct MemoryStats {
   size_t reserved_bytes = 0;        // allocated plus cached for reuse
 };
 
+// A copy between two allocations of one device, and a write of a 64-bit
+// value from the host into device memory (Backend::copy_within).
+struct ByteCopy {
+  void* dst;
+  const void* src;
+  size_t nbytes;
+};
+struct WordWrite {
+  uint64_t* dst;
+  uint64_t value;
+};
+
 // Device work recorded once and replayed whole by later calls (a CUDA graph).
 // Memory allocated while recording (or inside allocate_from_pool) comes from
 // a pool private to the graph: the graph's replays keep using it, so it goes
@@ -65,6 +77,27 @@ class DeviceGraph {
   virtual void record(const std::function<void()>& fn) = 0;
   // Queues the recorded work on the device's current stream.
   virtual void launch() = 0;
+  // While record's fn runs: records one kernel that makes these copies
+  // (between allocations of the graph's device) and word writes, and
+  // returns its slot. A launch may give the slot other addresses and values,
+  // with the same counts and sizes. -1 (nothing recorded): the backend
+  // records no such kernel, or not that many copies at once; the caller
+  // copies around the launch instead.
+  virtual int record_copies(std::span<const ByteCopy> copies, std::span<const WordWrite> writes) {
+    (void)copies;
+    (void)writes;
+    return -1;
+  }
+  // launch(), the copies of these slots set first.
+  struct SlotCopies {
+    int slot;
+    std::span<const ByteCopy> copies;
+    std::span<const WordWrite> writes;
+  };
+  virtual void launch(std::span<const SlotCopies> slots) {
+    if (!slots.empty()) throw Error("DeviceGraph: launch with copies of slots it did not record");
+    launch();
+  }
   // Before anything is allocated from the pool: makes it one block of
   // nbytes, so that work needing at most that much at once takes no more.
   virtual void reserve(size_t nbytes) = 0;
@@ -89,15 +122,8 @@ class Backend {
   // 64-bit values from the host into its memory (the values are taken at
   // the call), non-blocking (queued on its current stream). One by one
   // here; a backend may queue them all as one launch.
-  struct ByteCopy {
-    void* dst;
-    const void* src;
-    size_t nbytes;
-  };
-  struct WordWrite {
-    uint64_t* dst;
-    uint64_t value;
-  };
+  using ByteCopy = backend::ByteCopy;
+  using WordWrite = backend::WordWrite;
   virtual void copy_within(Device device, std::span<const ByteCopy> copies, std::span<const WordWrite> writes = {}) {
     for (const WordWrite& w : writes) copy_bytes(w.dst, device, &w.value, Device::cpu(), sizeof(uint64_t), false);
     for (const ByteCopy& c : copies) copy_bytes(c.dst, device, c.src, device, c.nbytes, true);

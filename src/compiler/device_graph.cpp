@@ -1,6 +1,7 @@
 #include "compiler/device_graph.h"
 
 #include <algorithm>
+#include <array>
 
 namespace kiln::compiler {
 namespace {
@@ -31,7 +32,7 @@ const char* bytes_of(const Tensor& t) {
 }
 
 // The copy of a layout's whole extent (src and dst have equal sizes and strides).
-backend::Backend::ByteCopy extent_copy(const Tensor& dst, const Tensor& src) {
+backend::ByteCopy extent_copy(const Tensor& dst, const Tensor& src) {
   const auto nbytes = static_cast<size_t>(extent(src.sizes(), src.strides())) * src.element_size();
   return {const_cast<char*>(bytes_of(dst)), bytes_of(src), nbytes};
 }
@@ -128,10 +129,24 @@ void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
   PhiloxRecording philox;
   auto* words = philox_words_.defined() ? static_cast<uint64_t*>(philox_words_.data_ptr()) : nullptr;
   for (size_t s = 0; s < generators_.size(); ++s) philox.slots.push_back({generators_[s], words + 2 * s, 0});
-  graph_->record([&] { static_outputs_ = exe_->run(static_inputs_, {}, &philox); });
+  // The arguments (and the words) come in, and the results go out, by copy
+  // kernels of the graph's own where the backend records them: a call sets
+  // their addresses and launches once. Recorded with the sizes of every call,
+  // and the addresses of the static buffers for both ends until then.
+  in_slot_ = out_slot_ = -1;
+  graph_->record([&] {
+    std::vector<backend::ByteCopy> in;
+    for (const Tensor& t : static_inputs_) in.push_back(extent_copy(t, t));
+    std::vector<backend::WordWrite> writes(2 * generators_.size(), backend::WordWrite{words, 0});
+    if (!in.empty() || !writes.empty()) in_slot_ = graph_->record_copies(in, writes);
+    static_outputs_ = exe_->run(static_inputs_, {}, &philox);
+    plan_results();
+    std::vector<backend::ByteCopy> out;
+    for (const Group& g : groups_) out.push_back({const_cast<char*>(g.first), g.first, g.nbytes});
+    if (!out.empty()) out_slot_ = graph_->record_copies(out, {});
+  });
   drawn_.clear();
   for (const auto& slot : philox.slots) drawn_.push_back(slot.drawn);
-  plan_results();
 }
 
 void GraphedExecutable::plan_results() {
@@ -201,12 +216,12 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
     stream.wait(*done_);
   }
   backend::Backend& backend = backend::backend_for(device_.kind());
-  std::vector<backend::Backend::ByteCopy> copies;
+  std::vector<backend::ByteCopy> copies;
   copies.reserve(std::max(inputs.size(), static_outputs_.size()));
   for (size_t i = 0; i < inputs.size(); ++i) copies.push_back(extent_copy(static_inputs_[i], inputs[i]));
   // The graph's draws: as many counter values as eager's ops take, from each
   // generator, in one draw whose seed and offset the kernels read.
-  std::vector<backend::Backend::WordWrite> writes;
+  std::vector<backend::WordWrite> writes;
   if (!generators_.empty()) {
     auto* words = static_cast<uint64_t*>(philox_words_.data_ptr());
     for (size_t s = 0; s < generators_.size(); ++s) {
@@ -215,15 +230,23 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
       writes.push_back({words + 2 * s + 1, static_cast<uint64_t>(draw.offset)});
     }
   }
-  backend.copy_within(device_, copies, writes);
-  graph_->launch();
-  copies.clear();
   std::vector<std::shared_ptr<Storage>> out(groups_.size());
+  std::vector<backend::ByteCopy> out_copies;
+  out_copies.reserve(groups_.size());
   for (size_t k = 0; k < groups_.size(); ++k) {
     out[k] = backend.allocate(groups_[k].nbytes, device_);
-    copies.push_back({out[k]->data(), groups_[k].first, groups_[k].nbytes});
+    out_copies.push_back({out[k]->data(), groups_[k].first, groups_[k].nbytes});
   }
-  backend.copy_within(device_, copies);
+  std::array<backend::DeviceGraph::SlotCopies, 2> slots;
+  size_t n_slots = 0;
+  if (in_slot_ >= 0) {
+    slots[n_slots++] = {in_slot_, copies, writes};
+  } else {
+    backend.copy_within(device_, copies, writes);
+  }
+  if (out_slot_ >= 0) slots[n_slots++] = {out_slot_, out_copies, {}};
+  graph_->launch(std::span<const backend::DeviceGraph::SlotCopies>(slots.data(), n_slots));
+  if (out_slot_ < 0) backend.copy_within(device_, out_copies);
   results.clear();
   for (size_t i = 0; i < results_.size(); ++i) {
     const Result& r = results_[i];

@@ -4,8 +4,9 @@
 //
 // The graph reads static copies of the arguments and writes static results,
 // all in memory private to the graph (backend::DeviceGraph). A call copies
-// its arguments in, launches the graph and copies the results out into
-// fresh tensors on the current stream, so results stay valid for as long as
+// its arguments in, runs the graph and copies the results out into fresh
+// tensors on the current stream (on CUDA one launch: the copies are kernels
+// of the graph whose addresses the call sets), so results stay valid for as long as
 // the caller keeps them, as in eager mode. Results that share memory are
 // copied out together, into one fresh storage, so they share it as eager's
 // do; a result that is an argument or a captured tensor (or a view of one)
@@ -75,6 +76,9 @@ class GraphedExecutable {
   Device device_;
   std::vector<Result> results_;
   std::vector<Group> groups_;
+  // The graph's copy kernels (DeviceGraph::record_copies): arguments and
+  // words in, results out; -1: copied around the launch instead.
+  int in_slot_ = -1, out_slot_ = -1;
   std::unique_ptr<backend::DeviceGraph> graph_;
   TensorList static_inputs_, static_outputs_;
   std::vector<const void*> captured_at_;  // where each captured tensor's data was when recorded

@@ -217,6 +217,31 @@ TEST(ReduceOverhead, ReplaysAsOneLaunchEqualToEagerAndResultsOutliveLaterCalls) 
   EXPECT_EQ(fast.stats().graph_launches, 6);
 }
 
+// A call copies arguments in and results out by copy kernels of the graph
+// (up to 16 of each); beyond that, by launches around the graph's.
+TEST(ReduceOverhead, ManyArgumentsAndResultsAreCopiedAroundTheLaunch) {
+  REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  const auto f = [](const std::vector<Tensor>& xs) {
+    std::vector<Tensor> out;
+    for (const Tensor& x : xs) out.push_back(x * 2.0 + xs[0]);
+    return out;
+  };
+  const auto fast = compile(f, {.mode = Mode::ReduceOverhead});
+  for (const size_t n : {size_t{3}, size_t{20}}) {
+    for (int call = 0; call < 3; ++call) {
+      std::vector<Tensor> xs;
+      for (size_t i = 0; i < n; ++i) xs.push_back(randn({4, static_cast<int64_t>(i) + 1}).to(Device::cuda()));
+      const std::vector<Tensor> got = fast(xs), want = f(xs);
+      ASSERT_EQ(got.size(), n);
+      for (size_t i = 0; i < n; ++i) EXPECT_TRUE(same(got[i], want[i])) << n << " " << call << " " << i;
+    }
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.graph_launches, 4);
+  EXPECT_TRUE(r.cuda_graph_skips.empty()) << r.to_string();
+}
+
 TEST(ReduceOverhead, EachGraphOfAGraphBreakIsRecordedOnItsOwn) {
   REQUIRE_CUDA();
   const auto f = [](const Tensor& x) {

@@ -3,6 +3,9 @@
 // and replayed by one cudaGraphLaunch.
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
+#include "backends/cuda/copy_kernel.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
@@ -37,6 +40,7 @@ class CudaGraph final : public DeviceGraph {
   explicit CudaGraph(int device) : device_(device), pool_(CudaAllocator::make_private(device)) {}
   ~CudaGraph() override {
     if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
   }
 
   void allocate_from_pool(const std::function<void()>& fn) override {
@@ -80,8 +84,12 @@ class CudaGraph final : public DeviceGraph {
         cudaGetLastError();
       }
     }
-    if (graph) cudaGraphDestroy(graph);
-    if (!failure.empty()) throw Error(failure);
+    // Kept: its copy kernels' nodes name them in the instantiated graph.
+    graph_ = graph;
+    if (!failure.empty()) {
+      copy_nodes_.clear();
+      throw Error(failure);
+    }
     // Uploaded now, so that the first launch does not pay for it.
     check(cudaGraphUpload(exec_, static_cast<cudaStream_t>(caller.handle())), "cudaGraphUpload");
   }
@@ -96,10 +104,44 @@ class CudaGraph final : public DeviceGraph {
     check(cudaGraphLaunch(exec_, static_cast<cudaStream_t>(current_stream_handle(device_))), "cudaGraphLaunch");
   }
 
+  int record_copies(std::span<const ByteCopy> copies, std::span<const WordWrite> writes) override {
+    const auto stream = static_cast<cudaStream_t>(current_stream_handle(device_));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+    if (status != cudaStreamCaptureStatusActive) {
+      throw Error(detail::str_cat("cuda graph on cuda:", device_, ": record_copies outside its recording"));
+    }
+    if (!launch_copy_kernel(stream, copies, writes)) return -1;
+    // The kernel just recorded is what the stream's next work depends on.
+    const cudaGraphNode_t* deps = nullptr;
+    size_t count = 0;
+    check(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count),
+          "cudaStreamGetCaptureInfo");
+    if (count != 1) {
+      throw Error(detail::str_cat("cuda graph on cuda:", device_, ": the recorded copy kernel is not the stream's ",
+                                  "last work (", count, " nodes)"));
+    }
+    copy_nodes_.push_back(deps[0]);
+    return static_cast<int>(copy_nodes_.size()) - 1;
+  }
+
+  void launch(std::span<const SlotCopies> slots) override {
+    if (!exec_) throw Error(detail::str_cat("cuda graph on cuda:", device_, ": launched before it was recorded"));
+    for (const SlotCopies& s : slots) {
+      if (s.slot < 0 || static_cast<size_t>(s.slot) >= copy_nodes_.size()) {
+        throw Error(detail::str_cat("cuda graph on cuda:", device_, ": no copy kernel ", s.slot));
+      }
+      set_copy_kernel(exec_, copy_nodes_[static_cast<size_t>(s.slot)], s.copies, s.writes);
+    }
+    launch();
+  }
+
  private:
   int device_;
   std::shared_ptr<CudaAllocator> pool_;  // tensors allocated from it hold it too
+  cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+  std::vector<cudaGraphNode_t> copy_nodes_;  // by slot (record_copies)
 };
 
 }  // namespace
