@@ -71,7 +71,8 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value& v = g.value(g.outputs()[i]);
     const Value& root = g.value(g.storages()[static_cast<size_t>(v.storage)].root);
-    if (root.kind == ValueKind::kConstant) out.push_back(detail::str_cat("result ", i, " is a constant or a view of one"));
+    if (root.kind == ValueKind::kConstant)
+      out.push_back(detail::str_cat("result ", i, " is a constant or a view of one"));
   }
   return out;
 }
@@ -181,13 +182,15 @@ void GraphedExecutable::plan_results() {
     const Tensor& s = static_outputs_[i];
     auto& [lo, hi] = span[static_cast<size_t>(results_[i].group)];
     const char* first = bytes_of(s);
-    const char* last = first + static_cast<size_t>(extent(s.sizes(), s.strides())) * s.element_size();
+    const char* last =
+        first + static_cast<size_t>(extent(s.sizes(), s.strides())) * s.element_size();
     const char* base = static_cast<const char*>(s.storage()->data());
     first = base + ((first - base) & ~std::ptrdiff_t{15});
     if (!lo || first < lo) lo = first;
     if (!hi || last > hi) hi = last;
   }
-  for (size_t k = 0; k < groups_.size(); ++k) groups_[k] = {span[k].first, static_cast<size_t>(span[k].second - span[k].first)};
+  for (size_t k = 0; k < groups_.size(); ++k)
+    groups_[k] = {span[k].first, static_cast<size_t>(span[k].second - span[k].first)};
   for (size_t i = 0; i < results_.size(); ++i) {
     if (results_[i].group < 0) continue;
     const Tensor& s = static_outputs_[i];

@@ -62,8 +62,8 @@ class GraphedExecutable {
   // static storage).
   struct Result {
     ValueKind kind = ValueKind::kNode;
-    int32_t source = -1;    // the argument's or captured tensor's slot
-    int64_t offset = 0;     // elements from the source's offset, or from the group's first byte
+    int32_t source = -1;  // the argument's or captured tensor's slot
+    int64_t offset = 0;   // elements from the source's offset, or from the group's first byte
     int32_t group = -1;
   };
   struct Group {  // results of one static storage: the bytes copied out for them

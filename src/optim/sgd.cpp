@@ -86,14 +86,16 @@ void SGD::update_group(const ParamGroup& group, std::span<ParamState> states) {
       if (!buf && traced) {
         compiler::TracerPause untraced;
         buf = &st.get_or_zeros(kMomentumBuffer, p);
-        if (dampening != 0) st.step_count = scalar_tensor(0.0, {.dtype = kFloat32, .device = p.device()});
+        if (dampening != 0)
+          st.step_count = scalar_tensor(0.0, {.dtype = kFloat32, .device = p.device()});
       }
       if (!buf) {
         st.tensors.emplace_back(std::string(kMomentumBuffer), g.clone());
         buf = &st.tensors.back().second;
       } else if (st.step_count.defined()) {
         // 1 on the first step, then 1 - dampening.
-        const Tensor factor = st.step_count.clamp(std::nullopt, 1.0).mul_(-dampening).add_(1.0).to(g.dtype());
+        const Tensor factor =
+            st.step_count.clamp(std::nullopt, 1.0).mul_(-dampening).add_(1.0).to(g.dtype());
         st.step_count.add_(1);
         buf->mul_(momentum).add_(mul(g, factor));
       } else {

@@ -172,7 +172,7 @@ TEST(Passes, EvalBatchNormFusesWithTheResidualAddAndReluAfterIt) {
   const Program f = [&](const TensorList& a) {
     const Tensor h = n.a(a[0]).relu();  // batch_norm -> relu
     Tensor out = n.b(h * 2.0);
-    out += a[1];                        // y += r, in place, then relu_
+    out += a[1];  // y += r, in place, then relu_
     out.relu_();
     const Tensor skip = a[1] + n.c(a[0]);  // r + y, no relu
     const Tensor twice = n.a(a[0]);        // read twice: left alone
@@ -182,8 +182,9 @@ TEST(Passes, EvalBatchNormFusesWithTheResidualAddAndReluAfterIt) {
   const TensorList args = {randn({2, 4, 3, 5}), randn({2, 4, 3, 5})};
   const Trace t = trace_of(f, args);
   const Trace fused = fuse_batch_norm_activation(t);
-  EXPECT_EQ(op_names(fused.graph), (std::vector<std::string>{"batch_norm_eval", "mul", "batch_norm_eval",
-                                                             "batch_norm_eval", "batch_norm", "exp", "sin", "add"}))
+  EXPECT_EQ(op_names(fused.graph),
+            (std::vector<std::string>{"batch_norm_eval", "mul", "batch_norm_eval",
+                                      "batch_norm_eval", "batch_norm", "exp", "sin", "add"}))
       << to_text(fused.graph);
   expect_equivalent(fused, f, args);
   // The pipeline fuses too, and the executable runs the fused kernel.
@@ -235,10 +236,12 @@ TEST(BatchNormEval, EqualsTheOpsItFusesBitwise) {
         const int64_t c = shape[1];
         const auto make = [&](const Shape& s) { return randn(s, {}, &gen).to(dtype).to(device); };
         const Tensor x = make(shape), r = make(shape), w = make({c}), b = make({c});
-        const Tensor mean = randn({c}, {}, &gen).to(device), var = (rand({c}, {}, &gen) + 0.5).to(device);
+        const Tensor mean = randn({c}, {}, &gen).to(device),
+                     var = (rand({c}, {}, &gen) + 0.5).to(device);
         for (const bool residual : {false, true}) {
           for (const bool relu : {false, true}) {
-            SCOPED_TRACE(detail::str_cat(device, " ", dtype, " ", shape, residual ? " residual" : "", relu ? " relu" : ""));
+            SCOPED_TRACE(detail::str_cat(device, " ", dtype, " ", shape,
+                                         residual ? " residual" : "", relu ? " relu" : ""));
             const TensorList in = {x, w, b, mean, var, residual ? r : Tensor()};
             const Tensor got = ops::dispatch(ops::OpId::batch_norm_eval, in, {1e-5, relu})[0];
             Tensor want = F::batch_norm(x, mean, var, w, b, false, 0.1, 1e-5);
@@ -250,12 +253,14 @@ TEST(BatchNormEval, EqualsTheOpsItFusesBitwise) {
       }
     }
   }
-  const TensorList bad = {randn({2, 3, 4}), Tensor(), Tensor(), zeros({3}), ones({3}), randn({2, 3, 5})};
+  const TensorList bad = {randn({2, 3, 4}), Tensor(),  Tensor(),
+                          zeros({3}),       ones({3}), randn({2, 3, 5})};
   try {
     (void)ops::dispatch(ops::OpId::batch_norm_eval, bad, {1e-5, true});
     ADD_FAILURE() << "no error";
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("batch_norm_eval: residual must have input's shape [2, 3, 4], got [2, 3, 5]"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "batch_norm_eval: residual must have input's shape [2, 3, 4], got [2, 3, 5]"),
               std::string::npos)
         << e.what();
   }

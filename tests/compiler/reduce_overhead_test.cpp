@@ -231,10 +231,12 @@ TEST(ReduceOverhead, ManyArgumentsAndResultsAreCopiedAroundTheLaunch) {
   for (const size_t n : {size_t{3}, size_t{20}}) {
     for (int call = 0; call < 3; ++call) {
       std::vector<Tensor> xs;
-      for (size_t i = 0; i < n; ++i) xs.push_back(randn({4, static_cast<int64_t>(i) + 1}).to(Device::cuda()));
+      for (size_t i = 0; i < n; ++i)
+        xs.push_back(randn({4, static_cast<int64_t>(i) + 1}).to(Device::cuda()));
       const std::vector<Tensor> got = fast(xs), want = f(xs);
       ASSERT_EQ(got.size(), n);
-      for (size_t i = 0; i < n; ++i) EXPECT_TRUE(same(got[i], want[i])) << n << " " << call << " " << i;
+      for (size_t i = 0; i < n; ++i)
+        EXPECT_TRUE(same(got[i], want[i])) << n << " " << call << " " << i;
     }
   }
   const ExplainReport r = fast.explain();
@@ -462,7 +464,10 @@ TEST(ReduceOverhead, ExplainNamesWhatKeepsAGraphFromBeingRecorded) {
          return TensorList{b * 2};
        },
        "writes argument 0 in place"},
-      {[](const Tensor& a) { return TensorList{a.t(), a.view({16})}; }, "it launches no kernels"},
+      {[](const Tensor& a) {
+         return TensorList{a.t(), a.view({16})};
+       },
+       "it launches no kernels"},
       {[](const Tensor& a) { return TensorList{(a.to(Device::cpu()) + 1).to(Device::cuda())}; },
        "it uses the cpu: device graphs record CUDA work only"},
   };

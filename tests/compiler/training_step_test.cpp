@@ -134,8 +134,9 @@ TEST(TrainingStep, MomentumStateAndLearningRateChanges) {
     const optim::SGDOptions options{.lr = 0.05, .momentum = 0.9, .nesterov = nesterov};
     optim::SGD opt(net->parameters(), options);
     optim::SGD eager_opt(eager_net->parameters(), options);
-    const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
-                              {.name = "step"});
+    const auto step =
+        compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+                {.name = "step"});
     const Tensor x = randn({4, 6}), y = randn({4, 3});
     // The first step is recorded too: its buffers are made as zeros outside
     // the graph, and the update takes the first gradient whole, as eager's.
@@ -149,7 +150,8 @@ TEST(TrainingStep, MomentumStateAndLearningRateChanges) {
     }
     const ExplainReport r = step.explain();
     EXPECT_EQ(r.stats.traces, 3) << r.to_string();  // without gradients, with them, the new lr
-    EXPECT_NE(r.to_string().find("SGD group 0 lr was 0.05, now 0.01"), std::string::npos) << r.to_string();
+    EXPECT_NE(r.to_string().find("SGD group 0 lr was 0.05, now 0.01"), std::string::npos)
+        << r.to_string();
     const StateDict state = opt.state_dict(), eager_state = eager_opt.state_dict();
     EXPECT_EQ(state.keys(), eager_state.keys());
   }
@@ -170,11 +172,13 @@ void expect_close_parameters(Net& got, Net& want, const std::string& what) {
 
 TEST(TrainingStep, DampenedMomentumCountsItsFirstStepOnTheDevice) {
   auto [net, eager_net] = twins(8);
-  const optim::SGDOptions options{.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01};
+  const optim::SGDOptions options{
+      .lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01};
   optim::SGD opt(net->parameters(), options);
   optim::SGD eager_opt(eager_net->parameters(), options);
-  const auto step = compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
-                            {.name = "dampened"});
+  const auto step =
+      compile([&](const Tensor& x, const Tensor& y) { return train_step(*net, opt, x, y); },
+              {.name = "dampened"});
   Generator gen(9);
   for (int i = 0; i < 5; ++i) {
     const Tensor x = randn({4, 6}, {}, &gen), y = randn({4, 3}, {}, &gen);

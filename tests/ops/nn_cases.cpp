@@ -80,14 +80,18 @@ void add_batch_norm_eval(CaseList& cases, const BatchNormEvalCase& s) {
       cases, "batch_norm_eval/" + s.name, OpId::batch_norm_eval, kFloatTypes,
       [s](DType t, Generator& g) {
         const int64_t c = s.shape[1];
-        const auto make = [&] { return s.transposed ? uniform_transposed(s.shape, t, g) : uniform(s.shape, t, g); };
+        const auto make = [&] {
+          return s.transposed ? uniform_transposed(s.shape, t, g) : uniform(s.shape, t, g);
+        };
         Tensor x = make();
         Tensor w = s.affine ? uniform({c}, t, g, 0.5, 2) : Tensor();
         Tensor b = s.affine ? uniform({c}, t, g) : Tensor();
         Tensor mean = uniform({c}, kFloat32, g), var = uniform({c}, kFloat32, g, 0.5, 2);
         return TensorList{x, w, b, mean, var, s.residual ? make() : Tensor()};
       },
-      [s](TensorList& in) { return ops::dispatch(OpId::batch_norm_eval, in, {1e-3, s.relu}); });
+      [s](TensorList& in) {
+        return ops::dispatch(OpId::batch_norm_eval, in, {1e-3, s.relu});
+      });
 }
 
 struct NormCase {

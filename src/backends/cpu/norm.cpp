@@ -237,10 +237,12 @@ void batch_norm_eval(const KernelCall& c) {
   const Device device = c.out(0).device();
   const int64_t channels = x.size(1);
   const DType acc = c.in(3).dtype();
-  TensorList norm_outputs = {c.out(0), ops::make_tensor({channels}, acc, device), ops::make_tensor({channels}, acc, device)};
+  TensorList norm_outputs = {c.out(0), ops::make_tensor({channels}, acc, device),
+                             ops::make_tensor({channels}, acc, device)};
   const TensorList norm_inputs = {x, c.in(1), c.in(2), c.in(3), c.in(4)};
-  ops::kernel_for(OpId::batch_norm, device)(
-      KernelCall{ops::op_schema(OpId::batch_norm), norm_inputs, norm_outputs, ops::Attrs{false, c.attrs.f(0)}});
+  const ops::Attrs norm_attrs{false, c.attrs.f(0)};
+  const KernelFn& norm = ops::kernel_for(OpId::batch_norm, device);
+  norm(KernelCall{ops::op_schema(OpId::batch_norm), norm_inputs, norm_outputs, norm_attrs});
   TensorList out = {c.out(0)};
   if (c.inputs.size() > 5 && c.in(5).defined()) {
     const TensorList add_inputs = {c.out(0), c.in(5)};
@@ -249,7 +251,8 @@ void batch_norm_eval(const KernelCall& c) {
   }
   if (c.attrs.b(1)) {
     const TensorList relu_inputs = {c.out(0)};
-    ops::kernel_for(OpId::relu, device)(KernelCall{ops::op_schema(OpId::relu), relu_inputs, out, ops::Attrs{}});
+    const KernelFn& relu = ops::kernel_for(OpId::relu, device);
+    relu(KernelCall{ops::op_schema(OpId::relu), relu_inputs, out, ops::Attrs{}});
   }
 }
 

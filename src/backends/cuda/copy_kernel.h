@@ -13,7 +13,8 @@ namespace kiln::backend::cuda {
 
 // Queues one copy kernel for these copies and writes on `stream`; false
 // (nothing queued) when they need more than one.
-bool launch_copy_kernel(cudaStream_t stream, std::span<const ByteCopy> copies, std::span<const WordWrite> writes);
+bool launch_copy_kernel(cudaStream_t stream, std::span<const ByteCopy> copies,
+                        std::span<const WordWrite> writes);
 
 // Gives `node`, such a kernel recorded in the graph `exec` was instantiated
 // from, these copies and writes (the counts and sizes it was recorded with).

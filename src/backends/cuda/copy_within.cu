@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(kThreads) copy_jobs_kernel(CopyJobs jobs) {
 
 // The next launch's worth of copies and writes from next and next_word on
 // (zero-byte copies are left out), and its grid.
-CopyJobs next_jobs(std::span<const ByteCopy> copies, std::span<const WordWrite> writes, size_t& next,
-                   size_t& next_word, unsigned& blocks) {
+CopyJobs next_jobs(std::span<const ByteCopy> copies, std::span<const WordWrite> writes,
+                   size_t& next, size_t& next_word, unsigned& blocks) {
   CopyJobs jobs{};
   int64_t largest = 0;
   for (; next_word < writes.size() && jobs.words < kWordsPerLaunch; ++next_word, ++jobs.words) {
@@ -65,7 +65,8 @@ CopyJobs next_jobs(std::span<const ByteCopy> copies, std::span<const WordWrite> 
     largest = std::max(largest, jobs.nbytes[jobs.count]);
     ++jobs.count;
   }
-  blocks = static_cast<unsigned>(std::clamp<int64_t>((largest / 16 + kThreads - 1) / kThreads, 1, 1024));
+  blocks =
+      static_cast<unsigned>(std::clamp<int64_t>((largest / 16 + kThreads - 1) / kThreads, 1, 1024));
   return jobs;
 }
 
@@ -96,7 +97,8 @@ void CudaBackend::copy_within(Device device, std::span<const ByteCopy> copies, s
   }
 }
 
-bool launch_copy_kernel(cudaStream_t stream, std::span<const ByteCopy> copies, std::span<const WordWrite> writes) {
+bool launch_copy_kernel(cudaStream_t stream, std::span<const ByteCopy> copies,
+                        std::span<const WordWrite> writes) {
   CopyJobs jobs;
   unsigned blocks = 0;
   if (!one_launch(copies, writes, jobs, blocks)) return false;

@@ -109,7 +109,8 @@ class CudaGraph final : public DeviceGraph {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
     if (status != cudaStreamCaptureStatusActive) {
-      throw Error(detail::str_cat("cuda graph on cuda:", device_, ": record_copies outside its recording"));
+      throw Error(
+          detail::str_cat("cuda graph on cuda:", device_, ": record_copies outside its recording"));
     }
     if (!launch_copy_kernel(stream, copies, writes)) return -1;
     // The kernel just recorded is what the stream's next work depends on.
@@ -118,15 +119,18 @@ class CudaGraph final : public DeviceGraph {
     check(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count),
           "cudaStreamGetCaptureInfo");
     if (count != 1) {
-      throw Error(detail::str_cat("cuda graph on cuda:", device_, ": the recorded copy kernel is not the stream's ",
-                                  "last work (", count, " nodes)"));
+      throw Error(detail::str_cat("cuda graph on cuda:", device_,
+                                  ": the recorded copy kernel is not the stream's last work (",
+                                  count, " nodes)"));
     }
     copy_nodes_.push_back(deps[0]);
     return static_cast<int>(copy_nodes_.size()) - 1;
   }
 
   void launch(std::span<const SlotCopies> slots) override {
-    if (!exec_) throw Error(detail::str_cat("cuda graph on cuda:", device_, ": launched before it was recorded"));
+    if (!exec_)
+      throw Error(
+          detail::str_cat("cuda graph on cuda:", device_, ": launched before it was recorded"));
     for (const SlotCopies& s : slots) {
       if (s.slot < 0 || static_cast<size_t>(s.slot) >= copy_nodes_.size()) {
         throw Error(detail::str_cat("cuda graph on cuda:", device_, ": no copy kernel ", s.slot));

@@ -221,7 +221,8 @@ struct Epilogue {
 
 template <typename T, int kWidth, typename Coefficients>
 __device__ void batch_apply_range(const T* x, T* y, int64_t count, int64_t inner, int n_planes,
-                                  const dcompute_t<T> (&coef)[4][kMaxBlockPlanes], Epilogue<T> epilogue) {
+                                  const dcompute_t<T> (&coef)[4][kMaxBlockPlanes],
+                                  Epilogue<T> epilogue) {
   using C = dcompute_t<T>;
   using P = std::conditional_t<kWidth == 1, T, Pack16<T>>;
   const int64_t packs = count / kWidth;
@@ -252,8 +253,8 @@ __device__ void batch_apply_range(const T* x, T* y, int64_t count, int64_t inner
 
 template <typename T, typename Coefficients>
 __global__ void __launch_bounds__(kThreads)
-    batch_apply_kernel(const T* x, T* y, int64_t planes, int64_t inner, int per_block, bool vectorized,
-                       Coefficients coefficients, Epilogue<T> epilogue) {
+    batch_apply_kernel(const T* x, T* y, int64_t planes, int64_t inner, int per_block,
+                       bool vectorized, Coefficients coefficients, Epilogue<T> epilogue) {
   using C = dcompute_t<T>;
   __shared__ C coef[4][kMaxBlockPlanes];
   const int64_t first = blockIdx.x * int64_t{per_block};
@@ -266,7 +267,8 @@ __global__ void __launch_bounds__(kThreads)
   y += first * inner;
   if (epilogue.residual) epilogue.residual += first * inner;
   if (vectorized) {
-    batch_apply_range<T, Pack16<T>::kCount, Coefficients>(x, y, count, inner, n_planes, coef, epilogue);
+    batch_apply_range<T, Pack16<T>::kCount, Coefficients>(x, y, count, inner, n_planes, coef,
+                                                          epilogue);
   } else {
     batch_apply_range<T, 1, Coefficients>(x, y, count, inner, n_planes, coef, epilogue);
   }
@@ -353,20 +355,21 @@ void batch_norm_eval_op(const KernelCall& c) {
   const void* w = optional_ptr(c, 1, keep);
   const void* b = optional_ptr(c, 2, keep);
   const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
-  const Tensor residual = c.inputs.size() > 5 && c.in(5).defined() ? c.in(5).contiguous() : Tensor();
+  const Tensor residual =
+      c.inputs.size() > 5 && c.in(5).defined() ? c.in(5).contiguous() : Tensor();
   DeviceGuard guard(x.device().index());
   const cudaStream_t stream = stream_for(c.out(0));
   visit_device_dtype(x.dtype(), [&]<typename T>() {
     if constexpr (kIsFloatT<T>) {
       using C = dcompute_t<T>;
-      const Epilogue<T> epilogue{residual.defined() ? static_cast<const T*>(residual.data_ptr()) : nullptr,
-                                 c.attrs.b(1)};
-      launch_batch_apply<T>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(c.out(0).data_ptr()), n * channels,
-                            inner,
+      const Epilogue<T> epilogue{
+          residual.defined() ? static_cast<const T*>(residual.data_ptr()) : nullptr, c.attrs.b(1)};
+      launch_batch_apply<T>(static_cast<const T*>(x.data_ptr()),
+                            static_cast<T*>(c.out(0).data_ptr()), n * channels, inner,
                             EvalCoefficients<C>{static_cast<const C*>(w), static_cast<const C*>(b),
                                                 static_cast<const C*>(rm.data_ptr()),
-                                                static_cast<const C*>(rv.data_ptr()), nullptr, nullptr,
-                                                c.attrs.f(0), channels},
+                                                static_cast<const C*>(rv.data_ptr()), nullptr,
+                                                nullptr, c.attrs.f(0), channels},
                             stream, epilogue);
       check_launch("batch_norm_eval kernel");
     } else {

@@ -61,8 +61,9 @@ Trace fuse_batch_norm_activation(const Trace& trace) {
   std::vector<bool> skip(nodes.size(), false);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& bn = nodes[i];
-    if (bn.op != ops::OpId::batch_norm || bn.grad_enabled || bn.attrs.b(0) || bn.inputs.size() < 5 ||
-        bn.inputs[3] == kNoValue || bn.inputs[4] == kNoValue || uses[static_cast<size_t>(bn.outputs[1])] != 0 ||
+    if (bn.op != ops::OpId::batch_norm || bn.grad_enabled || bn.attrs.b(0) ||
+        bn.inputs.size() < 5 || bn.inputs[3] == kNoValue || bn.inputs[4] == kNoValue ||
+        uses[static_cast<size_t>(bn.outputs[1])] != 0 ||
         uses[static_cast<size_t>(bn.outputs[2])] != 0) {
       continue;
     }
@@ -74,7 +75,8 @@ Trace fuse_batch_norm_activation(const Trace& trace) {
     if (relu_of(y, next)) {
       c.relu = index_of(next);
       c.last = next->outputs[0];
-    } else if (next && next->op == ops::OpId::add && next->inputs.size() == 2 && next->attrs.scalar(0).to_double() == 1) {
+    } else if (next && next->op == ops::OpId::add && next->inputs.size() == 2 &&
+               next->attrs.scalar(0).to_double() == 1) {
       // y + r, r + y, or y += r.
       const bool first = next->inputs[0] == y && next->inputs[1] != y;
       const bool second = !next->inplace() && next->inputs[1] == y && next->inputs[0] != y;
@@ -82,7 +84,9 @@ Trace fuse_batch_norm_activation(const Trace& trace) {
       c.residual = next->inputs[first ? 1 : 0];
       const Value& r = g.value(c.residual);
       const Value& sum = g.value(next->outputs[0]);
-      if (r.sizes != yv.sizes || r.dtype != yv.dtype || r.device != yv.device || sum.dtype != yv.dtype) continue;
+      if (r.sizes != yv.sizes || r.dtype != yv.dtype || r.device != yv.device ||
+          sum.dtype != yv.dtype)
+        continue;
       c.add = index_of(next);
       c.last = next->outputs[0];
       const Node* after = only_reader(c.last);
@@ -124,8 +128,9 @@ Trace fuse_batch_norm_activation(const Trace& trace) {
     for (size_t k = 0; k < 5; ++k) inputs.push_back(r.map(bn.inputs[k]));
     inputs.push_back(r.map(c.residual));
     Graph& ng = r.new_graph();
-    const int32_t node = ng.add_node(ops::OpId::batch_norm_eval, std::move(inputs), ops::Attrs{bn.attrs.f(1), c.relu >= 0},
-                                     {g.meta_tensor(c.last)});
+    const int32_t node =
+        ng.add_node(ops::OpId::batch_norm_eval, std::move(inputs),
+                    ops::Attrs{bn.attrs.f(1), c.relu >= 0}, {g.meta_tensor(c.last)});
     ng.node(node).grad_enabled = false;
     r.replace(c.last, ng.nodes()[static_cast<size_t>(node)].outputs[0]);
   }

@@ -76,12 +76,12 @@ void infer_batch_norm_eval(ShapeCtx& ctx) {
   if (ctx.has_input(5)) {
     const Tensor& r = ctx.input(5);
     if (r.sizes() != x.sizes()) {
-      throw ShapeError(detail::str_cat("batch_norm_eval: residual must have input's shape ", x.sizes(), ", got ",
-                                       r.sizes()));
+      throw ShapeError(detail::str_cat("batch_norm_eval: residual must have input's shape ",
+                                       x.sizes(), ", got ", r.sizes()));
     }
     if (r.dtype() != x.dtype()) {
-      throw DTypeError(detail::str_cat("batch_norm_eval: residual must have input's dtype ", x.dtype(), ", got ",
-                                       r.dtype()));
+      throw DTypeError(detail::str_cat("batch_norm_eval: residual must have input's dtype ",
+                                       x.dtype(), ", got ", r.dtype()));
     }
   }
   ctx.add_output(x.sizes(), x.dtype(), ctx.common_device());
