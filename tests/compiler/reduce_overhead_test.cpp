@@ -76,6 +76,21 @@ Tensor train_block(Block& m, optim::Optimizer& o, const Tensor& x, const Tensor&
   return loss;
 }
 
+// Each parameter of `got` equals `want`'s by `equal` after a step.
+void expect_parameters(Block& got, Block& want, const std::function<bool(const Tensor&, const Tensor&)>& equal,
+                       int step) {
+  const auto p = got.parameters(), q = want.parameters();
+  for (size_t k = 0; k < p.size(); ++k) EXPECT_TRUE(equal(p[k], q[k])) << "parameter " << k << " after step " << step;
+}
+
+// A training step traced twice (without gradients, then with them) into one
+// CUDA graph, launched by the four calls after the traces.
+void expect_one_cuda_graph(const ExplainReport& r) {
+  ASSERT_EQ(r.graphs.size(), 1u) << r.to_string();
+  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
+  EXPECT_EQ(r.stats.graph_launches, 4);
+}
+
 TEST(ReduceOverhead, OnTheCpuGraphsRunTheExecutableAndExplainSaysWhy) {
   Block block;
   NoGradGuard no_grad;
@@ -313,17 +328,14 @@ TEST(ReduceOverhead, AWholeTrainingStepIsOneCudaGraphEqualToEager) {
   for (int i = 0; i < 6; ++i) {
     const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
     EXPECT_TRUE(same(step(x, y), train_block(*eager_net, eager_opt, x, y))) << i;
+    expect_parameters(*net, *eager_net, same, i);
     const auto p = net->parameters(), q = eager_net->parameters();
-    for (size_t k = 0; k < p.size(); ++k) {
-      EXPECT_TRUE(same(p[k], q[k])) << "parameter " << k << " after step " << i;
+    for (size_t k = 0; k < p.size(); ++k)
       EXPECT_TRUE(same(p[k].grad(), q[k].grad())) << "gradient " << k << " after step " << i;
-    }
   }
   const ExplainReport r = step.explain();
   EXPECT_EQ(r.stats.traces, 2);  // without gradients, then with the first call's
-  ASSERT_EQ(r.graphs.size(), 1u) << r.to_string();
-  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
-  EXPECT_EQ(r.stats.graph_launches, 4);
+  expect_one_cuda_graph(r);
 }
 
 TEST(ReduceOverhead, AnAdamStepIsOneCudaGraphCountingOnTheDevice) {
@@ -339,13 +351,9 @@ TEST(ReduceOverhead, AnAdamStepIsOneCudaGraphCountingOnTheDevice) {
   for (int i = 0; i < 6; ++i) {
     const Tensor x = randn({8, 16}).to(Device::cuda()), y = randn({8, 4}).to(Device::cuda());
     EXPECT_TRUE(close(step(x, y), train_block(*eager_net, eager_opt, x, y))) << i;
-    const auto p = net->parameters(), q = eager_net->parameters();
-    for (size_t k = 0; k < p.size(); ++k) EXPECT_TRUE(close(p[k], q[k])) << "parameter " << k << " after step " << i;
+    expect_parameters(*net, *eager_net, close, i);
   }
-  const ExplainReport r = step.explain();
-  ASSERT_EQ(r.graphs.size(), 1u) << r.to_string();
-  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
-  EXPECT_EQ(r.stats.graph_launches, 4);
+  expect_one_cuda_graph(step.explain());
   EXPECT_EQ(opt.state_dict().find("state.0.step")->item<double>(), 6);
 }
 
@@ -407,13 +415,9 @@ TEST(ReduceOverhead, ATrainingStepWithDropoutIsOneCudaGraphEqualToEager) {
     const Tensor loss = step(x, y);
     manual_seed(900 + static_cast<uint64_t>(i));
     EXPECT_TRUE(same(loss, train_block(*eager_net, eager_opt, x, y, true))) << i;
-    const auto p = net->parameters(), q = eager_net->parameters();
-    for (size_t k = 0; k < p.size(); ++k) EXPECT_TRUE(same(p[k], q[k])) << "parameter " << k << " after step " << i;
+    expect_parameters(*net, *eager_net, same, i);
   }
-  const ExplainReport r = step.explain();
-  ASSERT_EQ(r.graphs.size(), 1u) << r.to_string();
-  EXPECT_TRUE(r.graphs[0].cuda_graph) << r.to_string();
-  EXPECT_EQ(r.stats.graph_launches, 4);
+  expect_one_cuda_graph(step.explain());
 }
 
 TEST(ReduceOverhead, ParametersAreReadWhereTheyLiveAndBuffersWrittenAsInEager) {

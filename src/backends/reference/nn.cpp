@@ -57,46 +57,46 @@ Moments moments(const std::vector<double>& v, int64_t groups, Group group) {
   return m;
 }
 
+// x [N, C, ...] normalized per channel with these statistics, then scaled
+// by weight and shifted by bias (input 1 and 2, when given), in double.
+std::vector<double> normalize_channels(const KernelCall& c, const std::vector<double>& v,
+                                       const Moments& m, double eps) {
+  const int64_t channels = c.in(0).size(1);
+  const int64_t inner = c.in(0).numel() / std::max<int64_t>(c.in(0).size(0) * channels, 1);
+  const auto w = values_or(c.in(1), channels, 1), b = values_or(c.in(2), channels, 0);
+  std::vector<double> y(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t ch = static_cast<int64_t>(i / inner) % channels;
+    y[i] = (v[i] - m.mean[ch]) / std::sqrt(m.var[ch] + eps) * w[ch] + b[ch];
+  }
+  return y;
+}
+
 void batch_norm(const KernelCall& c) {
   const Tensor& x = c.in(0);
   const int64_t channels = x.size(1);
   const int64_t inner = x.numel() / std::max<int64_t>(x.size(0) * channels, 1);
   const auto v = x.to_vector<double>();
-  auto channel = [&](size_t i) { return static_cast<int64_t>(i / inner) % channels; };
   Moments m;
   if (c.attrs.b(0)) {
-    m = moments(v, channels, channel);
+    m = moments(v, channels, [&](size_t i) { return static_cast<int64_t>(i / inner) % channels; });
   } else {
     m = {c.in(3).to_vector<double>(), c.in(4).to_vector<double>()};
   }
-  const auto w = values_or(c.in(1), channels, 1), b = values_or(c.in(2), channels, 0);
-  const double eps = c.attrs.f(1);
-  std::vector<double> y(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const int64_t ch = channel(i);
-    y[i] = (v[i] - m.mean[ch]) / std::sqrt(m.var[ch] + eps) * w[ch] + b[ch];
-  }
-  write_all(c.out(0), y);
+  write_all(c.out(0), normalize_channels(c, v, m, c.attrs.f(1)));
   write_all(c.out(1), m.mean);
   write_all(c.out(2), m.var);
 }
 
 // batch_norm_eval: the normalization, + residual, relu, in double.
 void batch_norm_eval(const KernelCall& c) {
-  const Tensor& x = c.in(0);
-  const int64_t channels = x.size(1);
-  const int64_t inner = x.numel() / std::max<int64_t>(x.size(0) * channels, 1);
-  const auto v = x.to_vector<double>();
-  const auto mean = c.in(3).to_vector<double>(), var = c.in(4).to_vector<double>();
-  const auto w = values_or(c.in(1), channels, 1), b = values_or(c.in(2), channels, 0);
+  const Moments m = {c.in(3).to_vector<double>(), c.in(4).to_vector<double>()};
+  std::vector<double> y = normalize_channels(c, c.in(0).to_vector<double>(), m, c.attrs.f(0));
   const bool residual = c.inputs.size() > 5 && c.in(5).defined();
   const auto r = residual ? c.in(5).to_vector<double>() : std::vector<double>();
-  std::vector<double> y(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const auto ch = static_cast<size_t>(static_cast<int64_t>(i / inner) % channels);
-    double value = (v[i] - mean[ch]) / std::sqrt(var[ch] + c.attrs.f(0)) * w[ch] + b[ch];
-    if (residual) value += r[i];
-    y[i] = c.attrs.b(1) && value < 0 ? 0.0 : value;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (residual) y[i] += r[i];
+    if (c.attrs.b(1) && y[i] < 0) y[i] = 0;
   }
   write_all(c.out(0), y);
 }
