@@ -134,6 +134,9 @@ struct CompileStats {
   // Graphs compiled for a new size of a dynamic dim, as instances of a program
   // already compiled for other sizes (no recompiles).
   int64_t dynamic_instances = 0;
+  // Of those, the graphs made from a kept trace for the new sizes without
+  // calling the function (the program read no size that changed).
+  int64_t retraces = 0;
 };
 
 // What a compiled function recorded: its graphs with their ops and guards,
@@ -158,6 +161,9 @@ struct ExplainReport {
     // Compiled for new sizes of dynamic dims: the number of the graph whose
     // program (ops and wiring, sizes aside) it repeats (else 0).
     int64_t instance_of = 0;
+    // Made from graph instance_of's trace for the new sizes by shape rules
+    // alone, without calling the function (trace_ms is that time).
+    bool retraced = false;
     std::string read;          // the graph break it ends at (empty: its outputs are the results)
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     double record_ms = 0;      // recording the CUDA graph (all recordings)
@@ -172,6 +178,9 @@ struct ExplainReport {
   // The dynamic dims of the tensor arguments ("argument 0 dim 1"), and how
   // each became dynamic.
   std::vector<std::string> dynamic_dims;
+  // How the latest new size of a dynamic dim got its graphs: made from a
+  // kept trace, or traced, and why (empty before one).
+  std::string dynamic_sizes;
   CompileStats stats;
 
   std::string to_string() const;

@@ -85,7 +85,19 @@ struct TensorImpl {
   uint64_t view_version = 0;
   // Made under InferenceModeGuard: it can never take part in autograd.
   bool inference = false;
+  // A compiler tracer's proxy: reads of its layout by the traced program are
+  // noted (a program that reads no size of a dynamic dim serves every size).
+  bool watched = false;
 };
+
+// What a read of a tensor's layout read (Tensor::sizes(), size(d), ...).
+enum class LayoutField : uint8_t { kSizes, kSize, kStrides, kStride, kNumel, kContiguous, kOffset };
+
+namespace detail {
+// Notes a traced program's read of a proxy's layout (compiler/capture.h).
+void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
+                      const std::source_location& where);
+}  // namespace detail
 
 // One entry of Tensor::index: an integer, a Slice, kiln::None (new axis) or kiln::Ellipsis.
 struct Slice {
@@ -112,20 +124,42 @@ class Tensor {
 
   // --- metadata -------------------------------------------------------------
   bool defined() const noexcept { return impl_ != nullptr; }
-  const Shape& sizes() const { return impl().sizes; }
-  const Shape& shape() const { return impl().sizes; }
-  int64_t size(int64_t dim) const;
-  const Shape& strides() const { return impl().strides; }
-  int64_t stride(int64_t dim) const;
+  // Inside kiln::compile, reads of a traced tensor's layout are noted with
+  // the caller's line (see "Dynamic dims" in docs/compile.md).
+  const Shape& sizes(const std::source_location& where = std::source_location::current()) const {
+    const TensorImpl& i = impl();
+    if (i.watched) [[unlikely]]
+      detail::note_layout_read(i, LayoutField::kSizes, -1, where);
+    return i.sizes;
+  }
+  const Shape& shape(const std::source_location& where = std::source_location::current()) const {
+    return sizes(where);
+  }
+  int64_t size(int64_t dim,
+               const std::source_location& where = std::source_location::current()) const;
+  const Shape& strides(const std::source_location& where = std::source_location::current()) const {
+    const TensorImpl& i = impl();
+    if (i.watched) [[unlikely]]
+      detail::note_layout_read(i, LayoutField::kStrides, -1, where);
+    return i.strides;
+  }
+  int64_t stride(int64_t dim,
+                 const std::source_location& where = std::source_location::current()) const;
   int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
-  int64_t numel() const;
+  int64_t numel(const std::source_location& where = std::source_location::current()) const;
   DType dtype() const { return impl().dtype; }
   Device device() const { return impl().storage->device(); }
   bool is_meta() const { return impl().storage->is_meta(); }
   bool is_wrapped_number() const { return impl().wrapped_number; }
-  int64_t storage_offset() const { return impl().offset; }
+  int64_t storage_offset(
+      const std::source_location& where = std::source_location::current()) const {
+    const TensorImpl& i = impl();
+    if (i.watched) [[unlikely]]
+      detail::note_layout_read(i, LayoutField::kOffset, -1, where);
+    return i.offset;
+  }
   size_t element_size() const { return dtype_size(dtype()); }
-  bool is_contiguous() const;
+  bool is_contiguous(const std::source_location& where = std::source_location::current()) const;
   // True when both tensors view the same storage.
   bool shares_storage(const Tensor& other) const;
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }

@@ -88,6 +88,7 @@ Tensor alias_without_history(const Tensor& t) {
   impl->offset = src.offset;
   impl->dtype = src.dtype;
   impl->inference = src.inference;
+  impl->watched = src.watched;  // a traced program's handle on a proxy's data
   return Tensor(std::move(impl));
 }
 

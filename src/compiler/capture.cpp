@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <optional>
+#include <sstream>
 
 #include "autograd/meta.h"
+#include "core/shape_util.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
 
@@ -61,8 +63,9 @@ ValueId Tracer::same_data(const Tensor& t) const {
   const auto& values = trace_.graph.values();
   for (size_t i = values.size(); i-- > 0;) {
     const Value& v = values[i];
-    if (v.storage == storage && v.sizes == t.sizes() && v.strides == t.strides() && v.offset == t.storage_offset() &&
-        v.dtype == t.dtype())
+    const TensorImpl& layout = t.impl();  // read unnoted: the trace's own
+    if (v.storage == storage && v.sizes == layout.sizes && v.strides == layout.strides &&
+        v.offset == layout.offset && v.dtype == layout.dtype)
       return static_cast<ValueId>(i);
   }
   return kNoValue;
@@ -81,6 +84,92 @@ void Tracer::add_host_guard(std::string what, std::function<double()> read) {
 }
 
 Tracer* Tracer::active() noexcept { return t_active; }
+
+Shape observe(const Value& v, LayoutField field, int64_t dim) {
+  switch (field) {
+    case LayoutField::kSizes:
+      return v.sizes;
+    case LayoutField::kSize:
+      return {v.sizes.at(static_cast<size_t>(dim))};
+    case LayoutField::kStrides:
+      return v.strides;
+    case LayoutField::kStride:
+      return {v.strides.at(static_cast<size_t>(dim))};
+    case LayoutField::kNumel:
+      return {shape_numel(v.sizes)};
+    case LayoutField::kContiguous:
+      return {contiguous_layout(v.sizes, v.strides) ? 1 : 0};
+    case LayoutField::kOffset:
+      return {v.offset};
+  }
+  return {};
+}
+
+namespace {
+
+// A read's value as the program saw it: a shape, or one number.
+std::string shown(LayoutField field, const Shape& observed) {
+  using kiln::operator<<;
+  std::ostringstream os;
+  if (field == LayoutField::kSizes || field == LayoutField::kStrides) {
+    os << observed;
+  } else if (field == LayoutField::kContiguous) {
+    os << (observed.at(0) != 0 ? "true" : "false");
+  } else {
+    os << observed.at(0);
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::string LayoutRead::describe() const {
+  std::string file = where.file_name();
+  if (const size_t slash = file.find_last_of('/'); slash != std::string::npos)
+    file = file.substr(slash + 1);
+  std::string what;
+  switch (field) {
+    case LayoutField::kSizes:
+      what = "sizes()";
+      break;
+    case LayoutField::kSize:
+      what = detail::str_cat("size(", dim, ")");
+      break;
+    case LayoutField::kStrides:
+      what = "strides()";
+      break;
+    case LayoutField::kStride:
+      what = detail::str_cat("stride(", dim, ")");
+      break;
+    case LayoutField::kNumel:
+      what = "numel()";
+      break;
+    case LayoutField::kContiguous:
+      what = "is_contiguous()";
+      break;
+    case LayoutField::kOffset:
+      what = "storage_offset()";
+      break;
+  }
+  return detail::str_cat(what, " of %", value, " at ", file, ":", where.line(), ", which gave ",
+                         shown(field, observed));
+}
+
+void Tracer::note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
+                              const std::source_location& where) {
+  const auto it = values_.find(&impl);
+  if (it == values_.end()) {
+    unmapped_read_ = true;
+    return;
+  }
+  const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(it->second)) << 16 |
+                       static_cast<uint64_t>(field) << 8 | static_cast<uint64_t>(dim & 0xff);
+  const auto at = std::lower_bound(layout_read_keys_.begin(), layout_read_keys_.end(), key);
+  if (at != layout_read_keys_.end() && *at == key) return;
+  layout_read_keys_.insert(at, key);
+  layout_reads_.push_back(
+      {it->second, field, dim, observe(trace_.graph.value(it->second), field, dim), where});
+}
 
 TracerPause::TracerPause() noexcept : paused_(t_active) { t_active = nullptr; }
 TracerPause::~TracerPause() { t_active = paused_; }
@@ -104,6 +193,7 @@ Tensor Tracer::make_proxy(const Tensor& real, int32_t storage) {
 }
 
 ValueId Tracer::bind(const Tensor& proxy, ValueId id) {
+  proxy.impl().watched = true;
   values_[proxy.impl_ptr().get()] = id;
   if (proxies_.size() <= static_cast<size_t>(id)) proxies_.resize(static_cast<size_t>(id) + 1);
   proxies_[static_cast<size_t>(id)] = proxy;
@@ -445,6 +535,151 @@ TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserv
   TensorList results;
   for (ValueId id : g.outputs()) results.push_back(env[static_cast<size_t>(id)]);
   return results;
+}
+
+}  // namespace kiln::compiler
+
+namespace kiln::detail {
+
+void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
+                      const std::source_location& where) {
+  if (compiler::Tracer* tracer = compiler::Tracer::active())
+    tracer->note_layout_read(impl, field, dim, where);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::compiler {
+
+std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> reads,
+                             const TensorList& inputs, std::string& why) {
+  const Graph& g = traced.graph;
+  if (inputs.size() != g.inputs().size()) {
+    why = detail::str_cat(inputs.size(), " tensor arguments for a graph of ", g.inputs().size());
+    return std::nullopt;
+  }
+  Trace out;
+  Graph& ng = out.graph;
+  std::vector<ValueId> map(g.values().size(), kNoValue);
+  // Each traced storage's storage in the new graph, and the real storage
+  // behind it: sources alias as they did when traced, or not at all.
+  std::vector<int32_t> storages(g.storages().size(), -1);
+  std::vector<const Storage*> reals(g.storages().size(), nullptr);
+  const auto source = [&](const Value& v, const Tensor& real, const char* what) -> bool {
+    if (real.dtype() != v.dtype || real.device() != v.device) {
+      why = detail::str_cat(what, " ", v.slot, " is ", real.dtype(), " on ", real.device(),
+                            ", traced as ", v.dtype, " on ", v.device);
+      return false;
+    }
+    const auto s = static_cast<size_t>(v.storage);
+    const Storage* storage = real.storage().get();
+    const bool known = reals[s] != nullptr;
+    if (known != (std::find(reals.begin(), reals.end(), storage) != reals.end()) ||
+        (known && reals[s] != storage)) {
+      why = detail::str_cat(what, " ", v.slot,
+                            " shares memory with the other tensors otherwise than when traced");
+      return false;
+    }
+    reals[s] = storage;
+    return true;
+  };
+  // The reads, by value: each checked as soon as its value is made again,
+  // so that a program that read a changed size is refused early.
+  std::vector<const LayoutRead*> by_value;
+  for (const LayoutRead& r : reads) by_value.push_back(&r);
+  std::stable_sort(by_value.begin(), by_value.end(),
+                   [](const LayoutRead* a, const LayoutRead* b) { return a->value < b->value; });
+  size_t checked = 0;
+  const auto reads_hold = [&](size_t made_up_to) {
+    for (; checked < by_value.size() && static_cast<size_t>(by_value[checked]->value) < made_up_to;
+         ++checked) {
+      const LayoutRead& r = *by_value[checked];
+      const Shape now = observe(ng.value(map.at(static_cast<size_t>(r.value))), r.field, r.dim);
+      if (now != r.observed) {
+        why =
+            detail::str_cat("the function read ", r.describe(), " (now ", shown(r.field, now), ")");
+        return false;
+      }
+    }
+    return true;
+  };
+  size_t next = 0;  // the next traced node to make again
+  for (size_t id = 0; id < g.values().size(); ++id) {
+    if (!reads_hold(id)) return std::nullopt;
+    if (map[id] != kNoValue) continue;
+    const Value& v = g.values()[id];
+    const auto s = static_cast<size_t>(v.storage);
+    switch (v.kind) {
+      case ValueKind::kInput: {
+        const Tensor& real = inputs[static_cast<size_t>(v.slot)];
+        if (!source(v, real, "argument")) return std::nullopt;
+        map[id] = ng.add_input(real, storages[s]);
+        break;
+      }
+      case ValueKind::kCaptured: {
+        const Tensor& real = traced.captured[static_cast<size_t>(v.slot)];
+        if (real.sizes() != v.sizes || real.strides() != v.strides ||
+            real.storage_offset() != v.offset) {
+          why = detail::str_cat("captured tensor ", v.slot, " is now ", real.sizes(),
+                                ", traced as ", v.sizes);
+          return std::nullopt;
+        }
+        if (!source(v, real, "captured tensor")) return std::nullopt;
+        map[id] = ng.add_captured(real, storages[s]);
+        out.captured.push_back(real);
+        break;
+      }
+      case ValueKind::kConstant:
+        map[id] = ng.add_constant(g.constant_values()[static_cast<size_t>(v.slot)]);
+        break;
+      case ValueKind::kNode: {
+        const Node& n = g.nodes().at(next);
+        if (static_cast<size_t>(v.producer) != next++) {
+          why = "the traced graph's values are not in the order of its nodes";
+          return std::nullopt;
+        }
+        if (n.draw_count >= 0) {
+          why = detail::str_cat(ops::op_schema(n.op).name,
+                                " draws random numbers, as many as its sizes say");
+          return std::nullopt;
+        }
+        std::vector<ValueId> ids;
+        TensorList metas;
+        for (ValueId in : n.inputs) {
+          ids.push_back(in == kNoValue ? kNoValue : map[static_cast<size_t>(in)]);
+          metas.push_back(in == kNoValue ? Tensor() : ng.meta_tensor(ids.back()));
+        }
+        int32_t made = 0;
+        try {
+          TracerPause untraced;
+          if (n.inplace()) {
+            const ValueId target = map[static_cast<size_t>(n.target)];
+            Tensor meta = ng.meta_tensor(target);
+            ops::dispatch_inplace(n.op, meta, metas, n.attrs);
+            made = ng.add_node(n.op, std::move(ids), n.attrs, {meta}, target);
+          } else {
+            made = ng.add_node(n.op, std::move(ids), n.attrs, ops::dispatch(n.op, metas, n.attrs));
+          }
+        } catch (const Error& e) {
+          why = detail::str_cat(ops::op_schema(n.op).name, " rejects the new sizes: ", e.what());
+          return std::nullopt;
+        }
+        Node& copy = ng.node(made);
+        copy.generator = n.generator;
+        copy.draw_count = n.draw_count;
+        copy.grad_enabled = n.grad_enabled;
+        for (size_t k = 0; k < n.outputs.size(); ++k)
+          map[static_cast<size_t>(n.outputs[k])] = copy.outputs.at(k);
+        break;
+      }
+    }
+    if (storages[s] < 0) storages[s] = ng.value(map[id]).storage;
+  }
+  std::vector<ValueId> outputs;
+  for (ValueId id : g.outputs()) outputs.push_back(map[static_cast<size_t>(id)]);
+  ng.set_outputs(std::move(outputs));
+  if (!reads_hold(g.values().size())) return std::nullopt;
+  return out;
 }
 
 }  // namespace kiln::compiler

@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <limits>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -89,6 +90,24 @@ struct Cut {
   std::vector<HostGuard> host_guards;
 };
 
+// A read of a proxy's layout by the traced program (Tensor::sizes(),
+// size(d), strides(), numel(), is_contiguous(), storage_offset()) and what
+// it gave. The program's ops and attributes depend on its arguments' layouts
+// only through such reads (and shape rules, which run again), so a graph
+// made again for other sizes (retrace) is the program's graph for them
+// wherever every read gives the same.
+struct LayoutRead {
+  ValueId value = kNoValue;
+  LayoutField field = LayoutField::kSizes;
+  int64_t dim = -1;  // of kSize and kStride
+  Shape observed;
+  std::source_location where;
+  // "sizes of %3 (float32[8, 16]) at bert.cpp:40"
+  std::string describe() const;
+};
+// What `read` gives on a value laid out as `v`.
+Shape observe(const Value& v, LayoutField field, int64_t dim);
+
 class Tracer {
  public:
   // Active on this thread until destroyed; tracers do not nest.
@@ -145,6 +164,15 @@ class Tracer {
   // returned untouched) and hands the graph over.
   Trace finish(const TensorList& outputs);
 
+  // Called by Tensor's layout accessors on a proxy (TensorImpl::watched).
+  void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
+                        const std::source_location& where);
+  // The program's reads of its proxies' layouts, each (value, field, dim)
+  // once; `unmapped_read`: it read the layout of a proxy the trace cannot
+  // name (one of a graph cut earlier), whose reads are not listed.
+  const std::vector<LayoutRead>& layout_reads() const noexcept { return layout_reads_; }
+  bool unmapped_read() const noexcept { return unmapped_read_; }
+
   // Called by dispatch for every op while this tracer is active.
   TensorList record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs);
   void record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs, ops::Attrs attrs);
@@ -187,11 +215,24 @@ class Tracer {
   std::unordered_map<int32_t, std::shared_ptr<Storage>> meta_storages_;  // graph storage -> its meta storage
   std::vector<Tensor> proxies_;  // by value id; also keeps every recorded impl alive
   TensorList keep_;              // real tensors seen, alive so their addresses stay unique
+  std::vector<LayoutRead> layout_reads_;
+  std::vector<uint64_t> layout_read_keys_;  // (value, field, dim) of each, sorted
+  bool unmapped_read_ = false;
   Tracer* previous_ = nullptr;
   Generator* pending_generator_ = nullptr;
   int64_t pending_count_ = -1;
   int64_t draws_ = 0;  // random draws noted so far
 };
+
+// The trace the program would give for `inputs` of other layouts (new
+// sizes of dynamic dims), made without running it: each node again, in
+// order, with its attributes, its shape rule run on the new layouts. Null,
+// with the reason in `why`, where the program's reads (LayoutRead) would
+// give other values, a shape rule rejects the new layouts, the inputs alias
+// otherwise than traced, a captured tensor's layout changed, or a node
+// draws random numbers (its count follows the sizes).
+std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> reads,
+                             const TensorList& inputs, std::string& why);
 
 // Called after each node of a run with the node's index and its results
 // (for an in-place node, its target), for CompileOptions::check.

@@ -71,6 +71,27 @@ void append_tensor_key(const Tensor& t, std::vector<int64_t>& key, uint64_t dyna
   }
 }
 
+// The first tensor argument before i that shares i's storage, or -1.
+int64_t shares_with(const TensorList& tensors, size_t i) {
+  const Storage* storage = tensors[i].storage().get();
+  for (size_t j = 0; j < i; ++j)
+    if (tensors[j].storage().get() == storage) return static_cast<int64_t>(j);
+  return -1;
+}
+
+// shares_with of every tensor argument after the first.
+void append_sharing(const TensorList& tensors, std::vector<int64_t>& key) {
+  if (tensors.size() <= 16) {
+    for (size_t i = 1; i < tensors.size(); ++i) key.push_back(shares_with(tensors, i));
+    return;
+  }
+  std::unordered_map<const Storage*, int64_t> first;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto [it, added] = first.emplace(tensors[i].storage().get(), static_cast<int64_t>(i));
+    if (i > 0) key.push_back(added ? -1 : it->second);
+  }
+}
+
 // `dynamic`: by tensor argument, its dims left out (absent: none).
 std::vector<int64_t> build_key(const internal::FlatArgs& args, const std::vector<uint64_t>& dynamic = {}) {
   std::vector<int64_t> key = args.key;
@@ -80,6 +101,9 @@ std::vector<int64_t> build_key(const internal::FlatArgs& args, const std::vector
     if (!t.defined()) throw Error("compile: an argument is an undefined tensor");
     append_tensor_key(t, key, i < dynamic.size() ? dynamic[i] : 0);
   }
+  // Which arguments share memory: a graph traced for aliasing arguments (or
+  // for distinct ones) is the program's graph only for calls alike.
+  append_sharing(args.tensors, key);
   const Tf32Policy tf32 = allow_tf32();
   key.push_back(is_grad_enabled());
   key.push_back(tf32.matmul);
@@ -100,6 +124,27 @@ std::string str(const Shape& s) {
   std::ostringstream os;
   os << s;
   return os.str();
+}
+
+// Each tensor argument's name: "argument 2", or "argument 2[0]" in a list.
+std::vector<std::string> tensor_names(const internal::FlatArgs& args) {
+  std::vector<std::string> out;
+  size_t position = 0;
+  for (size_t k = 0; k < args.key.size(); ++position) {
+    const int64_t tag = args.key[k];
+    const std::string arg = "argument " + std::to_string(position);
+    if (tag == 1) {
+      out.push_back(arg);
+      k += 1;
+    } else if (tag == 2) {
+      for (int64_t i = 0; i < args.key[k + 1]; ++i)
+        out.push_back(arg + "[" + std::to_string(i) + "]");
+      k += 2;
+    } else {
+      k += 2;
+    }
+  }
+  return out;
 }
 
 // Every guard of a call, named, in a fixed order: what recompile logs compare.
@@ -145,30 +190,18 @@ std::vector<std::pair<std::string, std::string>> describe(const internal::FlatAr
       k += 2;
     }
   }
+  std::string shared;
+  const std::vector<std::string> names = tensor_names(args);
+  for (size_t i = 1; i < args.tensors.size(); ++i) {
+    if (const int64_t j = shares_with(args.tensors, i); j >= 0)
+      shared += detail::str_cat(shared.empty() ? "" : ", ", names[i], " with ",
+                                names[static_cast<size_t>(j)]);
+  }
+  out.emplace_back("memory shared by arguments", shared.empty() ? "none" : shared);
   const Tf32Policy tf32 = allow_tf32();
   out.emplace_back("grad mode", is_grad_enabled() ? "enabled" : "disabled");
   out.emplace_back("TF32 policy", std::string("matmul ") + (tf32.matmul ? "on" : "off") + ", conv " +
                                       (tf32.conv ? "on" : "off"));
-  return out;
-}
-
-// Each tensor argument's name: "argument 2", or "argument 2[0]" in a list.
-std::vector<std::string> tensor_names(const internal::FlatArgs& args) {
-  std::vector<std::string> out;
-  size_t position = 0;
-  for (size_t k = 0; k < args.key.size(); ++position) {
-    const int64_t tag = args.key[k];
-    const std::string arg = "argument " + std::to_string(position);
-    if (tag == 1) {
-      out.push_back(arg);
-      k += 1;
-    } else if (tag == 2) {
-      for (int64_t i = 0; i < args.key[k + 1]; ++i) out.push_back(arg + "[" + std::to_string(i) + "]");
-      k += 2;
-    } else {
-      k += 2;
-    }
-  }
   return out;
 }
 
@@ -270,6 +303,19 @@ struct Core::Impl {
 
   std::shared_ptr<Segment> compile_segment(Trace traced, TraceSignature signature, double trace_ms, bool keep,
                                            const std::function<Tensor(const Tensor&)>& grad_at_start);
+  // Lowers a kept segment (its executable, where it records no autograd) and
+  // numbers it; `inputs`: the tensors it reads.
+  void lower(Segment& seg, const TensorList& inputs, const std::shared_ptr<Family>& family,
+             uint64_t program);
+  // How the latest new size of a dynamic dim got its graphs (explain()).
+  std::string sizes_note;
+  // A call with new sizes of a family's dynamic dims, served by a graph made
+  // from the family's generic trace (retrace), the function not called.
+  // Null, with the reason in `why`, where that cannot be done.
+  std::optional<TensorList> retraced(Entry& entry, const Family::Generic& generic,
+                                     const FlatArgs& args, std::vector<int64_t>& structure,
+                                     CallState* state, std::vector<std::shared_ptr<Segment>>& path,
+                                     std::string& why);
   // A call of a key seen before, from its first graph (root).
   TensorList serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
                    std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path);
@@ -355,6 +401,75 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, TraceSignatur
   for (const Tensor& t : seg->trace->captured)
     seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));
   return seg;
+}
+
+void Core::Impl::lower(Segment& seg, const TensorList& inputs,
+                       const std::shared_ptr<Family>& family, uint64_t program) {
+  const auto lower_start = std::chrono::steady_clock::now();
+  bool needs_grad = false;
+  for (const Tensor& t : seg.trace->captured) needs_grad = needs_grad || t.requires_grad();
+  for (const Tensor& t : inputs) needs_grad = needs_grad || t.requires_grad();
+  // A training step's graph holds its backward ops: it records no autograd.
+  if (options.backend == CompileBackend::Default &&
+      (!(needs_grad && is_grad_enabled()) || seg.ran_backward))
+    seg.executable = std::make_shared<const Executable>(seg.trace);
+  seg.lower_ms = ms_since(lower_start);
+  {
+    std::lock_guard lock(mutex);
+    seg.order = ++graphs;
+    if (seg.instance_of) ++stats.dynamic_instances;
+    if (family) family->programs.emplace(program, seg.order);
+  }
+  if (options.mode != Mode::Default) {
+    if (seg.executable) {
+      seg.graph_obstacles = GraphedExecutable::obstacles(*seg.executable);
+    } else {
+      seg.graph_obstacles.push_back(
+          "its arguments or captured tensors require grad: calls replay through dispatch, which "
+          "records "
+          "autograd");
+    }
+    for (const std::string& why : seg.graph_obstacles)
+      log(LogChannel::kPerf,
+          detail::str_cat(options.name, ", graph ", seg.order, ": not a CUDA graph: ", why));
+  }
+  log(LogChannel::kGraphs,
+      detail::str_cat(options.name, ", graph ", seg.order, ":\n", to_text(seg.trace->graph)));
+}
+
+std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Generic& generic,
+                                               const FlatArgs& args,
+                                               std::vector<int64_t>& structure, CallState* state,
+                                               std::vector<std::shared_ptr<Segment>>& path,
+                                               std::string& why) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<Trace> made = retrace(*generic.traced, generic.reads, args.tensors, why);
+  if (!made) return std::nullopt;
+  TraceSignature signature = signature_of(*made);
+  const uint64_t program = program_hash(made->graph);
+  std::shared_ptr<Segment> seg =
+      compile_segment(std::move(*made), std::move(signature), ms_since(start), true,
+                      [](const Tensor& t) { return t.grad(); });
+  seg->sources.resize(args.tensors.size());
+  for (size_t i = 0; i < seg->sources.size(); ++i) seg->sources[i] = static_cast<int32_t>(i);
+  seg->structure = generic.structure;
+  seg->instance_of = generic.order;
+  seg->retraced = true;
+  lower(*seg, args.tensors, entry.family, program);
+  {
+    std::lock_guard lock(mutex);
+    entry.root = seg;
+    ++stats.retraces;
+  }
+  if (state) state->add(*seg, args.tensors);
+  int64_t launches = 0;
+  TensorList outs = first_run(*seg, args.tensors, options, launches);
+  path.push_back(seg);
+  structure = generic.structure;
+  std::lock_guard lock(mutex);
+  stats.graph_launches += launches;
+  ++stats.replays;
+  return outs;
 }
 
 TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
@@ -500,40 +615,16 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
       seg->read_description = description;
       seg->structure = result_structure;
       if (keep) {
-        const auto lower_start = std::chrono::steady_clock::now();
-        bool needs_grad = false;
-        for (const Tensor& t : seg->trace->captured) needs_grad = needs_grad || t.requires_grad();
-        for (int32_t s : sources) needs_grad = needs_grad || walk.env.at(static_cast<size_t>(s)).requires_grad();
-        // A training step's graph holds its backward ops: it records no autograd.
-        if (options.backend == CompileBackend::Default && (!(needs_grad && is_grad_enabled()) || seg->ran_backward))
-          seg->executable = std::make_shared<const Executable>(seg->trace);
-        seg->lower_ms = ms_since(lower_start);
-        std::lock_guard lock(mutex);
-        seg->order = ++graphs;
         seg->resumes = parent ? parent->order : 0;
         seg->instance_of = instance_of;
-        if (instance_of) ++stats.dynamic_instances;
-        if (entry.family) entry.family->programs.emplace(program, seg->order);
+        lower(*seg, gather(walk.env, sources), entry.family, program);
         if (read >= 0) {
+          std::lock_guard lock(mutex);
           ++stats.graph_breaks;
           graph_breaks.push_back(detail::str_cat("graph ", seg->order, ": ", description,
                                                  "; the graph after it is chosen by the value read"));
           log(LogChannel::kGraphBreaks, detail::str_cat(options.name, ": ", graph_breaks.back()));
         }
-      }
-      if (keep && options.mode != Mode::Default) {
-        if (seg->executable) {
-          seg->graph_obstacles = GraphedExecutable::obstacles(*seg->executable);
-        } else {
-          seg->graph_obstacles.push_back(
-              "its arguments or captured tensors require grad: calls replay through dispatch, which records "
-              "autograd");
-        }
-        for (const std::string& why : seg->graph_obstacles)
-          log(LogChannel::kPerf, detail::str_cat(options.name, ", graph ", seg->order, ": not a CUDA graph: ", why));
-      }
-      if (keep) {
-        log(LogChannel::kGraphs, detail::str_cat(options.name, ", graph ", seg->order, ":\n", to_text(seg->trace->graph)));
       }
     }
     kept_all = kept_all && keep;
@@ -606,15 +697,34 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   std::vector<HostGuard> host_guards = tracer->take_host_guards();
   std::vector<GradWrite> grad_writes = tracer->grad_writes();
   ran_backward = ran_backward || tracer->ran_backward();
+  std::vector<LayoutRead> layout_reads = tracer->layout_reads();
+  const bool unmapped_read = tracer->unmapped_read();
   tracer.reset();  // the last graph runs for real
   if (cuts < follow) {
     throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function ended "
                                 "before graph break ", cuts + 1, " (", path[cuts]->read_description, "): its ops "
                                 "depend on something besides its arguments, captured tensors and the values it read"));
   }
+  // A family's one-graph trace: later sizes are made from it (retrace).
+  std::shared_ptr<Family::Generic> generic;
+  if (entry.family && cuts == 0 && !ran_backward && grad_writes.empty() && host_guards.empty() &&
+      !unmapped_read &&
+      std::none_of(last.graph.nodes().begin(), last.graph.nodes().end(),
+                   [](const Node& n) { return n.draw_count >= 0; })) {
+    generic = std::make_shared<Family::Generic>();
+    generic->traced = std::make_shared<const Trace>(last);
+    generic->reads = std::move(layout_reads);
+    generic->structure = structure;
+  }
   TensorList results =
       place(std::move(last), sources, -1, nullptr, "", structure, std::move(host_guards), std::move(grad_writes));
   std::lock_guard lock(mutex);
+  if (generic && kept_all && path.size() == 1 && path.back()->order > 0) {
+    generic->order = path.back()->instance_of ? path.back()->instance_of : path.back()->order;
+    auto& kept = entry.family->generics;
+    kept.insert(kept.begin(), std::move(generic));
+    if (kept.size() > Family::kMaxGenerics) kept.pop_back();
+  }
   stats.graph_launches += launches;
   if (unguarded) entry.root.reset();  // later calls with this key run eagerly
   if (kept_all) {
@@ -667,6 +777,7 @@ ExplainReport Core::explain() const {
   r.recompiles = impl_->recompiles;
   r.graph_breaks = impl_->graph_breaks;
   r.dynamic_dims = impl_->dynamic_reasons;
+  r.dynamic_sizes = impl_->sizes_note;
   // Every kept graph, once, with the guards that lead to it.
   struct Found {
     std::shared_ptr<Segment> seg;
@@ -716,6 +827,7 @@ ExplainReport Core::explain() const {
     }
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;
+    g.retraced = s.retraced;
     g.read = s.read >= 0 ? s.read_description : "";
     g.trace_ms = s.trace_ms;
     g.verify_ms = s.verify_ms;
@@ -750,6 +862,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       m.families.clear();
       m.dynamic.clear();
       m.dynamic_reasons.clear();
+      m.sizes_note.clear();
       m.recompiles.clear();
       m.graph_breaks.clear();
       m.stats.traces = 0;
@@ -792,9 +905,10 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       reason = "new sizes of dynamic dims:";
       for (size_t i = 0; i < args.tensors.size(); ++i)
         if (m.dynamic[i]) reason += detail::str_cat(" ", names[i], " sizes ", str(args.tensors[i].sizes()));
-      log(LogChannel::kRecompiles, detail::str_cat("tracing ", m.options.name, " for ", reason,
-                                                   " (graphs of a program compiled for other sizes are instances, "
-                                                   "not recompiles)"));
+      log(LogChannel::kRecompiles,
+          detail::str_cat(m.options.name, ": ", reason,
+                          " (graphs of a program compiled for other sizes are instances, "
+                          "not recompiles)"));
       entry = std::make_shared<Entry>();
     } else if (m.compiling_traces >= m.options.recompile_limit) {
       ++m.stats.eager_calls;
@@ -824,10 +938,35 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   entry->described = described;
   entry->shapeless = std::move(shapeless);
   for (const Tensor& t : args.tensors) entry->sizes.push_back(t.sizes());
+  std::vector<std::shared_ptr<const Family::Generic>> generics;
+  if (instance) {
+    std::lock_guard lock(m.mutex);
+    generics = entry->family->generics;
+  }
   const CompiledCall traced = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
-    Walk walk;
-    walk.env = args.tensors;
-    TensorList out = m.trace(*entry, walk, args, run, structure, state, path, reason, true, instance);
+    std::optional<TensorList> made;
+    std::string why =
+        "no trace of its program made one graph without a graph break, backward() or random draws";
+    int64_t from = 0;
+    for (size_t i = 0; i < generics.size() && !made; ++i) {
+      std::string refused;
+      made = m.retraced(*entry, *generics[i], args, structure, state, path, refused);
+      if (i == 0) why = refused;  // the latest trace's reason
+      from = generics[i]->order;
+    }
+    if (instance) {
+      const std::string note = made ? detail::str_cat("new sizes are made from graph ", from,
+                                                      "'s trace, without calling the function")
+                                    : detail::str_cat("new sizes are traced: ", why);
+      log(LogChannel::kRecompiles, detail::str_cat(m.options.name, ": ", note));
+      std::lock_guard lock(m.mutex);
+      m.sizes_note = note;
+    }
+    TensorList out = made ? std::move(*made) : [&] {
+      Walk walk;
+      walk.env = args.tensors;
+      return m.trace(*entry, walk, args, run, structure, state, path, reason, true, instance);
+    }();
     std::lock_guard lock(m.mutex);
     const bool added = m.cache.insert_or_assign(key, entry).second;
     if (entry->family && added) {

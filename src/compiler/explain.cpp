@@ -16,6 +16,7 @@ std::string ExplainReport::to_string() const {
   if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
   os << "\n";
   for (const auto& d : dynamic_dims) os << "dynamic: " << d << "\n";
+  if (!dynamic_sizes.empty()) os << "dynamic sizes: " << dynamic_sizes << "\n";
   for (size_t i = 0; i < graphs.size(); ++i) {
     const Graph& g = graphs[i];
     os << "graph " << i + 1 << ": " << g.nodes << " ops (";
@@ -27,7 +28,11 @@ std::string ExplainReport::to_string() const {
       if (g.workspace_bytes) os << " (" << g.workspace_bytes << " of kernel workspaces)";
     }
     if (g.cuda_graph) os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
-    if (g.instance_of) os << "\n  the program of graph " << g.instance_of << ", compiled for new sizes of dynamic dims";
+    if (g.instance_of) {
+      os << "\n  the program of graph " << g.instance_of
+         << ", compiled for new sizes of dynamic dims"
+         << (g.retraced ? " from its trace, without calling the function" : "");
+    }
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;
     if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
     os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
@@ -53,7 +58,8 @@ std::string ExplainReport::to_json() const {
                 {"eager_calls", stats.eager_calls},
                 {"graph_breaks", stats.graph_breaks},
                 {"graph_launches", stats.graph_launches},
-                {"dynamic_instances", stats.dynamic_instances}};
+                {"dynamic_instances", stats.dynamic_instances},
+                {"retraces", stats.retraces}};
   j["graphs"] = nlohmann::json::array();
   for (const Graph& g : graphs) {
     nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
@@ -72,6 +78,7 @@ std::string ExplainReport::to_json() const {
                            {"traced_nodes", g.traced_nodes},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},
+                           {"retraced", g.retraced},
                            {"read", g.read},
                            {"compile_ms",
                             {{"trace", g.trace_ms},
@@ -85,6 +92,7 @@ std::string ExplainReport::to_json() const {
   j["graph_breaks"] = graph_breaks;
   j["recompiles"] = recompiles;
   j["dynamic_dims"] = dynamic_dims;
+  j["dynamic_sizes"] = dynamic_sizes;
   j["cuda_graph_skips"] = cuda_graph_skips;
   return j.dump(1);
 }

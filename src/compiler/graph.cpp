@@ -188,9 +188,11 @@ int32_t Graph::new_storage(const Tensor& like, ValueId root) {
 
 ValueId Graph::add_value(Value v, const Tensor& like, int32_t storage) {
   const auto id = static_cast<ValueId>(values_.size());
-  v.sizes = like.sizes();
-  v.strides = like.strides();
-  v.offset = like.storage_offset();
+  const TensorImpl& layout =
+      like.impl();  // read unnoted: the graph's own, not the traced program's
+  v.sizes = layout.sizes;
+  v.strides = layout.strides;
+  v.offset = layout.offset;
   v.dtype = like.dtype();
   v.device = like.device();
   v.wrapped_number = like.is_wrapped_number();

@@ -88,6 +88,7 @@ struct Segment {
   int64_t order = 0;    // the graph's number in its function, from 1
   int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
   int64_t instance_of = 0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
+  bool retraced = false;    // made from instance_of's trace by retrace, the function not called
   double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
   // Mode::ReduceOverhead: the executable recorded as one device graph, or
@@ -109,6 +110,18 @@ struct Segment {
 struct Family {
   std::deque<std::vector<int64_t>> keys;             // its entries' keys, oldest first (under Impl::mutex)
   std::unordered_map<uint64_t, int64_t> programs;    // program_hash -> the first graph compiled with it
+  // The latest traces of the family that made one graph (no graph break, no
+  // backward() and no random draws), as traced, with the layout reads the
+  // program made: new sizes are made from one (retrace) without calling the
+  // function, wherever its reads give the same values. Newest first.
+  struct Generic {
+    std::shared_ptr<const Trace> traced;
+    std::vector<LayoutRead> reads;
+    std::vector<int64_t> structure;
+    int64_t order = 0;  // the graph whose program it is
+  };
+  static constexpr size_t kMaxGenerics = 4;
+  std::vector<std::shared_ptr<const Generic>> generics;
 };
 
 struct Entry {

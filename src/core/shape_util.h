@@ -12,6 +12,8 @@ namespace kiln {
 // tensor accepts dims -1 and 0, as in PyTorch.
 int64_t wrap_dim(int64_t dim, int64_t ndim, std::string_view op);
 int64_t shape_numel(const Shape& sizes) noexcept;
+// Tensor::is_contiguous of a layout: row-major, size-1 dims' strides aside.
+bool contiguous_layout(const Shape& sizes, const Shape& strides) noexcept;
 // Broadcast of two shapes; ShapeError naming op when they don't broadcast.
 Shape broadcast_pair(const Shape& a, const Shape& b, std::string_view op);
 // Dims list -> sorted unique wrapped dims; empty means all dims.

@@ -22,13 +22,37 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
-int64_t Tensor::numel() const { return shape_numel(sizes()); }
+int64_t Tensor::size(int64_t d, const std::source_location& where) const {
+  const TensorImpl& i = impl();
+  const auto k = static_cast<size_t>(wrap_dim(d, dim(), "size"));
+  if (i.watched) [[unlikely]]
+    detail::note_layout_read(i, LayoutField::kSize, static_cast<int64_t>(k), where);
+  return i.sizes[k];
+}
 
-bool Tensor::is_contiguous() const {
-  const auto& sz = sizes();
-  const auto& st = strides();
+int64_t Tensor::stride(int64_t d, const std::source_location& where) const {
+  const TensorImpl& i = impl();
+  const auto k = static_cast<size_t>(wrap_dim(d, dim(), "stride"));
+  if (i.watched) [[unlikely]]
+    detail::note_layout_read(i, LayoutField::kStride, static_cast<int64_t>(k), where);
+  return i.strides[k];
+}
+
+int64_t Tensor::numel(const std::source_location& where) const {
+  const TensorImpl& i = impl();
+  if (i.watched) [[unlikely]]
+    detail::note_layout_read(i, LayoutField::kNumel, -1, where);
+  return shape_numel(i.sizes);
+}
+
+bool Tensor::is_contiguous(const std::source_location& where) const {
+  const TensorImpl& i = impl();
+  if (i.watched) [[unlikely]]
+    detail::note_layout_read(i, LayoutField::kContiguous, -1, where);
+  return contiguous_layout(i.sizes, i.strides);
+}
+
+bool contiguous_layout(const Shape& sz, const Shape& st) noexcept {
   int64_t expected = 1;
   for (size_t i = sz.size(); i-- > 0;) {
     if (sz[i] == 0) return true;

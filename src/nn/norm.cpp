@@ -110,8 +110,10 @@ void LayerNorm::reset_parameters() {
 
 Tensor LayerNorm::forward(const Tensor& input) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  const bool fits =
-      input.dim() >= k && Shape(input.sizes().end() - k, input.sizes().end()) == normalized_shape;
+  // The trailing dims, read one by one (a traced program reads no other).
+  bool fits = input.dim() >= k;
+  for (int64_t d = 0; fits && d < k; ++d)
+    fits = input.size(input.dim() - k + d) == normalized_shape[static_cast<size_t>(d)];
   KILN_CHECK(fits, ShapeError, "LayerNorm: input shape ", input.sizes(),
              " does not end with normalized_shape ", normalized_shape);
   return F::layer_norm(input, normalized_shape, weight, bias, options.eps);

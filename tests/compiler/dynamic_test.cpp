@@ -54,7 +54,117 @@ TEST(Dynamic, AChangedDimIsRecompiledOnceThenEachSizeIsAnInstance) {
   EXPECT_NE(r.to_string().find("the program of graph 2, compiled for new sizes of dynamic dims"), std::string::npos);
   EXPECT_NE(r.to_json().find("\"dynamic_instances\": 2"), std::string::npos);
   EXPECT_TRUE(logs.contains("rows: argument 0 dim 0 is dynamic from now on (its size changed from 2 to 3)"));
-  EXPECT_TRUE(logs.contains("tracing rows for new sizes of dynamic dims: argument 0 sizes [5, 4, 5]"));
+  EXPECT_TRUE(logs.contains("rows: new sizes of dynamic dims: argument 0 sizes [5, 4, 5]"));
+  // The reshape read the batch: each size is traced, and explain says why.
+  EXPECT_EQ(s.retraces, 0);
+  EXPECT_NE(r.dynamic_sizes.find(
+                "new sizes are traced: the function read size(0) of %0 at dynamic_test.cpp:"),
+            std::string::npos)
+      << r.dynamic_sizes;
+  EXPECT_NE(r.dynamic_sizes.find("which gave 5 (now 7)"), std::string::npos) << r.dynamic_sizes;
+  EXPECT_TRUE(logs.contains("rows: new sizes are traced: the function read size(0)"));
+}
+
+// A program that reads none of the sizes that change: a new size's graph is
+// made from a kept trace by the shape rules, and the function is not called.
+// At batch 1 the transpose is contiguous already, so contiguous() copies
+// nothing: a read that changed, and batch 1 is traced (a program of its own),
+// while later sizes are still made from the trace of batch 3.
+TEST(Dynamic, NewSizesAreMadeFromTheTraceWithoutCallingTheFunction) {
+  LogCapture logs("recompiles");
+  manual_seed(5);
+  nn::Linear linear(6, 4);
+  int calls = 0;
+  const auto f = [&](const Tensor& x, const Tensor& bias) {
+    ++calls;
+    Tensor h = linear(x).relu();
+    h.add_(bias);  // broadcast over the rows
+    // A read of a dim that does not change is fine.
+    const Tensor rows = h.reshape({-1, h.size(1) / 2, 2}).sum({2});
+    return std::make_tuple(h.softmax(-1), rows, h.t().contiguous().view({-1}));
+  };
+  NoGradGuard no_grad;
+  const auto fast = compile(f, {.name = "rows"});
+  const Tensor bias = randn({4});
+  for (int64_t batch : {2, 3, 5, 1, 9, 3, 64, 5}) {
+    const Tensor x = randn({batch, 6});
+    const auto [a, b, c] = fast(x, bias);
+    const auto [ea, eb, ec] = f(x, bias);
+    EXPECT_TRUE(same(a, ea) && same(b, eb) && same(c, ec)) << batch;
+  }
+  EXPECT_EQ(
+      calls,
+      3 + 8);  // traced for 2, 3 (the recompile that makes dim 0 dynamic) and 1; 8 eager calls
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 3);
+  EXPECT_EQ(r.stats.retraces, 3);           // 5, 9, 64
+  EXPECT_EQ(r.stats.dynamic_instances, 3);  // the same three: batch 1's program is another
+  EXPECT_EQ(r.stats.replays, 8);
+  ASSERT_EQ(r.recompiles.size(), 2u);
+  EXPECT_NE(r.recompiles[1].find("its ops differ from those compiled for other sizes"),
+            std::string::npos);
+  ASSERT_EQ(r.graphs.size(), 6u);
+  for (size_t g : {2u, 4u, 5u}) {
+    EXPECT_TRUE(r.graphs[g].retraced) << g;
+    EXPECT_EQ(r.graphs[g].instance_of, 2) << g;
+    EXPECT_TRUE(r.graphs[g].executable) << g;
+  }
+  EXPECT_FALSE(r.graphs[1].retraced);
+  EXPECT_FALSE(r.graphs[3].retraced);
+  EXPECT_EQ(r.dynamic_sizes,
+            "new sizes are made from graph 2's trace, without calling the function");
+  EXPECT_NE(
+      r.to_string().find(
+          "compiled for new sizes of dynamic dims from its trace, without calling the function"),
+      std::string::npos);
+  EXPECT_NE(r.to_json().find("\"retraces\": 3"), std::string::npos);
+  EXPECT_TRUE(logs.contains("rows: new sizes are made from graph 2's trace"));
+  EXPECT_TRUE(logs.contains("rows: new sizes are traced: the function read is_contiguous() of %"));
+}
+
+// A size the program branches on: the branch read it, so each size is
+// traced and takes its own branch, as eager does.
+TEST(Dynamic, AProgramThatBranchesOnASizeIsTracedForEachSize) {
+  const auto f = [](const Tensor& x) {
+    if (x.size(0) > 4) return x * 2.0;
+    return x.narrow(0, 0, std::min<int64_t>(x.size(0), 2)) + 1.0;
+  };
+  const auto fast = compile(f, {.dynamic = Dynamic::On});
+  for (int64_t rows : {2, 3, 6, 1, 8, 3}) {
+    const Tensor x = randn({rows, 3});
+    EXPECT_TRUE(same(fast(x), f(x))) << rows;
+  }
+  EXPECT_EQ(fast.stats().retraces, 0);
+  EXPECT_EQ(fast.stats().traces, 5);
+}
+
+// Arguments that share memory are a guard: a graph traced for distinct
+// arguments (where the second read is merged with the first) never serves
+// a call whose arguments alias, nor the other way round.
+TEST(Dynamic, ArgumentsThatShareMemoryAreGuarded) {
+  const auto f = [](Tensor a, const Tensor& b) {
+    const Tensor before = b * 2.0;
+    a.add_(1.0);
+    return before + b * 2.0;
+  };
+  for (Dynamic mode : {Dynamic::Off, Dynamic::On}) {
+    const auto fast = compile(f, {.dynamic = mode, .name = "aliasing"});
+    for (int i = 0; i < 3; ++i) {
+      for (bool alias : {false, true, false}) {
+        const Tensor x = randn({3 + i, 2}), y = alias ? x : randn({3 + i, 2});
+        const Tensor ex = x.clone(), ey = alias ? ex : y.clone();
+        EXPECT_TRUE(same(fast(x, y), f(ex, ey))) << i << " " << alias;
+        EXPECT_TRUE(same(x, ex));
+      }
+    }
+    const ExplainReport r = fast.explain();
+    bool named = false;
+    for (const std::string& why : r.recompiles)
+      named = named ||
+              why.find("memory shared by arguments was none, now argument 1 with argument 0") !=
+                  std::string::npos;
+    EXPECT_TRUE(named) << r.to_string();
+  }
 }
 
 TEST(Dynamic, AMarkedDimIsDynamicFromTheFirstCall) {
@@ -220,6 +330,27 @@ TEST(Dynamic, BertOverChangingSequenceLengths) {
   EXPECT_EQ(r.stats.dynamic_instances, 3);
   ASSERT_EQ(r.dynamic_dims.size(), 1u);
   EXPECT_EQ(r.dynamic_dims[0], "argument 0 dim 1: its size changed from 16 to 9");
+}
+
+// A server's ResNet over changing batch sizes: the layers read only their
+// channels (and flatten the dims after the batch), so each new batch size
+// is made from the first trace.
+TEST(Dynamic, ResNetMakesNewBatchSizesFromItsTrace) {
+  manual_seed(4);
+  auto net = models::resnet18({.num_classes = 10, .widths = {8, 16, 32, 64}});
+  net->eval();
+  NoGradGuard no_grad;
+  const auto forward = [net](const Tensor& images) { return net->forward(images); };
+  const auto fast = compile(forward, {.name = "resnet"});
+  for (int64_t batch : {2, 3, 1, 5, 3}) {
+    const Tensor images = randn({batch, 3, 32, 32});
+    EXPECT_TRUE(same(fast(images), forward(images))) << batch;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.dynamic_sizes,
+            "new sizes are made from graph 2's trace, without calling the function");
 }
 
 TEST(Dynamic, ResetForgetsDynamicDims) {

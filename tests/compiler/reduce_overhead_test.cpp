@@ -232,6 +232,29 @@ TEST(ReduceOverhead, ReplaysAsOneLaunchEqualToEagerAndResultsOutliveLaterCalls) 
   EXPECT_EQ(fast.stats().graph_launches, 6);
 }
 
+// New sizes of a dynamic dim made from the kept trace (retrace) are each
+// recorded as their own CUDA graph, and equal eager.
+TEST(ReduceOverhead, NewSizesMadeFromTheTraceAreRecordedToo) {
+  REQUIRE_CUDA();
+  manual_seed(5);
+  Block block;
+  block.to(Device::cuda());
+  NoGradGuard no_grad;
+  const auto fast = compile(block, {.mode = Mode::ReduceOverhead, .name = "block"});
+  for (int64_t batch : {8, 3, 5, 12, 5, 12}) {
+    const Tensor x = randn({batch, 16}).to(Device::cuda());
+    EXPECT_TRUE(same(fast(x), block.forward(x))) << batch;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.graph_launches, 2);  // the repeated 5 and 12
+  ASSERT_EQ(r.graphs.size(), 4u);
+  for (size_t g = 0; g < 4; ++g) EXPECT_TRUE(r.graphs[g].cuda_graph) << g << "\n" << r.to_string();
+  EXPECT_TRUE(r.graphs[2].retraced);
+  EXPECT_TRUE(r.graphs[3].retraced);
+}
+
 // A call copies arguments in and results out by copy kernels of the graph
 // (up to 16 of each); beyond that, by launches around the graph's.
 TEST(ReduceOverhead, ManyArgumentsAndResultsAreCopiedAroundTheLaunch) {

@@ -46,7 +46,7 @@ std::vector<Tensor> slices_of(const Tensor& x, int64_t d, const std::vector<int6
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   const int64_t d = split_dim("split", x, dim);
-  const int64_t n = x.sizes()[d];
+  const int64_t n = x.size(d);
   if (split_size < 0 || (split_size == 0 && n > 0)) {
     throw ValueError(detail::str_cat("split: split_size must be positive (0 only for an empty ",
                                      "dim), got ", split_size, " for dim ", d, " of size ", n));
@@ -65,9 +65,9 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     if (s < 0) throw ValueError(detail::str_cat("split: sizes must be non-negative, got ", sizes));
     total += s;
   }
-  if (total != x.sizes()[d]) {
+  if (total != x.size(d)) {
     throw ShapeError(detail::str_cat("split: sizes ", sizes, " sum to ", total, " but dim ", d,
-                                     " has size ", x.sizes()[d], " (shape ", x.sizes(), ")"));
+                                     " has size ", x.size(d), " (shape ", x.sizes(), ")"));
   }
   return slices_of(x, d, sizes);
 }
@@ -78,7 +78,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   if (chunks <= 0)
     throw ValueError(detail::str_cat("chunk: chunks must be positive, got ", chunks));
   const int64_t d = split_dim("chunk", x, dim);
-  const int64_t n = x.sizes()[d];
+  const int64_t n = x.size(d);
   if (n == 0) return slices_of(x, d, std::vector<int64_t>(static_cast<size_t>(chunks), 0));
   return split(x, (n + chunks - 1) / chunks, d);
 }

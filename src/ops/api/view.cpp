@@ -1,4 +1,5 @@
 // The public view functions: reshaping, permuting, slicing, broadcasting.
+#include <algorithm>
 #include <limits>
 
 #include "core/shape_util.h"
@@ -14,6 +15,17 @@ using ops::OpId;
 Tensor view(const Tensor& x, const Shape& shape) { return dispatch1(OpId::view, {x}, {shape}); }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  // A contiguous tensor always has the view: view's shape rule resolves a
+  // -1, so a traced program reads only that x is contiguous, not its sizes
+  // (which then may change: compiler/capture.h, LayoutRead).
+  if (x.is_contiguous()) {
+    try {
+      return view(x, shape);
+    } catch (const ShapeError&) {
+      (void)ops::infer_view_shape("reshape", x.sizes(), shape);  // the error, named as reshape's
+      throw;
+    }
+  }
   const Shape target = ops::infer_view_shape("reshape", x.sizes(), shape);
   if (ops::view_possible(x, target)) return view(x, target);
   return view(x.clone(), target);
@@ -50,18 +62,29 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
     throw IndexError(detail::str_cat("flatten: start_dim ", start_dim, " comes after end_dim ", end_dim));
   }
   if (s == e) return x;
-  Shape shape(x.sizes().begin(), x.sizes().begin() + s);
+  // The result's first dim is -1, the rest read one by one: a traced program
+  // reads none of the sizes that make the first dim (the batch, as a rule).
+  Shape shape;
+  for (int64_t d = 0; d < s; ++d) shape.push_back(d == 0 ? -1 : x.size(d));
   int64_t merged = 1;
-  for (int64_t d = s; d <= e; ++d) merged *= x.sizes()[d];
-  shape.push_back(merged);
-  shape.insert(shape.end(), x.sizes().begin() + e + 1, x.sizes().end());
+  if (s > 0) {
+    for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
+  }
+  shape.push_back(s == 0 ? -1 : merged);
+  for (int64_t d = e + 1; d < x.dim(); ++d) shape.push_back(x.size(d));
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    // An empty dim leaves the -1 undetermined: the first dim read too.
+    merged = 1;
+    for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
+    shape[0] = s == 0 ? merged : x.size(0);
+  }
   return reshape(x, shape);
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   if (x.dim() == 0) throw IndexError("narrow: cannot narrow a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
-  const int64_t n = x.sizes()[d];
+  const int64_t n = x.size(d);
   const int64_t s = start < 0 ? start + n : start;
   if (s < 0 || length < 0 || s + length > n) {
     throw IndexError(detail::str_cat("narrow: start ", start, " and length ", length,
