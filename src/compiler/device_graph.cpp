@@ -27,6 +27,16 @@ Tensor empty_strided(const Shape& sizes, const Shape& strides, DType dtype, Devi
   return Tensor(std::move(impl));
 }
 
+// A meta tensor of t's layout: its sizes, strides, offset and dtype, no memory.
+Tensor layout_only(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>(t.impl());
+  impl->storage = std::make_shared<Storage>(t.storage()->nbytes(), t.device());
+  impl->autograd.reset();
+  impl->view_base.reset();
+  impl->watched = false;
+  return Tensor(std::move(impl));
+}
+
 const char* bytes_of(const Tensor& t) {
   return static_cast<const char*>(t.storage()->data()) + t.storage_offset() * static_cast<int64_t>(t.element_size());
 }
@@ -92,6 +102,11 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
   for (const Node& n : g.nodes())
     if (n.draw_count >= 0 && std::find(generators_.begin(), generators_.end(), n.generator) == generators_.end())
       generators_.push_back(n.generator);
+  record_compact(inputs);
+  for (const Tensor& t : trace.captured) captured_at_.push_back(t.storage()->data());
+}
+
+void GraphedExecutable::record_compact(const TensorList& inputs) {
   record(inputs, 0);
   // The pool grew by segments as the recording asked (the libraries'
   // workspaces come and go): recorded again into one block of the
@@ -106,7 +121,6 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
       record(inputs, 0);  // as the first time
     }
   }
-  for (const Tensor& t : trace.captured) captured_at_.push_back(t.storage()->data());
 }
 
 void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
@@ -116,8 +130,13 @@ void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
   graph_.reset();
   graph_ = backend::backend_for(device_.kind()).make_graph(device_);
   if (reserve) graph_->reserve(reserve);
+  // Reading the arguments where they are, the graph needs no copies of them.
+  bound_.clear();
+  if (direct_) {
+    for (const Tensor& in : inputs) bound_.push_back(bytes_of(in));
+  }
   graph_->allocate_from_pool([&] {
-    for (const Tensor& in : inputs) {
+    for (const Tensor& in : direct_ ? TensorList{} : inputs) {
       static_inputs_.push_back(empty_strided(in.sizes(), in.strides(), in.dtype(), in.device()));
     }
     if (!generators_.empty()) {
@@ -140,8 +159,12 @@ void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
     for (const Tensor& t : static_inputs_) in.push_back(extent_copy(t, t));
     std::vector<backend::WordWrite> writes(2 * generators_.size(), backend::WordWrite{words, 0});
     if (!in.empty() || !writes.empty()) in_slot_ = graph_->record_copies(in, writes);
-    static_outputs_ = exe_->run(static_inputs_, {}, &philox);
+    static_outputs_ = exe_->run(direct_ ? inputs : static_inputs_, {}, &philox);
     plan_results();
+    // A result that views an argument is made from the call's argument: of
+    // the recorded one only its layout is kept, not its memory.
+    for (size_t i = 0; i < results_.size(); ++i)
+      if (results_[i].group < 0) static_outputs_[i] = layout_only(static_outputs_[i]);
     std::vector<backend::ByteCopy> out;
     for (const Group& g : groups_) out.push_back({const_cast<char*>(g.first), g.first, g.nbytes});
     if (!out.empty()) out_slot_ = graph_->record_copies(out, {});
@@ -210,6 +233,19 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return Outcome::kBusy;
   const cuda::Stream stream = cuda::Stream::current(device_.index());
+  if (direct_) {
+    bool bound = true;
+    for (size_t i = 0; i < inputs.size(); ++i) bound = bound && bytes_of(inputs[i]) == bound_[i];
+    if (!bound) {
+      // Arguments elsewhere than the graph reads them: it is recorded anew
+      // over static copies of them, which serve this call and every later
+      // one. The old graph's work is done before its memory goes.
+      if (last_stream_) last_stream_->synchronize();
+      direct_ = false;
+      record_compact(inputs);
+      last_stream_.reset();
+    }
+  }
   // The static buffers are free once the last call's work is done, which
   // this stream has to wait for when that call ran on another one: an event
   // recorded there now follows that work.
@@ -221,7 +257,8 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   backend::Backend& backend = backend::backend_for(device_.kind());
   std::vector<backend::ByteCopy> copies;
   copies.reserve(std::max(inputs.size(), static_outputs_.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) copies.push_back(extent_copy(static_inputs_[i], inputs[i]));
+  for (size_t i = 0; i < static_inputs_.size(); ++i)
+    copies.push_back(extent_copy(static_inputs_[i], inputs[i]));
   // The graph's draws: as many counter values as eager's ops take, from each
   // generator, in one draw whose seed and offset the kernels read.
   std::vector<backend::WordWrite> writes;
@@ -244,7 +281,7 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   size_t n_slots = 0;
   if (in_slot_ >= 0) {
     slots[n_slots++] = {in_slot_, copies, writes};
-  } else {
+  } else if (!copies.empty() || !writes.empty()) {
     backend.copy_within(device_, copies, writes);
   }
   if (out_slot_ >= 0) slots[n_slots++] = {out_slot_, out_copies, {}};

@@ -2,9 +2,13 @@
 // graph) and replayed by one launch per call, so that a call costs the host
 // a few copies and one launch instead of a launch per kernel.
 //
-// The graph reads static copies of the arguments and writes static results,
-// all in memory private to the graph (backend::DeviceGraph). A call copies
-// its arguments in, runs the graph and copies the results out into fresh
+// The graph first reads its arguments where the first call had them, and
+// serves every call whose arguments are there (a server's input buffers,
+// reused by the allocator, usually are): no copies, no memory beyond
+// eager's. The first call with an argument elsewhere records it anew over
+// static copies of the arguments, which then serve every call: a call copies
+// its arguments in. Results are written to static buffers, in memory
+// private to the graph (backend::DeviceGraph), and copied out into fresh
 // tensors on the current stream (on CUDA one launch: the copies are kernels
 // of the graph whose addresses the call sets), so results stay valid for as long as
 // the caller keeps them, as in eager mode. Results that share memory are
@@ -47,14 +51,16 @@ class GraphedExecutable {
   };
   Outcome run(const TensorList& inputs, TensorList& results);
 
-  // The device memory the graph's private pool holds: static arguments and
-  // results, and every buffer the recorded work uses.
+  // The device memory the graph's private pool holds: static results (and
+  // arguments, once copied), and every buffer the recorded work uses.
   size_t pool_bytes() const;
 
  private:
   // Records into a new graph whose pool starts as one block of `reserve`
   // bytes (0: grows by segments).
   void record(const TensorList& inputs, size_t reserve);
+  // Records, then again into one block of the most the pool held at once.
+  void record_compact(const TensorList& inputs);
 
   // How each result is made at a call: a view of an argument or captured
   // tensor (`source` >= 0, its slot), or of a storage copied out of the
@@ -80,6 +86,10 @@ class GraphedExecutable {
   // words in, results out; -1: copied around the launch instead.
   int in_slot_ = -1, out_slot_ = -1;
   std::unique_ptr<backend::DeviceGraph> graph_;
+  // Whether the graph reads the arguments where they were when recorded
+  // (bound_, their first bytes), or static copies of them (static_inputs_).
+  bool direct_ = true;
+  std::vector<const char*> bound_;
   TensorList static_inputs_, static_outputs_;
   std::vector<const void*> captured_at_;  // where each captured tensor's data was when recorded
   // Random ops: the generators they draw from, the device words (seed, base

@@ -1,7 +1,9 @@
 // Constant folding: a node whose inputs are all constants (or that has no
 // inputs, as full and arange) runs once at compile time, through eager's
 // dispatch, and its outputs become constants. Not folded: writes, random
-// draws, results larger than 64 KiB (they would be held by every replay),
+// draws, results larger than 256 bytes (a constant is held for as long as
+// the graph, while eager frees it after its last use and the memory plan
+// reuses its bytes: a compiled call must not need more memory than eager's),
 // results that are written later or that the graph returns (a caller could
 // change a constant shared by every call).
 #include "compiler/passes/pass.h"
@@ -12,7 +14,7 @@
 namespace kiln::compiler {
 
 Trace fold_constants(const Trace& trace) {
-  constexpr size_t kMaxBytes = 64 * 1024;
+  constexpr size_t kMaxBytes = 256;
   const Graph& g = trace.graph;
   const std::vector<bool> written = written_storages(g), returned = returned_storages(g);
   NoGradGuard no_grad;

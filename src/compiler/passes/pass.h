@@ -50,7 +50,7 @@ Trace eliminate_dead_code(const Trace& trace);
 // no write in between to a storage either reads; outputs never written).
 Trace eliminate_common_subexpressions(const Trace& trace);
 // Runs nodes whose inputs are all constants once, at compile time, when the
-// result is small (at most 64 KiB), and makes the result a constant.
+// result is small (at most 256 bytes), and makes the result a constant.
 Trace fold_constants(const Trace& trace);
 // Freezing (CompileOptions::freeze): captured tensors the graph never writes
 // become constants, read once; then conv1d/conv2d followed by an eval-mode
