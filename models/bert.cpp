@@ -176,10 +176,13 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 }
 
 Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_mask) {
-  const int64_t batch = hidden.size(0), seq = hidden.size(1);
+  // The batch is left to the views' shape rules (-1): a compiled forward
+  // reads the sequence length only, and new batch sizes are made from its
+  // trace (docs/compile.md, Dynamic dims).
+  const int64_t seq = hidden.size(1);
   // [B, S, H] -> [B, heads, S, head_dim]: a view of each projection.
   auto split_heads = [&](const Tensor& t) {
-    return t.view({batch, seq, num_heads, head_dim}).transpose(1, 2);
+    return t.view({-1, seq, num_heads, head_dim}).transpose(1, 2);
   };
   const Tensor q = split_heads(query(hidden)), k = split_heads(key(hidden)),
                v = split_heads(value(hidden));
@@ -193,7 +196,7 @@ Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_m
   } else {
     context = F::scaled_dot_product_attention(q, k, v, {.attn_mask = additive_mask});
   }
-  return context.transpose(1, 2).reshape({batch, seq, num_heads * head_dim});
+  return context.transpose(1, 2).contiguous().view({-1, seq, num_heads * head_dim});
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c,
@@ -294,21 +297,25 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
   if (input_ids.dtype() != kInt64) {
     throw DTypeError(str_cat("BertModel: input_ids must be int64, got ", input_ids.dtype()));
   }
-  const Shape& shape = input_ids.sizes();
-  if (shape[1] == 0) {
-    throw ShapeError(str_cat("BertModel: input_ids ", shape, " has no tokens (the pooler and ",
-                             "every layer need at least one)"));
+  // The sequence length is read; the batch only where another tensor must
+  // match it (a compiled forward of ids alone serves new batch sizes from
+  // its trace).
+  const int64_t seq = input_ids.size(1);
+  if (seq == 0) {
+    throw ShapeError(str_cat("BertModel: input_ids ", input_ids.sizes(),
+                             " has no tokens (the pooler and ", "every layer need at least one)"));
   }
-  if (!position_ids.defined() && shape[1] > c.max_position_embeddings) {
-    throw ValueError(str_cat("BertModel: sequence length ", shape[1],
+  if (!position_ids.defined() && seq > c.max_position_embeddings) {
+    throw ValueError(str_cat("BertModel: sequence length ", seq,
                              " exceeds max_position_embeddings ", c.max_position_embeddings));
   }
-  if (attention_mask.defined() && attention_mask.sizes() != shape) {
-    throw ShapeError(str_cat("BertModel: attention_mask must have the shape of input_ids ", shape,
-                             ", got ", attention_mask.sizes()));
+  if (attention_mask.defined() && attention_mask.sizes() != input_ids.sizes()) {
+    throw ShapeError(str_cat("BertModel: attention_mask must have the shape of input_ids ",
+                             input_ids.sizes(), ", got ", attention_mask.sizes()));
   }
-  if (token_type_ids.defined()) check_ids(token_type_ids, "token_type_ids", shape, false);
-  if (position_ids.defined()) check_ids(position_ids, "position_ids", shape, true);
+  if (token_type_ids.defined())
+    check_ids(token_type_ids, "token_type_ids", input_ids.sizes(), false);
+  if (position_ids.defined()) check_ids(position_ids, "position_ids", input_ids.sizes(), true);
 }
 
 // attention_mask [B, S] (1 attend, 0 padding) -> (1 - mask) * lowest as
@@ -316,7 +323,7 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
 Tensor additive_mask_of(const Tensor& attention_mask, DType dtype) {
   const Tensor m = attention_mask.to(dtype);
   // (m - 1) * -lowest equals (1 - m) * lowest exactly, without a reversed subtraction.
-  return ((m - 1) * -lowest_of(dtype)).view({m.size(0), 1, 1, m.size(1)});
+  return ((m - 1) * -lowest_of(dtype)).view({-1, 1, 1, m.size(1)});
 }
 
 }  // namespace

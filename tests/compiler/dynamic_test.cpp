@@ -353,6 +353,45 @@ TEST(Dynamic, ResNetMakesNewBatchSizesFromItsTrace) {
             "new sizes are made from graph 2's trace, without calling the function");
 }
 
+// BERT over changing batch sizes (token ids alone): its layers read the
+// sequence length, not the batch, so each new batch size is made from the
+// trace. A new sequence length is traced: the position rows are cut to it.
+TEST(Dynamic, BertMakesNewBatchSizesFromItsTrace) {
+  models::BertConfig config;
+  config.vocab_size = 100;
+  config.hidden_size = 32;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.intermediate_size = 64;
+  config.max_position_embeddings = 64;
+  manual_seed(3);
+  auto net = std::make_shared<models::BertModel>(config);
+  net->eval();
+  NoGradGuard no_grad;
+  const auto forward = [net](const Tensor& ids) { return net->forward(ids).last_hidden_state; };
+  const auto fast = compile(forward, {.name = "bert"});
+  for (int64_t batch : {2, 3, 5, 4, 6, 3}) {
+    const Tensor ids = randint(0, 100, {batch, 16});
+    EXPECT_TRUE(same(fast(ids), forward(ids))) << batch;
+  }
+  ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.retraces, 3) << r.dynamic_sizes;
+  // 17 tokens: a recompile, which makes the sequence dim dynamic; 18: an
+  // instance, traced.
+  for (int64_t seq : {17, 18}) {
+    const Tensor longer = randint(0, 100, {3, seq});
+    EXPECT_TRUE(same(fast(longer), forward(longer))) << seq;
+  }
+  r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 4);
+  EXPECT_EQ(r.recompiles.size(), 2u);
+  EXPECT_NE(
+      r.dynamic_sizes.find("new sizes are traced: the function read size(1) of %0 at bert.cpp:"),
+      std::string::npos)
+      << r.dynamic_sizes;
+}
+
 TEST(Dynamic, ResetForgetsDynamicDims) {
   const auto fast = compile(rows_program);
   for (int64_t batch : {2, 3}) (void)fast(randn({batch, 2, 2}));
