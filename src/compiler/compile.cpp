@@ -3,6 +3,7 @@
 #include "kiln/compile.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -79,10 +80,18 @@ int64_t shares_with(const TensorList& tensors, size_t i) {
   return -1;
 }
 
-// shares_with of every tensor argument after the first.
+// shares_with of every tensor argument after the first (a call's hot path:
+// each storage looked up once).
 void append_sharing(const TensorList& tensors, std::vector<int64_t>& key) {
   if (tensors.size() <= 16) {
-    for (size_t i = 1; i < tensors.size(); ++i) key.push_back(shares_with(tensors, i));
+    std::array<const Storage*, 16> seen{};
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      seen[i] = tensors[i].storage().get();
+      if (i == 0) continue;
+      const auto j =
+          std::find(seen.begin(), seen.begin() + static_cast<std::ptrdiff_t>(i), seen[i]);
+      key.push_back(j == seen.begin() + static_cast<std::ptrdiff_t>(i) ? -1 : j - seen.begin());
+    }
     return;
   }
   std::unordered_map<const Storage*, int64_t> first;

@@ -22,20 +22,27 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
+namespace {
+
+// Entry d of a layout vector (sizes or strides), its read noted on a proxy.
+int64_t layout_entry(const TensorImpl& i, const Shape& entries, int64_t d, LayoutField field,
+                     const char* op, const std::source_location& where) {
+  const int64_t k = wrap_dim(d, static_cast<int64_t>(entries.size()), op);
+  if (i.watched) [[unlikely]]
+    detail::note_layout_read(i, field, k, where);
+  return entries[static_cast<size_t>(k)];
+}
+
+}  // namespace
+
 int64_t Tensor::size(int64_t d, const std::source_location& where) const {
   const TensorImpl& i = impl();
-  const auto k = static_cast<size_t>(wrap_dim(d, dim(), "size"));
-  if (i.watched) [[unlikely]]
-    detail::note_layout_read(i, LayoutField::kSize, static_cast<int64_t>(k), where);
-  return i.sizes[k];
+  return layout_entry(i, i.sizes, d, LayoutField::kSize, "size", where);
 }
 
 int64_t Tensor::stride(int64_t d, const std::source_location& where) const {
   const TensorImpl& i = impl();
-  const auto k = static_cast<size_t>(wrap_dim(d, dim(), "stride"));
-  if (i.watched) [[unlikely]]
-    detail::note_layout_read(i, LayoutField::kStride, static_cast<int64_t>(k), where);
-  return i.strides[k];
+  return layout_entry(i, i.strides, d, LayoutField::kStride, "stride", where);
 }
 
 int64_t Tensor::numel(const std::source_location& where) const {

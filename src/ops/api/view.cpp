@@ -64,20 +64,18 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   if (s == e) return x;
   // The result's first dim is -1, the rest read one by one: a traced program
   // reads none of the sizes that make the first dim (the batch, as a rule).
+  const auto merged = [&] {
+    int64_t n = 1;
+    for (int64_t d = s; d <= e; ++d) n *= x.size(d);
+    return n;
+  };
   Shape shape;
   for (int64_t d = 0; d < s; ++d) shape.push_back(d == 0 ? -1 : x.size(d));
-  int64_t merged = 1;
-  if (s > 0) {
-    for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
-  }
-  shape.push_back(s == 0 ? -1 : merged);
+  shape.push_back(s == 0 ? -1 : merged());
   for (int64_t d = e + 1; d < x.dim(); ++d) shape.push_back(x.size(d));
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
-    // An empty dim leaves the -1 undetermined: the first dim read too.
-    merged = 1;
-    for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
-    shape[0] = s == 0 ? merged : x.size(0);
-  }
+  // An empty dim leaves the -1 undetermined: the first dim is read too.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    shape[0] = s == 0 ? merged() : x.size(0);
   return reshape(x, shape);
 }
 
