@@ -5,18 +5,20 @@
 #                               the safetensors parser for KILN_FUZZ_SECONDS (default 60)
 #   ./kiln.sh test --sanitize   the same under AddressSanitizer + UBSan (without fuzzing)
 #   ./kiln.sh fuzz [SECONDS]    only the fuzzing step
-#   ./kiln.sh bench             build Release and run the benchmarks (ops, autograd, and the
-#                               reference models beside PyTorch when Python has torch)
+#   ./kiln.sh bench [ARGS]      build Release and run `kiln bench ARGS` (default: ResNet-50 eager
+#                               and compiled, on the GPU when there is one), write report.html
+#   ./kiln.sh microbench        build Release and run the op and autograd benchmarks and the
+#                               reference models' eager latency (beside PyTorch when Python has torch)
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(build-essential cmake ninja-build git libdnnl-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libjs-chart.js
-          clang libclang-rt-14-dev ocl-icd-opencl-dev)
+          clang libclang-rt-14-dev ocl-icd-opencl-dev chromium)
 JOBS=${KILN_JOBS:-$(nproc)}
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -82,7 +84,19 @@ run_fuzz() {
   grep -E '^(Done|stat::new_units_added)' "$dir/fuzz.log"
 }
 
+# kiln bench (docs/bench.md): the table on stdout, the HTML report in
+# report.html unless the arguments name other files.
 run_bench() {
+  configure_and_build build-release -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF
+  local args=("$@")
+  case " $* " in
+    *" --html "*|*" --html="*) ;;
+    *) args+=(--html report.html) ;;
+  esac
+  ./build-release/tools/kiln bench "${args[@]}"
+}
+
+run_microbench() {
   configure_and_build build-release -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF
   ./build-release/bench/kiln_bench_ops "$@"
   run_models_bench
@@ -112,5 +126,6 @@ case "${1:-}" in
   test) shift; install_packages; run_tests "$@" ;;
   fuzz) shift; install_packages; run_fuzz "$@" ;;
   bench) shift; install_packages; run_bench "$@" ;;
+  microbench) shift; install_packages; run_microbench "$@" ;;
   *) usage ;;
 esac

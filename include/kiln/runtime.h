@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kiln/device.h"
@@ -50,6 +51,12 @@ class Tf32PolicyGuard {
  private:
   Tf32Policy saved_;
 };
+
+// Kernels kiln has run from the host, all threads together, since the process
+// began: each op kernel an eager op or a compiled step calls (one may launch
+// several device kernels inside cuDNN or cuBLASLt), and each CUDA-graph
+// launch. kiln::bench reports launches per call from it.
+int64_t kernel_launches();
 
 // "kiln 0.1.0 (commit abc1234)".
 std::string version_string();

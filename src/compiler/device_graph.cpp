@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "core/launch_count.h"
+
 namespace kiln::compiler {
 namespace {
 
@@ -285,6 +287,7 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
     backend.copy_within(device_, copies, writes);
   }
   if (out_slot_ >= 0) slots[n_slots++] = {out_slot_, out_copies, {}};
+  detail::count_kernel_launch();
   graph_->launch(std::span<const backend::DeviceGraph::SlotCopies>(slots.data(), n_slots));
   if (out_slot_ < 0) backend.copy_within(device_, out_copies);
   results.clear();

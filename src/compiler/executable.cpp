@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "backends/backend.h"
+#include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
 #include "ops/workspace.h"
@@ -166,6 +167,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
           }
         }
+        detail::count_kernel_launch();
         (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs});
         if (measure) workspaces[index] = workspace->high_water();
         if (observe) observe(index, outs);

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "backends/backend.h"
+#include "core/launch_count.h"
 #include "kiln/error.h"
 
 #ifndef KILN_VERSION
@@ -45,6 +46,8 @@ void set_allow_tf32(Tf32Policy policy) {
 }
 
 Tf32Policy allow_tf32() { return {g_tf32_matmul.load(), g_tf32_conv.load()}; }
+
+int64_t kernel_launches() { return detail::g_kernel_launches.load(std::memory_order_relaxed); }
 
 std::string version_string() {
   return std::string("kiln ") + KILN_VERSION + " (commit " + KILN_GIT_COMMIT + ")";

@@ -5,6 +5,7 @@
 #include "autograd/record.h"
 #include "backends/backend.h"
 #include "compiler/capture.h"
+#include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/op_profile.h"
 
@@ -168,6 +169,7 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
       TensorList cast_storage;
       auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
       const Device device = ctx.outputs.empty() ? Device::cpu() : ctx.outputs[0].device;
+      detail::count_kernel_launch();
       find_kernel(schema, device)(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
     }
   }
@@ -216,6 +218,7 @@ Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, 
     TensorList cast_storage;
     auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
     Tensor outputs[1] = {self};
+    detail::count_kernel_launch();
     find_kernel(schema, self.device())(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
   }
   self.bump_version();

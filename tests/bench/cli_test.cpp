@@ -1,0 +1,176 @@
+// The kiln command line (tools/kiln): bad arguments give one clear line and a
+// non-zero status; a small run on the CPU writes a table, JSON, CSV and HTML.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/bench.h"
+#include "kiln/kiln.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln_cli_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+// Runs the kiln binary with args (shell words) and env assignments before it.
+Outcome kiln_cli(const std::string& args, const std::string& env = "") {
+  const fs::path out = scratch("stdout.txt"), err = scratch("stderr.txt");
+  const std::string cmd =
+      env + " " + KILN_CLI_PATH + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int raw = std::system(cmd.c_str());
+  Outcome o;
+  o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  o.out = slurp(out);
+  o.err = slurp(err);
+  return o;
+}
+
+size_t lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// A usage error: status 2 and one line on stderr that contains `says`.
+void expect_usage_error(const std::string& args, const std::string& says, int status = 2) {
+  const Outcome o = kiln_cli(args);
+  EXPECT_EQ(o.status, status) << args << "\n" << o.err;
+  EXPECT_EQ(lines(o.err), 1u) << args << "\n" << o.err;
+  EXPECT_NE(o.err.find(says), std::string::npos) << args << "\n" << o.err;
+  EXPECT_EQ(o.out, "") << args;
+}
+
+TEST(Cli, BadArgumentsGiveOneLineAndAStatus) {
+  expect_usage_error("", "A subcommand is required");
+  expect_usage_error("bench --model resnet5", "resnet5");
+  expect_usage_error("bench --dtype fp64", "fp64");
+  expect_usage_error("bench --device tpu", "tpu");
+  expect_usage_error("bench --mode fast", "fast");
+  expect_usage_error("bench --iters 0", "--iters");
+  expect_usage_error("bench --batch 0", "--batch");
+  expect_usage_error("bench --frobnicate", "--frobnicate");
+  expect_usage_error("bench --device cpu --mode reduce-overhead",
+                     "--mode reduce-overhead needs a CUDA device");
+  expect_usage_error("bench --model all --weights w.safetensors",
+                     "--weights needs exactly one --model");
+  expect_usage_error("bench --model lstm_loop --weights /nonexistent/w.safetensors",
+                     "no such file");
+  expect_usage_error("bench --model resnet18 --seq-len 8",
+                     "--seq-len applies to bert, lstm and lstm_loop");
+  if (!kiln::cuda::is_available())
+    expect_usage_error("bench --device cuda", "--device cuda: no CUDA device");
+}
+
+TEST(Cli, MalformedWeightsNameTheFile) {
+  const fs::path bad = scratch("bad.safetensors");
+  std::ofstream(bad) << "this is not a safetensors file";
+  expect_usage_error("bench --model lstm_loop --device cpu --weights " + bad.string(), bad.string(),
+                     1);
+  // Weights of another model: the missing names are reported.
+  const fs::path other = scratch("resnet.safetensors");
+  kiln::manual_seed(0);
+  kiln::save_safetensors(
+      other.string(),
+      kiln::models::resnet18({.num_classes = 10, .widths = {8, 8, 8, 8}})->state_dict());
+  expect_usage_error("bench --model lstm_loop --device cpu --weights " + other.string(), "lstm", 1);
+}
+
+TEST(Cli, ASmallRunOnTheCpuWritesEveryFormat) {
+  const fs::path json = scratch("r.json"), csv = scratch("r.csv"), html = scratch("r.html");
+  // Weights of the model with another seed, through --weights.
+  const fs::path weights = scratch("lstm.safetensors");
+  kiln::manual_seed(1);
+  kiln::models::LSTMCellLoop loop;
+  kiln::save_safetensors(weights.string(), loop.state_dict());
+  const Outcome o = kiln_cli(
+      "bench --model lstm_loop --batch 2 --seq-len 4 --device cpu --iters 3 --warmup 1 "
+      "--threads 1 --weights " +
+      weights.string() + " --json " + json.string() + " --csv " + csv.string() + " --html " +
+      html.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("lstm_loop, batch 2, sequence 4, fp32, cpu"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("wrote " + json.string()), std::string::npos) << o.out;
+  EXPECT_NE(o.err.find("eager: first call"), std::string::npos)
+      << o.err;  // progress, plain lines off a TTY
+
+  const kiln::bench::Report r = kiln::bench::Report::from_json(slurp(json));
+  EXPECT_EQ(r.environment.iters, 3);
+  EXPECT_EQ(r.environment.threads, 1);
+  ASSERT_EQ(r.cases.size(), 1u);
+  const kiln::bench::Case& c = r.cases[0];
+  EXPECT_EQ(c.model, "lstm_loop");
+  EXPECT_EQ(c.seq_len, 4);
+  EXPECT_EQ(c.batch, 2);
+  ASSERT_EQ(c.results.size(), 2u);
+  EXPECT_EQ(c.results[1].mode, "default");
+  EXPECT_EQ(c.results[1].graphs, 1);
+  EXPECT_EQ(c.results[1].latency_ms.samples, 3);
+  EXPECT_LE(c.results[1].max_rel_error, 1e-5);
+  int64_t bytes = 0;
+  for (const auto& [name, t] : loop.state_dict())
+    bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  EXPECT_EQ(c.weights_bytes, bytes);
+
+  EXPECT_EQ(lines(slurp(csv)), 3u);
+  const std::string page = slurp(html);
+  EXPECT_NE(page.find("Chart.js v3"), std::string::npos);  // inlined
+  EXPECT_NE(page.find("\"model\": \"lstm_loop\""), std::string::npos);
+}
+
+TEST(Cli, ReportMergesSavedReports) {
+  const fs::path a = scratch("a.json"), b = scratch("b.json"), merged = scratch("merged.json");
+  const std::string run =
+      "bench --device cpu --iters 1 --warmup 0 --quiet --seq-len 2 --mode eager ";
+  ASSERT_EQ(kiln_cli(run + "--model lstm_loop --json " + a.string()).status, 0);
+  ASSERT_EQ(kiln_cli(run + "--model lstm --batch 2 --json " + b.string()).status, 0);
+  const Outcome o =
+      kiln_cli("report " + a.string() + " " + b.string() + " --json " + merged.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("lstm_loop, batch 1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("lstm, batch 2"), std::string::npos) << o.out;
+  const kiln::bench::Report r = kiln::bench::Report::from_json(slurp(merged));
+  ASSERT_EQ(r.cases.size(), 2u);
+  EXPECT_EQ(r.cases[0].model, "lstm_loop");
+  EXPECT_EQ(r.cases[1].model, "lstm");
+
+  const fs::path bad = scratch("bad.json");
+  std::ofstream(bad) << "{\"schema\": \"kiln-bench\", \"schema_version\": 7}";
+  expect_usage_error("report " + bad.string(), "schema version 7", 1);
+  expect_usage_error("report " + scratch("missing.json").string(), "cannot open it");
+  expect_usage_error("report", "reports is required");
+}
+
+TEST(Cli, VsTorchWithoutPyTorchSaysSoAndGoesOn) {
+  const Outcome o = kiln_cli(
+      "bench --model lstm_loop --batch 1 --seq-len 2 --device cpu --iters 1 --warmup 0 "
+      "--quiet --vs-torch",
+      "KILN_PYTHON=/nonexistent/python3");
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("--vs-torch: '/nonexistent/python3' was not found"), std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("continuing with kiln alone"), std::string::npos) << o.err;
+  EXPECT_NE(o.out.find("lstm_loop"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,351 @@
+// kiln: the command line. `kiln bench` measures the reference models eagerly
+// and through kiln::compile in each mode, optionally beside PyTorch eager and
+// torch.compile, and writes a table, JSON, CSV and an HTML report
+// (docs/bench.md). `kiln report` merges saved JSON reports and writes them
+// again in any format.
+//
+//   kiln bench                                   # resnet50, batch 1, fp32, every mode of the
+//   device kiln bench --model all --batch 1,8 --html report.html kiln bench --model bert --device
+//   cuda --mode eager,reduce-overhead --vs-torch kiln report resnet.json bert.json --html both.html
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/bench.h"
+#include "kiln/kiln.h"
+#include "tools/kiln/progress.h"
+#include "tools/kiln/torch_side.h"
+
+namespace {
+
+using namespace kiln;
+
+const std::vector<std::string> kModels = {"resnet50", "resnet18", "bert", "lstm", "lstm_loop"};
+
+struct Args {
+  std::vector<std::string> models = {"resnet50"};
+  std::vector<int64_t> batches = {1};
+  int64_t seq_len = 0;  // 0: the model's default
+  std::vector<std::string> dtypes = {"fp32"};
+  std::string device = "auto";
+  std::vector<std::string> modes;  // empty: every mode of the device
+  int iters = 50;
+  int warmup = 5;
+  int threads = 0;
+  std::string weights;
+  std::string json, csv, html;
+  bool vs_torch = false;
+  bool quiet = false;
+};
+
+// A usage error: one line on stderr, exit status 2.
+struct UsageError {
+  std::string message;
+};
+
+DType dtype_of(const std::string& name) {
+  if (name == "bf16") return kBFloat16;
+  if (name == "fp16") return kFloat16;
+  return kFloat32;
+}
+
+int64_t default_seq(const std::string& model) {
+  if (model == "bert" || model == "lstm") return 128;
+  if (model == "lstm_loop") return 32;
+  return 0;
+}
+
+// A reference model with random weights (seed 0) or the weights file, on the
+// device in the dtype, and its input.
+struct Subject {
+  std::shared_ptr<nn::Module> module;
+  Tensor input;
+  int64_t seq_len = 0;
+};
+
+Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType dtype,
+                     Device device, const std::string& weights) {
+  manual_seed(0);
+  Subject s;
+  s.seq_len = default_seq(model) == 0 ? 0 : (seq > 0 ? seq : default_seq(model));
+  if (model == "resnet50" || model == "resnet18") {
+    s.module = model == "resnet50" ? models::resnet50() : models::resnet18();
+    s.input = randn({batch, 3, 224, 224});
+  } else if (model == "bert") {
+    const models::BertConfig config;
+    if (s.seq_len > config.max_position_embeddings) {
+      throw UsageError{detail::str_cat("--seq-len ", s.seq_len, " is longer than BERT's ",
+                                       config.max_position_embeddings, " positions")};
+    }
+    s.module = std::make_shared<models::BertModel>(config);
+    s.input = randint(0, config.vocab_size, {batch, s.seq_len});
+  } else if (model == "lstm") {
+    s.module = std::make_shared<models::LSTMNet>();
+    s.input = randn({batch, s.seq_len, 256});
+  } else {
+    s.module = std::make_shared<models::LSTMCellLoop>();
+    s.input = randn({batch, s.seq_len, 256});
+  }
+  if (!weights.empty()) s.module->load_state_dict(load_safetensors(weights));
+  s.module->eval();
+  s.module->to(device, dtype);
+  s.input = s.input.to(device);
+  if (is_floating(s.input.dtype())) s.input = s.input.to(dtype);
+  return s;
+}
+
+bench::Case evaluate(const std::string& model, const Subject& s, const bench::Options& options) {
+  nn::Module* m = s.module.get();
+  if (model == "bert") {
+    auto* bert = static_cast<models::BertModel*>(m);
+    return bench::evaluate(
+        [bert](const Tensor& ids) {
+          models::BertOutput out = bert->forward(ids);
+          return std::make_tuple(out.last_hidden_state, out.pooler_output);
+        },
+        std::tuple{s.input}, options);
+  }
+  if (model == "lstm") {
+    auto* net = static_cast<models::LSTMNet*>(m);
+    return bench::evaluate([net](const Tensor& x) { return net->forward(x); }, std::tuple{s.input},
+                           options);
+  }
+  if (model == "lstm_loop") {
+    auto* net = static_cast<models::LSTMCellLoop*>(m);
+    return bench::evaluate([net](const Tensor& x) { return net->forward(x); }, std::tuple{s.input},
+                           options);
+  }
+  auto* net = static_cast<models::ResNet*>(m);
+  return bench::evaluate([net](const Tensor& x) { return net->forward(x); }, std::tuple{s.input},
+                         options);
+}
+
+Device resolve_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda" && !cuda::is_available()) {
+    throw UsageError{"--device cuda: no CUDA device: " + cuda::unavailable_reason()};
+  }
+  if (name == "cuda" || cuda::is_available()) return Device::cuda();
+  return Device::cpu();
+}
+
+void check_args(Args& a, Device device) {
+  for (const std::string& m : a.models) {
+    if (m == "all") {
+      a.models = kModels;
+      break;
+    }
+  }
+  if (!a.weights.empty() && a.models.size() != 1) {
+    throw UsageError{"--weights needs exactly one --model, got " + std::to_string(a.models.size())};
+  }
+  if (!a.weights.empty() && !std::filesystem::is_regular_file(a.weights)) {
+    throw UsageError{"--weights '" + a.weights + "': no such file"};
+  }
+  for (const std::string& m : a.modes) {
+    if ((m == "reduce-overhead" || m == "max-autotune") && !device.is_cuda()) {
+      throw UsageError{"--mode " + m +
+                       " needs a CUDA device (it records CUDA graphs); the device is " +
+                       device.str()};
+    }
+  }
+  if (a.seq_len > 0) {
+    bool any = false;
+    for (const std::string& m : a.models) any = any || default_seq(m) > 0;
+    if (!any) throw UsageError{"--seq-len applies to bert, lstm and lstm_loop only"};
+  }
+}
+
+void write_outputs(const bench::Report& report, const Args& a) {
+  std::cout << report.to_table(isatty(STDOUT_FILENO) != 0);
+  if (!a.json.empty()) bench::write_file(a.json, report.to_json());
+  if (!a.csv.empty()) bench::write_file(a.csv, report.to_csv());
+  if (!a.html.empty()) bench::write_file(a.html, report.to_html());
+  for (const auto* path : {&a.json, &a.csv, &a.html}) {
+    if (!path->empty()) std::cout << "wrote " << std::filesystem::absolute(*path).string() << "\n";
+  }
+}
+
+int run(Args a) {
+  const Device device = resolve_device(a.device);
+  check_args(a, device);
+  if (a.threads > 0) set_num_threads(a.threads);
+  InferenceModeGuard inference;
+
+  bench::Report report;
+  report.environment = bench::Environment::current();
+  report.environment.iters = a.iters;
+  report.environment.warmup = a.warmup;
+
+  std::optional<TorchSide> torch;
+  if (a.vs_torch) {
+    torch.emplace();
+    if (!torch->available()) {
+      std::fprintf(stderr, "kiln bench: --vs-torch: %s; continuing with kiln alone\n",
+                   torch->why_not().c_str());
+      torch.reset();
+    } else {
+      report.environment.torch = torch->version();
+    }
+  }
+
+  const size_t n_cases = a.models.size() * a.batches.size() * a.dtypes.size();
+  ProgressBar bar(!a.quiet);
+  size_t index = 0;
+  for (const std::string& model : a.models) {
+    for (int64_t batch : a.batches) {
+      for (const std::string& dtype_name : a.dtypes) {
+        const DType dtype = dtype_of(dtype_name);
+        const Subject s = make_subject(model, batch, a.seq_len, dtype, device, a.weights);
+        const std::string label = detail::str_cat(model, " b", batch, " ", dtype_name);
+        bench::Options options;
+        options.name = model;
+        options.modes = a.modes;
+        options.iters = a.iters;
+        options.warmup = a.warmup;
+        options.weights_bytes = bench::detail::weights_bytes_of(*s.module);
+        const double share = 1.0 / static_cast<double>(n_cases);
+        const double base = static_cast<double>(index) * share;
+        std::optional<TorchSide::Run> torch_run;
+        if (torch) {
+          bar.update(label + ": PyTorch (eager and torch.compile)", base);
+          torch_run = torch->run(model, *s.module, s.input, batch, s.seq_len, dtype_name, device,
+                                 options.modes.empty() ? std::vector<std::string>{} : options.modes,
+                                 a.iters, a.warmup, get_num_threads());
+        }
+        options.on_progress = [&](const bench::Progress& p) {
+          bar.update(label + ": " + p.stage,
+                     base + share * (torch ? 0.5 + 0.5 * p.fraction : p.fraction));
+        };
+        options.on_outputs = [&](const std::string& mode, const std::vector<Tensor>& outputs) {
+          if (torch_run) torch_run->compare(mode, outputs);
+        };
+        bench::Case c = evaluate(model, s, options);
+        c.seq_len = s.seq_len;
+        c.dtype = dtype_name;
+        if (torch_run) torch_run->merge_into(c);
+        c.compute_speedups();
+        report.cases.push_back(std::move(c));
+        ++index;
+      }
+    }
+  }
+  bar.finish();
+
+  write_outputs(report, a);
+  return 0;
+}
+
+// kiln report: the cases of saved JSON reports, in order, with the first
+// report's environment (the others' are checked to match where it matters).
+int run_report(const std::vector<std::string>& inputs, const Args& a) {
+  bench::Report merged;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::ifstream in(inputs[i], std::ios::binary);
+    if (!in) throw UsageError{"'" + inputs[i] + "': cannot open it"};
+    std::ostringstream text;
+    text << in.rdbuf();
+    bench::Report r;
+    try {
+      r = bench::Report::from_json(text.str());
+    } catch (const ValueError& e) {
+      throw ValueError("'" + inputs[i] + "': " + e.what());
+    }
+    if (i == 0) {
+      merged.environment = r.environment;
+    } else if (r.environment.gpu != merged.environment.gpu ||
+               r.environment.cpu != merged.environment.cpu) {
+      throw UsageError{"'" + inputs[i] + "' was measured on another machine (" + r.environment.cpu +
+                       ", " + (r.environment.gpu.empty() ? "no GPU" : r.environment.gpu) +
+                       ") than '" + inputs[0] + "'"};
+    }
+    if (merged.environment.torch.empty()) merged.environment.torch = r.environment.torch;
+    for (auto& c : r.cases) merged.cases.push_back(std::move(c));
+  }
+  write_outputs(merged, a);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: eager C++ tensors, compiled when you ask"};
+  app.require_subcommand(1);
+  Args a;
+  CLI::App* bench =
+      app.add_subcommand("bench", "measure eager against compiled, and kiln against PyTorch");
+  bench
+      ->add_option("--model", a.models,
+                   "resnet50, resnet18, bert, lstm, lstm_loop or all (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"resnet50", "resnet18", "bert", "lstm", "lstm_loop", "all"}));
+  bench->add_option("--batch", a.batches, "batch sizes (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  bench
+      ->add_option("--seq-len", a.seq_len,
+                   "sequence length of bert, lstm, lstm_loop (default 128, 128, 32)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  bench->add_option("--dtype", a.dtypes, "fp32, bf16 or fp16 (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  bench->add_option("--device", a.device, "auto (CUDA when present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  bench
+      ->add_option(
+          "--mode", a.modes,
+          "eager, default, reduce-overhead, max-autotune (comma-separated; default: every mode the "
+          "device runs)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"eager", "default", "reduce-overhead", "max-autotune"}));
+  bench->add_option("--iters", a.iters, "timed calls per mode")->check(CLI::Range(1, 1000000));
+  bench->add_option("--warmup", a.warmup, "untimed calls per mode after the first")
+      ->check(CLI::Range(0, 1000000));
+  bench->add_option("--threads", a.threads, "CPU threads (default: kiln's)")
+      ->check(CLI::Range(1, 4096));
+  bench->add_option("--weights", a.weights,
+                    "a safetensors file of the model's weights (default: random, seed 0)");
+  bench->add_option("--json", a.json, "write the report as JSON (docs/bench.md)");
+  bench->add_option("--csv", a.csv, "write the report as CSV");
+  bench->add_option("--html", a.html, "write the report as one self-contained HTML page");
+  bench->add_flag("--vs-torch", a.vs_torch,
+                  "also measure PyTorch eager and torch.compile (bench/torch/bench_torch.py)");
+  bench->add_flag("--quiet", a.quiet, "no progress");
+  std::vector<std::string> report_inputs;
+  CLI::App* report = app.add_subcommand(
+      "report", "merge saved JSON reports and write them as a table, JSON, CSV or HTML");
+  report->add_option("reports", report_inputs, "JSON reports of kiln bench (--json)")->required();
+  report->add_option("--json", a.json, "write the merged report as JSON");
+  report->add_option("--csv", a.csv, "write it as CSV");
+  report->add_option("--html", a.html, "write it as one self-contained HTML page");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const char* who = bench->parsed() ? "kiln bench" : report->parsed() ? "kiln report" : "kiln";
+    std::fprintf(stderr, "%s: %s (see --help)\n", who, e.what());
+    return 2;
+  }
+  const char* who = bench->parsed() ? "kiln bench" : "kiln report";
+  try {
+    return bench->parsed() ? run(a) : run_report(report_inputs, a);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", who, e.message.c_str());
+    return 2;
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "%s: %s\n", who, e.what());
+    return 1;
+  }
+}
