@@ -349,9 +349,11 @@ std::string Report::to_table(bool color) const {
     for (const Result& r : c.results) {
       const Latency& l = r.latency_ms;
       const double first = r.first_call.total_ms;
+      const bool timed = l.samples > 0;  // a mode that failed has no samples
       rows.push_back(
-          {r.framework, r.mode, fmt("%.3f", l.median),
-           fmt("%.3f", l.p10) + "-" + fmt("%.3f", l.p90), fmt("%.1f", r.throughput),
+          {r.framework, r.mode, timed ? fmt("%.3f", l.median) : "-",
+           timed ? fmt("%.3f", l.p10) + "-" + fmt("%.3f", l.p90) : "-",
+           timed ? fmt("%.1f", r.throughput) : "-",
            first < 0       ? "-"
            : first >= 1000 ? fmt("%.2f s", first / 1e3)
                            : fmt("%.1f ms", first),

@@ -44,6 +44,7 @@ struct Args {
   std::string weights;
   std::string json, csv, html;
   bool vs_torch = false;
+  double torch_timeout = 300;
   bool quiet = false;
 };
 
@@ -218,9 +219,9 @@ int run(Args a) {
         std::optional<TorchSide::Run> torch_run;
         if (torch) {
           bar.update(label + ": PyTorch (eager and torch.compile)", base);
-          torch_run = torch->run(model, *s.module, s.input, batch, s.seq_len, dtype_name, device,
-                                 options.modes.empty() ? std::vector<std::string>{} : options.modes,
-                                 a.iters, a.warmup, get_num_threads());
+          torch_run =
+              torch->run(model, *s.module, s.input, batch, s.seq_len, dtype_name, device,
+                         options.modes, a.iters, a.warmup, get_num_threads(), a.torch_timeout);
         }
         options.on_progress = [&](const bench::Progress& p) {
           bar.update(label + ": " + p.stage,
@@ -319,6 +320,12 @@ int main(int argc, char** argv) {
   bench->add_option("--html", a.html, "write the report as one self-contained HTML page");
   bench->add_flag("--vs-torch", a.vs_torch,
                   "also measure PyTorch eager and torch.compile (bench/torch/bench_torch.py)");
+  bench
+      ->add_option("--torch-timeout", a.torch_timeout,
+                   "with --vs-torch: seconds PyTorch's first call of a mode may take "
+                   "(torch.compile's compiling; "
+                   "0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   bench->add_flag("--quiet", a.quiet, "no progress");
   std::vector<std::string> report_inputs;
   CLI::App* report = app.add_subcommand(

@@ -118,7 +118,7 @@ TorchSide::Run TorchSide::run(const std::string& model, const kiln::nn::Module& 
                               const Tensor& input, int64_t batch, int64_t seq_len,
                               const std::string& dtype, kiln::Device device,
                               const std::vector<std::string>& modes, int iters, int warmup,
-                              int threads) const {
+                              int threads, double first_call_timeout_s) const {
   TempDir dir;
   const fs::path weights = dir.path() / "weights.safetensors";
   const fs::path inputs = dir.path() / "inputs.safetensors";
@@ -143,7 +143,8 @@ TorchSide::Run TorchSide::run(const std::string& model, const kiln::nn::Module& 
                            {"threads", threads},
                            {"weights", weights.string()},
                            {"inputs", inputs.string()},
-                           {"outputs_dir", outputs.string()}};
+                           {"outputs_dir", outputs.string()},
+                           {"first_call_timeout_s", first_call_timeout_s}};
   const fs::path job_file = dir.path() / "job.json";
   const fs::path out_file = dir.path() / "out.json";
   std::ofstream(job_file) << job.dump(1);

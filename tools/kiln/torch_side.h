@@ -41,7 +41,8 @@ class TorchSide {
   // naming the script and its last lines of output when it fails.
   Run run(const std::string& model, const kiln::nn::Module& module, const kiln::Tensor& input,
           int64_t batch, int64_t seq_len, const std::string& dtype, kiln::Device device,
-          const std::vector<std::string>& modes, int iters, int warmup, int threads) const;
+          const std::vector<std::string>& modes, int iters, int warmup, int threads,
+          double first_call_timeout_s) const;
 
  private:
   std::string python_;
