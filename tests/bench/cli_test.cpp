@@ -33,11 +33,19 @@ fs::path scratch(const std::string& name) {
   return dir / name;
 }
 
+// The kiln binary of this build: <build>/tools/kiln beside <build>/tests/
+// (also where the build was copied elsewhere), else the path CMake gave.
+std::string cli_path() {
+  const fs::path beside =
+      fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" / "kiln";
+  return fs::is_regular_file(beside) ? beside.string() : std::string(KILN_CLI_PATH);
+}
+
 // Runs the kiln binary with args (shell words) and env assignments before it.
 Outcome kiln_cli(const std::string& args, const std::string& env = "") {
   const fs::path out = scratch("stdout.txt"), err = scratch("stderr.txt");
   const std::string cmd =
-      env + " " + KILN_CLI_PATH + " " + args + " >" + out.string() + " 2>" + err.string();
+      env + " " + cli_path() + " " + args + " >" + out.string() + " 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   Outcome o;
   o.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;

@@ -56,6 +56,17 @@ Result compiled(std::string mode, double median, double build_ms) {
   return r;
 }
 
+// A PyTorch mode that failed: no timed calls, a note saying why.
+Result failed_torch_mode(std::string mode) {
+  Result r;
+  r.framework = "pytorch";
+  r.mode = std::move(mode);
+  r.first_call = {-1, -1, -1, -1, -1};
+  r.peak_bytes = -1;
+  r.note = "FirstCallTimeout: the first call was not done after 60 s (--torch-timeout); stopped";
+  return r;
+}
+
 // Two cases: CUDA with every kiln mode and three PyTorch rows and every
 // field; the CPU with kiln eager and default only, some figures not measured.
 Report synthetic_report() {
@@ -89,7 +100,8 @@ Report synthetic_report() {
                   compiled("max-autotune", 0.74, 2070),
                   result("pytorch", "eager", 4.9),
                   result("pytorch", "default", 2.8),
-                  result("pytorch", "reduce-overhead", 0.84)};
+                  result("pytorch", "reduce-overhead", 0.84),
+                  failed_torch_mode("max-autotune")};
   cuda.results[0].launches_per_call = 161;
   cuda.results[3].note = "torch.compile max-autotune was not measured";
   for (Result& r : cuda.results) {
