@@ -169,6 +169,40 @@ TEST(Cli, ReportMergesSavedReports) {
   expect_usage_error("report", "reports is required");
 }
 
+// PyTorch's rows on kiln's weights and inputs agree with kiln eager: the
+// weights' names and the inputs reach PyTorch's models as kiln's.
+TEST(Cli, VsTorchAddsPyTorchsRowsOnTheSameWeights) {
+  const char* python = std::getenv("KILN_PYTHON");
+  const std::string py = python && *python ? python : "python3";
+  if (std::system(
+          (py + " -c 'import torch, torchvision, transformers, safetensors' >/dev/null 2>&1")
+              .c_str()) != 0) {
+    GTEST_SKIP() << py << " cannot import torch, torchvision, transformers and safetensors";
+  }
+  for (const std::string model : {"lstm_loop", "resnet18"}) {
+    const fs::path json = scratch(model + "_vs_torch.json");
+    const std::string seq = model == "lstm_loop" ? " --seq-len 3" : "";
+    const Outcome o =
+        kiln_cli("bench --model " + model + seq + " --device cpu --mode eager --iters 2 " +
+                 "--warmup 0 --quiet --vs-torch --json " + json.string());
+    ASSERT_EQ(o.status, 0) << o.err;
+    const kiln::bench::Report r = kiln::bench::Report::from_json(slurp(json));
+    EXPECT_FALSE(r.environment.torch.empty());
+    ASSERT_EQ(r.cases.size(), 1u);
+    const kiln::bench::Case& c = r.cases[0];
+    const kiln::bench::Result* kiln_eager = c.find("kiln", "eager");
+    const kiln::bench::Result* torch_eager = c.find("pytorch", "eager");
+    ASSERT_NE(kiln_eager, nullptr);
+    ASSERT_NE(torch_eager, nullptr) << o.err;
+    EXPECT_EQ(torch_eager->note, "");
+    EXPECT_EQ(torch_eager->latency_ms.samples, 2);
+    EXPECT_GE(torch_eager->max_rel_error, 0);
+    EXPECT_LE(torch_eager->max_rel_error, 1e-4) << model;
+    EXPECT_DOUBLE_EQ(kiln_eager->max_abs_error_vs_torch, torch_eager->max_abs_error) << model;
+    EXPECT_GT(kiln_eager->speedup_vs_torch_eager, 0);
+  }
+}
+
 TEST(Cli, VsTorchWithoutPyTorchSaysSoAndGoesOn) {
   const Outcome o = kiln_cli(
       "bench --model lstm_loop --batch 1 --seq-len 2 --device cpu --iters 1 --warmup 0 "
