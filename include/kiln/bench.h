@@ -132,6 +132,12 @@ struct Report {
   std::string to_html() const;
 };
 
+// The modes evaluate() measures when Options::modes is empty: eager and
+// default, and on a CUDA device reduce-overhead and max-autotune.
+std::vector<std::string> default_modes(Device device);
+// Whether a mode runs only on a CUDA device (it records CUDA graphs).
+bool needs_cuda(std::string_view mode);
+
 // Writes text to path through a temporary file renamed into place, so a
 // failure leaves no half-written file; IOError naming the path on failure.
 void write_file(const std::string& path, std::string_view text);

@@ -17,24 +17,17 @@ namespace {
 
 constexpr const char* kOp = "kiln::bench::evaluate";
 
-bool is_cuda_only(std::string_view mode) {
-  return mode == "reduce-overhead" || mode == "max-autotune";
-}
-
 std::vector<std::string> resolve_modes(const Options& o, Device device) {
   static const std::vector<std::string> known = {"eager", "default", "reduce-overhead",
                                                  "max-autotune"};
   std::vector<std::string> modes;
-  if (o.modes.empty()) {
-    modes = {"eager", "default"};
-    if (device.is_cuda()) modes.insert(modes.end(), {"reduce-overhead", "max-autotune"});
-  }
+  if (o.modes.empty()) modes = default_modes(device);
   for (const std::string& m : o.modes) {
     if (std::find(known.begin(), known.end(), m) == known.end()) {
       throw ValueError(kiln::detail::str_cat(kOp, ": unknown mode '", m,
                                              "' (eager, default, reduce-overhead, max-autotune)"));
     }
-    if (is_cuda_only(m) && !device.is_cuda()) {
+    if (needs_cuda(m) && !device.is_cuda()) {
       throw ValueError(kiln::detail::str_cat(
           kOp, ": mode '", m, "' runs CUDA graphs and needs inputs on a CUDA device; ",
           "the inputs are on ", device.str()));
@@ -126,7 +119,19 @@ void take_counts(const ExplainReport& r, Result& out) {
   if (!r.cuda_graph_skips.empty()) add_note("no CUDA graph: " + r.cuda_graph_skips.front());
 }
 
+int64_t bytes_of(const Tensor& t) { return static_cast<int64_t>(t.numel() * t.element_size()); }
+
 }  // namespace
+
+std::vector<std::string> default_modes(Device device) {
+  std::vector<std::string> modes = {"eager", "default"};
+  if (device.is_cuda()) modes.insert(modes.end(), {"reduce-overhead", "max-autotune"});
+  return modes;
+}
+
+bool needs_cuda(std::string_view mode) {
+  return mode == "reduce-overhead" || mode == "max-autotune";
+}
 
 namespace detail {
 
@@ -158,8 +163,7 @@ Errors compare_outputs(const std::vector<Tensor>& got, const std::vector<Tensor>
 
 int64_t weights_bytes_of(const nn::Module& module) {
   int64_t bytes = 0;
-  for (const auto& [name, t] : module.state_dict())
-    bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  for (const auto& [name, t] : module.state_dict()) bytes += bytes_of(t);
   return bytes;
 }
 
@@ -187,8 +191,7 @@ Case evaluate(const Subject& subject, const Options& o) {
   if (c.batch == 0)
     c.batch =
         !subject.inputs.empty() && subject.inputs[0].dim() > 0 ? subject.inputs[0].size(0) : 1;
-  for (const Tensor& t : subject.inputs)
-    c.input_bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  for (const Tensor& t : subject.inputs) c.input_bytes += bytes_of(t);
   for (const Tensor& t : subject.inputs) {
     if (is_floating(t.dtype())) {
       c.dtype = dtype_label(t.dtype());

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -66,12 +67,25 @@ int64_t default_seq(const std::string& model) {
 }
 
 // A reference model with random weights (seed 0) or the weights file, on the
-// device in the dtype, and its input.
+// device in the dtype, its input, and how to measure its forward on it.
 struct Subject {
   std::shared_ptr<nn::Module> module;
   Tensor input;
   int64_t seq_len = 0;
+  std::function<bench::Case(const Tensor& input, const bench::Options&)> measure;
 };
+
+// Holds net in s; forward(net, input) is what is measured.
+template <typename M, typename Forward>
+void hold(Subject& s, std::shared_ptr<M> net, Forward forward) {
+  s.module = net;
+  s.measure = [net, forward](const Tensor& input, const bench::Options& options) {
+    return bench::evaluate([net, forward](const Tensor& x) { return forward(*net, x); },
+                           std::tuple{input}, options);
+  };
+}
+
+constexpr auto kForward = [](auto& net, const Tensor& x) { return net.forward(x); };
 
 Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType dtype,
                      Device device, const std::string& weights) {
@@ -79,7 +93,7 @@ Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType
   Subject s;
   s.seq_len = default_seq(model) == 0 ? 0 : (seq > 0 ? seq : default_seq(model));
   if (model == "resnet50" || model == "resnet18") {
-    s.module = model == "resnet50" ? models::resnet50() : models::resnet18();
+    hold(s, model == "resnet50" ? models::resnet50() : models::resnet18(), kForward);
     s.input = randn({batch, 3, 224, 224});
   } else if (model == "bert") {
     const models::BertConfig config;
@@ -87,13 +101,17 @@ Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType
       throw UsageError{detail::str_cat("--seq-len ", s.seq_len, " is longer than BERT's ",
                                        config.max_position_embeddings, " positions")};
     }
-    s.module = std::make_shared<models::BertModel>(config);
+    hold(s, std::make_shared<models::BertModel>(config),
+         [](models::BertModel& bert, const Tensor& ids) {
+           models::BertOutput out = bert.forward(ids);
+           return std::make_tuple(out.last_hidden_state, out.pooler_output);
+         });
     s.input = randint(0, config.vocab_size, {batch, s.seq_len});
   } else if (model == "lstm") {
-    s.module = std::make_shared<models::LSTMNet>();
+    hold(s, std::make_shared<models::LSTMNet>(), kForward);
     s.input = randn({batch, s.seq_len, 256});
   } else {
-    s.module = std::make_shared<models::LSTMCellLoop>();
+    hold(s, std::make_shared<models::LSTMCellLoop>(), kForward);
     s.input = randn({batch, s.seq_len, 256});
   }
   if (!weights.empty()) s.module->load_state_dict(load_safetensors(weights));
@@ -102,32 +120,6 @@ Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType
   s.input = s.input.to(device);
   if (is_floating(s.input.dtype())) s.input = s.input.to(dtype);
   return s;
-}
-
-bench::Case evaluate(const std::string& model, const Subject& s, const bench::Options& options) {
-  nn::Module* m = s.module.get();
-  if (model == "bert") {
-    auto* bert = static_cast<models::BertModel*>(m);
-    return bench::evaluate(
-        [bert](const Tensor& ids) {
-          models::BertOutput out = bert->forward(ids);
-          return std::make_tuple(out.last_hidden_state, out.pooler_output);
-        },
-        std::tuple{s.input}, options);
-  }
-  if (model == "lstm") {
-    auto* net = static_cast<models::LSTMNet*>(m);
-    return bench::evaluate([net](const Tensor& x) { return net->forward(x); }, std::tuple{s.input},
-                           options);
-  }
-  if (model == "lstm_loop") {
-    auto* net = static_cast<models::LSTMCellLoop*>(m);
-    return bench::evaluate([net](const Tensor& x) { return net->forward(x); }, std::tuple{s.input},
-                           options);
-  }
-  auto* net = static_cast<models::ResNet*>(m);
-  return bench::evaluate([net](const Tensor& x) { return net->forward(x); }, std::tuple{s.input},
-                         options);
 }
 
 Device resolve_device(const std::string& name) {
@@ -153,7 +145,7 @@ void check_args(Args& a, Device device) {
     throw UsageError{"--weights '" + a.weights + "': no such file"};
   }
   for (const std::string& m : a.modes) {
-    if ((m == "reduce-overhead" || m == "max-autotune") && !device.is_cuda()) {
+    if (bench::needs_cuda(m) && !device.is_cuda()) {
       throw UsageError{"--mode " + m +
                        " needs a CUDA device (it records CUDA graphs); the device is " +
                        device.str()};
@@ -230,7 +222,7 @@ int run(Args a) {
         options.on_outputs = [&](const std::string& mode, const std::vector<Tensor>& outputs) {
           if (torch_run) torch_run->compare(mode, outputs);
         };
-        bench::Case c = evaluate(model, s, options);
+        bench::Case c = s.measure(s.input, options);
         c.seq_len = s.seq_len;
         c.dtype = dtype_name;
         if (torch_run) torch_run->merge_into(c);

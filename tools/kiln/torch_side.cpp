@@ -127,11 +127,8 @@ TorchSide::Run TorchSide::run(const std::string& model, const kiln::nn::Module& 
   kiln::StateDict in;
   in.set("input0", input);
   kiln::save_safetensors(inputs.string(), in);
-  std::vector<std::string> job_modes = modes;
-  if (job_modes.empty()) {
-    job_modes = {"eager", "default"};
-    if (device.is_cuda()) job_modes.insert(job_modes.end(), {"reduce-overhead", "max-autotune"});
-  }
+  const std::vector<std::string> job_modes =
+      modes.empty() ? kiln::bench::default_modes(device) : modes;
   const nlohmann::json job{{"model", model},
                            {"batch", batch},
                            {"seq_len", seq_len},
