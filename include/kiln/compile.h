@@ -181,6 +181,14 @@ struct ExplainReport {
   // How the latest new size of a dynamic dim got its graphs: made from a
   // kept trace, or traced, and why (empty before one).
   std::string dynamic_sizes;
+  // The latest program made for dynamic dims, with symbolic sizes: its
+  // symbols (each an argument's dim), its graph with every size an
+  // expression of them ("float32[s0, 64]"), and its guards, which say for
+  // which sizes the program is the same (empty when no dim is dynamic, or
+  // when the program's shapes could not be made symbolic: then why).
+  std::string symbolic_graph;
+  std::vector<std::string>
+      symbolic_guards;  // "s0 == 16  (the function's read of size(1) of %0 at bert.cpp:147)"
   CompileStats stats;
 
   std::string to_string() const;

@@ -105,9 +105,6 @@ Shape observe(const Value& v, LayoutField field, int64_t dim) {
   return {};
 }
 
-namespace {
-
-// A read's value as the program saw it: a shape, or one number.
 std::string shown(LayoutField field, const Shape& observed) {
   using kiln::operator<<;
   std::ostringstream os;
@@ -120,8 +117,6 @@ std::string shown(LayoutField field, const Shape& observed) {
   }
   return os.str();
 }
-
-}  // namespace
 
 std::string LayoutRead::describe() const {
   std::string file = where.file_name();

@@ -107,6 +107,8 @@ struct LayoutRead {
 };
 // What `read` gives on a value laid out as `v`.
 Shape observe(const Value& v, LayoutField field, int64_t dim);
+// A read's value as the program saw it: a shape, one number, or true/false.
+std::string shown(LayoutField field, const Shape& observed);
 
 class Tracer {
  public:

@@ -318,6 +318,9 @@ struct Core::Impl {
              uint64_t program);
   // How the latest new size of a dynamic dim got its graphs (explain()).
   std::string sizes_note;
+  // The latest dynamic program's symbolic shapes (explain()).
+  std::string symbolic_text;
+  std::vector<std::string> symbolic_guards;
   // A call with new sizes of a family's dynamic dims, served by a graph made
   // from the family's generic trace (retrace), the function not called.
   // Null, with the reason in `why`, where that cannot be done.
@@ -452,8 +455,27 @@ std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Gener
                                                std::vector<std::shared_ptr<Segment>>& path,
                                                std::string& why) {
   const auto start = std::chrono::steady_clock::now();
+  // The guards decide, from the sizes alone, whether the program is the
+  // same, where the expressions cover the sizes (no symbol's is 0 or 1:
+  // those are left to retrace's checks of each read).
+  const SymbolicShapes* shapes = generic.shapes ? &*generic.shapes : nullptr;
+  const std::vector<int64_t> values = shapes ? shapes->bind(args.tensors) : std::vector<int64_t>{};
+  if (shapes && !shapes->covers(values)) shapes = nullptr;
+  if (shapes && !shapes->admits(args.tensors, why)) return std::nullopt;
   std::optional<Trace> made = retrace(*generic.traced, generic.reads, args.tensors, why);
-  if (!made) return std::nullopt;
+  if (!made) {
+    if (shapes)
+      log(LogChannel::kRecompiles,
+          detail::str_cat(
+              options.name,
+              ": the symbolic shapes admit new sizes that the shape rules refuse: ", why));
+    return std::nullopt;
+  }
+  if (shapes && !shapes->describes(made->graph, values, why)) {
+    why = "the symbolic shapes differ from the graph made for the new sizes: " + why;
+    log(LogChannel::kRecompiles, detail::str_cat(options.name, ": ", why));
+    return std::nullopt;
+  }
   TraceSignature signature = signature_of(*made);
   const uint64_t program = program_hash(made->graph);
   std::shared_ptr<Segment> seg =
@@ -724,6 +746,25 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     generic->traced = std::make_shared<const Trace>(last);
     generic->reads = std::move(layout_reads);
     generic->structure = structure;
+    std::vector<uint64_t> dims;
+    {
+      std::lock_guard lock(mutex);
+      dims = dynamic;
+    }
+    std::string why;
+    generic->shapes = symbolize(*generic->traced, generic->reads, dims, why);
+    std::lock_guard lock(mutex);
+    symbolic_guards.clear();
+    if (generic->shapes) {
+      symbolic_text = generic->shapes->text(generic->traced->graph);
+      for (const sym::Guard& g : generic->shapes->guards)
+        symbolic_guards.push_back(detail::str_cat(g.str(), "  (", g.origin, ")"));
+      log(LogChannel::kGraphs,
+          detail::str_cat(options.name, ", symbolic shapes:\n", symbolic_text));
+    } else {
+      symbolic_text = "not symbolic: " + why;
+      log(LogChannel::kRecompiles, detail::str_cat(options.name, ": ", symbolic_text));
+    }
   }
   TensorList results =
       place(std::move(last), sources, -1, nullptr, "", structure, std::move(host_guards), std::move(grad_writes));
@@ -787,6 +828,8 @@ ExplainReport Core::explain() const {
   r.graph_breaks = impl_->graph_breaks;
   r.dynamic_dims = impl_->dynamic_reasons;
   r.dynamic_sizes = impl_->sizes_note;
+  r.symbolic_graph = impl_->symbolic_text;
+  r.symbolic_guards = impl_->symbolic_guards;
   // Every kept graph, once, with the guards that lead to it.
   struct Found {
     std::shared_ptr<Segment> seg;

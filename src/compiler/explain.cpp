@@ -17,6 +17,7 @@ std::string ExplainReport::to_string() const {
   os << "\n";
   for (const auto& d : dynamic_dims) os << "dynamic: " << d << "\n";
   if (!dynamic_sizes.empty()) os << "dynamic sizes: " << dynamic_sizes << "\n";
+  if (!symbolic_graph.empty()) os << "symbolic shapes of the dynamic program:\n" << symbolic_graph;
   for (size_t i = 0; i < graphs.size(); ++i) {
     const Graph& g = graphs[i];
     os << "graph " << i + 1 << ": " << g.nodes << " ops (";
@@ -93,6 +94,8 @@ std::string ExplainReport::to_json() const {
   j["recompiles"] = recompiles;
   j["dynamic_dims"] = dynamic_dims;
   j["dynamic_sizes"] = dynamic_sizes;
+  j["symbolic_graph"] = symbolic_graph;
+  j["symbolic_guards"] = symbolic_guards;
   j["cuda_graph_skips"] = cuda_graph_skips;
   return j.dump(1);
 }

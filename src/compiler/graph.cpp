@@ -32,9 +32,14 @@ bool default_layout(const Value& v) {
   return v.offset == 0 && v.strides == ops::contiguous_strides(v.sizes);
 }
 
-void print_type(std::ostream& os, const Value& v) {
-  os << v.dtype << v.sizes;
-  if (!default_layout(v)) os << "{" << v.strides << "+" << v.offset << "}";
+void print_type(std::ostream& os, const Value& v, ValueId id, const LayoutText& layout) {
+  os << v.dtype;
+  if (layout) {
+    os << layout(id);
+  } else {
+    os << v.sizes;
+    if (!default_layout(v)) os << "{" << v.strides << "+" << v.offset << "}";
+  }
   os << " " << v.device;
 }
 
@@ -57,7 +62,7 @@ void print_attr(std::ostream& os, const ops::AttrValue& a) {
       a);
 }
 
-void print_node(std::ostream& os, const Graph& g, const Node& n) {
+void print_node(std::ostream& os, const Graph& g, const Node& n, const LayoutText& layout) {
   const ops::OpSchema& schema = ops::op_schema(n.op);
   os << "  ";
   for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << "%" << n.outputs[i];
@@ -85,19 +90,20 @@ void print_node(std::ostream& os, const Graph& g, const Node& n) {
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     const Value& v = g.value(n.outputs[i]);
     os << (i ? "," : "") << " ";
-    print_type(os, v);
+    print_type(os, v, n.outputs[i], layout);
     const ValueId root = g.storages()[static_cast<size_t>(v.storage)].root;
     if (root != n.outputs[i]) os << " aliases %" << root;
   }
   os << "\n";
 }
 
-void print_values(std::ostream& os, const Graph& g, const char* what, const std::vector<ValueId>& ids) {
+void print_values(std::ostream& os, const Graph& g, const char* what,
+                  const std::vector<ValueId>& ids, const LayoutText& layout) {
   os << what << "(";
   for (size_t i = 0; i < ids.size(); ++i) {
     os << (i ? ", " : "") << "%" << ids[i] << ": ";
     const Value& v = g.value(ids[i]);
-    print_type(os, v);
+    print_type(os, v, ids[i], layout);
     if (v.kind == ValueKind::kConstant) {
       const Tensor& c = g.constant_values()[static_cast<size_t>(v.slot)];
       if (c.numel() == 1) os << " = " << c.item();
@@ -367,27 +373,33 @@ std::vector<bool> returned_storages(const Graph& g) {
   return returned;
 }
 
-std::string to_text(const Graph& g) {
+std::string to_text(const Graph& g, const LayoutText& layout) {
   std::ostringstream os;
-  print_values(os, g, "graph", g.inputs());
-  if (!g.captured().empty()) print_values(os << " ", g, "captured", g.captured());
-  if (!g.constants().empty()) print_values(os << " ", g, "constants", g.constants());
+  print_values(os, g, "graph", g.inputs(), layout);
+  if (!g.captured().empty()) print_values(os << " ", g, "captured", g.captured(), layout);
+  if (!g.constants().empty()) print_values(os << " ", g, "constants", g.constants(), layout);
   os << " {\n";
-  for (const Node& n : g.nodes()) print_node(os, g, n);
+  for (const Node& n : g.nodes()) print_node(os, g, n, layout);
   os << "  return (";
   for (size_t i = 0; i < g.outputs().size(); ++i) os << (i ? ", " : "") << "%" << g.outputs()[i];
   os << ")\n}\n";
   return os.str();
 }
 
-std::string to_dot(const Graph& g) {
+std::string to_dot(const Graph& g, const LayoutText& layout) {
+  // Sizes only: the layout's text up to its strides.
+  const auto sizes = [&](ValueId id) {
+    if (!layout) return detail::str_cat(g.value(id).sizes);
+    const std::string text = layout(id);
+    return text.substr(0, text.find('{'));
+  };
   std::ostringstream os;
   os << "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
   for (size_t i = 0; i < g.values().size(); ++i) {
     const Value& v = g.values()[i];
     if (v.kind == ValueKind::kNode) continue;
-    os << "  v" << i << " [shape=ellipse, label=\"%" << i << " " << kind_name(v.kind) << "\\n" << v.dtype
-       << v.sizes << "\"];\n";
+    os << "  v" << i << " [shape=ellipse, label=\"%" << i << " " << kind_name(v.kind) << "\\n"
+       << v.dtype << sizes(static_cast<ValueId>(i)) << "\"];\n";
   }
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
@@ -397,8 +409,8 @@ std::string to_dot(const Graph& g) {
       if (in == kNoValue) continue;
       const Value& v = g.value(in);
       os << "  " << (v.kind == ValueKind::kNode ? "n" : "v")
-         << (v.kind == ValueKind::kNode ? v.producer : in) << " -> n" << i << " [label=\"%" << in << " "
-         << v.dtype << v.sizes << "\"];\n";
+         << (v.kind == ValueKind::kNode ? v.producer : in) << " -> n" << i << " [label=\"%" << in
+         << " " << v.dtype << sizes(in) << "\"];\n";
     }
   }
   os << "  out [shape=plaintext, label=\"return\"];\n";

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -131,9 +132,13 @@ std::vector<bool> returned_storages(const Graph& graph);
 void verify(const Graph& graph);
 
 // Text, one line per node:  %5 = add(%3, %4) {alpha=1} : float32[2, 3] cpu
-std::string to_text(const Graph& graph);
-// Graphviz dot: values' producers as boxes, edges labelled with shapes.
-std::string to_dot(const Graph& graph);
+// `layout`, when given, prints a value's sizes (and strides) instead of its
+// own: symbolic shapes print "[s0, 3]" (SymbolicShapes::text).
+using LayoutText = std::function<std::string(ValueId)>;
+std::string to_text(const Graph& graph, const LayoutText& layout = {});
+// Graphviz dot: values' producers as boxes, edges labelled with shapes
+// (`layout`'s, when given, as for to_text).
+std::string to_dot(const Graph& graph, const LayoutText& layout = {});
 // A hash of the structure (ops, attributes, wiring, layouts, dtypes,
 // devices, aliasing, constants' values), the same for two traces of one
 // program on equal inputs: not of captured tensors' identities, nor of the

@@ -17,6 +17,7 @@
 #include "compiler/capture.h"
 #include "compiler/device_graph.h"
 #include "compiler/executable.h"
+#include "compiler/symbolic_shapes.h"
 #include "kiln/compile.h"
 
 namespace kiln::compiler {
@@ -119,6 +120,10 @@ struct Family {
     std::vector<LayoutRead> reads;
     std::vector<int64_t> structure;
     int64_t order = 0;  // the graph whose program it is
+    // Its shapes as expressions of the dynamic dims, and the guards for
+    // which sizes it is the program's graph: a new size is checked against
+    // them before its graph is made (null where they could not be made).
+    std::optional<SymbolicShapes> shapes;
   };
   static constexpr size_t kMaxGenerics = 4;
   std::vector<std::shared_ptr<const Generic>> generics;

@@ -13,27 +13,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, std::string_view op) {
   return dim < 0 ? dim + n : dim;
 }
 
-int64_t shape_numel(const Shape& sizes) noexcept {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
-Shape broadcast_pair(const Shape& a, const Shape& b, std::string_view op) {
-  const size_t n = std::max(a.size(), b.size());
-  Shape out(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t sa = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const int64_t sb = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (sa != sb && sa != 1 && sb != 1) {
-      throw ShapeError(detail::str_cat(op, ": shapes ", a, " and ", b,
-                                       " do not broadcast (dim ", i, ": ", sa, " vs ", sb, ")"));
-    }
-    out[i] = sa == 1 ? sb : sa;
-  }
-  return out;
-}
-
 std::vector<int64_t> wrap_dims(const std::vector<int64_t>& dims, int64_t ndim,
                                std::string_view op) {
   std::vector<int64_t> out;

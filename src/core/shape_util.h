@@ -1,9 +1,11 @@
 // Small shape helpers shared by shape rules and kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
+#include "kiln/error.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -11,11 +13,64 @@ namespace kiln {
 // dim in [-ndim, ndim) -> [0, ndim); IndexError naming op otherwise. A 0-dim
 // tensor accepts dims -1 and 0, as in PyTorch.
 int64_t wrap_dim(int64_t dim, int64_t ndim, std::string_view op);
-int64_t shape_numel(const Shape& sizes) noexcept;
+
+// The helpers below are templates over the size type: int64_t for eager
+// mode, SymInt for the compiler's symbolic shapes (core/symbolic.h), so that
+// shape rules are written once for both.
+
+template <class I>
+I shape_numel(const std::vector<I>& sizes) {
+  I n = 1;
+  for (const I& s : sizes) n *= s;
+  return n;
+}
+
 // Tensor::is_contiguous of a layout: row-major, size-1 dims' strides aside.
-bool contiguous_layout(const Shape& sizes, const Shape& strides) noexcept;
+template <class I>
+bool contiguous_layout(const std::vector<I>& sizes, const std::vector<I>& strides) {
+  I expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 0) return true;
+    if (sizes[i] != 1 && strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+// Row-major strides of sizes (an empty dim counts as 1).
+template <class I>
+std::vector<I> contiguous_strides(const std::vector<I>& sizes) {
+  std::vector<I> strides(sizes.size());
+  I s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= sizes[i] < 1 ? I(1) : sizes[i];
+  }
+  return strides;
+}
+
 // Broadcast of two shapes; ShapeError naming op when they don't broadcast.
-Shape broadcast_pair(const Shape& a, const Shape& b, std::string_view op);
+template <class I>
+std::vector<I> broadcast_pair(const std::vector<I>& a, const std::vector<I>& b,
+                              std::string_view op) {
+  const size_t n = std::max(a.size(), b.size());
+  std::vector<I> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const I sa = i < n - a.size() ? I(1) : a[i - (n - a.size())];
+    const I sb = i < n - b.size() ? I(1) : b[i - (n - b.size())];
+    // Equal sizes first: on symbols, equal expressions compare without a guard.
+    if (sa == sb) {
+      out[i] = sa;
+      continue;
+    }
+    if (sa != 1 && sb != 1) {
+      throw ShapeError(detail::str_cat(op, ": shapes ", a, " and ", b, " do not broadcast (dim ", i,
+                                       ": ", sa, " vs ", sb, ")"));
+    }
+    out[i] = sa == 1 ? sb : sa;
+  }
+  return out;
+}
 // Dims list -> sorted unique wrapped dims; empty means all dims.
 std::vector<int64_t> wrap_dims(const std::vector<int64_t>& dims, int64_t ndim,
                                std::string_view op);

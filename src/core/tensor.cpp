@@ -59,16 +59,6 @@ bool Tensor::is_contiguous(const std::source_location& where) const {
   return contiguous_layout(i.sizes, i.strides);
 }
 
-bool contiguous_layout(const Shape& sz, const Shape& st) noexcept {
-  int64_t expected = 1;
-  for (size_t i = sz.size(); i-- > 0;) {
-    if (sz[i] == 0) return true;
-    if (sz[i] != 1 && st[i] != expected) return false;
-    expected *= sz[i];
-  }
-  return true;
-}
-
 bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && impl_->storage == other.impl_->storage;
 }

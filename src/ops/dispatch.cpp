@@ -1,5 +1,7 @@
 #include "ops/dispatch.h"
 
+#include "core/shape_util.h"
+
 #include <cassert>
 
 #include "autograd/record.h"
@@ -101,15 +103,7 @@ ReferenceModeGuard::ReferenceModeGuard() noexcept : previous_(t_reference_mode) 
 ReferenceModeGuard::~ReferenceModeGuard() { t_reference_mode = previous_; }
 bool ReferenceModeGuard::enabled() noexcept { return t_reference_mode; }
 
-Shape contiguous_strides(const Shape& sizes) {
-  Shape strides(sizes.size());
-  int64_t s = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
-  }
-  return strides;
-}
+Shape contiguous_strides(const Shape& sizes) { return kiln::contiguous_strides(sizes); }
 
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta) {
   int64_t numel = 1;

@@ -63,9 +63,9 @@ std::vector<AttrSpec> parse_attrs(std::string_view text) {
 std::vector<OpSchema> build_schemas() {
   std::vector<OpSchema> schemas;
   schemas.reserve(kNumOps);
-#define KILN_OP(name_, inputs_, attrs_, outputs_, rule_, flags_)                                 \
+#define KILN_OP(name_, inputs_, attrs_, outputs_, rule_, flags_)                              \
   schemas.push_back(OpSchema{OpId::name_, #name_, parse_inputs(inputs_), parse_attrs(attrs_), \
-                             outputs_, &rule_, flags_});
+                             outputs_, &rule_<ShapeCtx>, flags_, &rule_<SymShapeCtx>});
 #include "ops/defs/all.def"
 #undef KILN_OP
   return schemas;
@@ -95,9 +95,13 @@ size_t OpSchema::min_inputs() const noexcept {
   return n;
 }
 
-std::string_view ShapeCtx::name() const noexcept { return schema.name; }
+template <class T>
+std::string_view BasicShapeCtx<T>::name() const noexcept {
+  return schema.name;
+}
 
-Device ShapeCtx::common_device() const {
+template <class T>
+Device BasicShapeCtx<T>::common_device() const {
   // A 0-dim CPU tensor may join a computation on another device, as in
   // PyTorch, wherever it comes in the inputs.
   std::optional<Device> device;
@@ -113,9 +117,7 @@ Device ShapeCtx::common_device() const {
   return device.value_or(Device::cpu());
 }
 
-void ShapeCtx::cast_input(size_t i, DType t) {
-  if (input_casts.size() < inputs.size()) input_casts.resize(inputs.size());
-  if (inputs[i].defined() && inputs[i].dtype() != t) input_casts[i] = t;
-}
+template struct BasicShapeCtx<Tensor>;
+template struct BasicShapeCtx<SymTensor>;
 
 }  // namespace kiln::ops

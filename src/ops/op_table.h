@@ -7,10 +7,13 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "core/symbolic.h"
 #include "kiln/tensor.h"
 #include "ops/attrs.h"
+#include "ops/sym_tensor.h"
 
 namespace kiln::ops {
 
@@ -38,41 +41,75 @@ enum OpFlags : uint32_t {
   kNoGrad = 1u << 4,
 };
 
-// What a shape rule produces for one output.
-struct TensorMeta {
-  Shape sizes;
+// What a shape rule produces for one output: sizes of type Sizes (Shape in
+// eager mode, SymShape in the compiler's symbolic mode).
+template <class Sizes, class Int>
+struct BasicTensorMeta {
+  Sizes sizes;
   DType dtype = kFloat32;
   Device device;
   // View ops only: the strides and offset of the view into the first input's storage.
-  Shape strides;
-  int64_t offset = 0;
+  Sizes strides;
+  Int offset = 0;
 };
+using TensorMeta = BasicTensorMeta<Shape, int64_t>;
+using SymTensorMeta = BasicTensorMeta<SymShape, SymInt>;
 
 struct OpSchema;
 
+template <class T>
+struct ShapeTypes;
+template <>
+struct ShapeTypes<Tensor> {
+  using Int = int64_t;
+  using Sizes = Shape;
+  using Meta = TensorMeta;
+};
+template <>
+struct ShapeTypes<SymTensor> {
+  using Int = SymInt;
+  using Sizes = SymShape;
+  using Meta = SymTensorMeta;
+};
+
 // The shape rule's view of a call: the inputs (often meta), attributes it may
-// canonicalize, and the outputs it must describe.
-struct ShapeCtx {
+// canonicalize, and the outputs it must describe. Shape rules are templates
+// over the context: ShapeCtx (Tensors, int64_t sizes) in eager mode and
+// tracing, SymShapeCtx (SymTensors, SymInt sizes) for the compiler's
+// symbolic shapes, so each is written once (core/symbolic.h).
+template <class T>
+struct BasicShapeCtx {
+  using TensorType = T;
+  using Int = typename ShapeTypes<T>::Int;
+  using Sizes = typename ShapeTypes<T>::Sizes;
+  using Meta = typename ShapeTypes<T>::Meta;
+
   const OpSchema& schema;
-  std::span<const Tensor> inputs;
+  std::span<const T> inputs;
   Attrs& attrs;
-  std::vector<TensorMeta> outputs;
+  std::vector<Meta> outputs;
   // The dtype each input is converted to before the kernel runs (nullopt: as it is).
   std::vector<std::optional<DType>> input_casts;
 
   std::string_view name() const noexcept;
-  const Tensor& input(size_t i) const { return inputs[i]; }
+  const T& input(size_t i) const { return inputs[i]; }
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i].defined(); }
   // The device all defined inputs share; DeviceError naming the op when they differ.
   Device common_device() const;
-  void cast_input(size_t i, DType t);
+  void cast_input(size_t i, DType t) {
+    if (input_casts.size() < inputs.size()) input_casts.resize(inputs.size());
+    if (inputs[i].defined() && inputs[i].dtype() != t) input_casts[i] = t;
+  }
   // Describes the next output (a new contiguous tensor).
-  void add_output(Shape sizes, DType dtype, Device device) {
-    outputs.push_back(TensorMeta{std::move(sizes), dtype, device, {}, 0});
+  void add_output(Sizes sizes, DType dtype, Device device) {
+    outputs.push_back(Meta{std::move(sizes), dtype, device, {}, 0});
   }
 };
+using ShapeCtx = BasicShapeCtx<Tensor>;
+using SymShapeCtx = BasicShapeCtx<SymTensor>;
 
 using ShapeRule = void (*)(ShapeCtx&);
+using SymShapeRule = void (*)(SymShapeCtx&);
 
 enum class AttrType : uint8_t { Int, Float, Bool, Ints, DType, Device, Scalar, Str };
 
@@ -96,19 +133,37 @@ struct OpSchema {
   int num_outputs;
   ShapeRule shape_rule;
   uint32_t flags;
+  SymShapeRule sym_shape_rule;  // the same rule on symbolic sizes
 
   bool has_flag(OpFlags f) const noexcept { return (flags & f) != 0; }
   size_t min_inputs() const noexcept;
   bool variadic() const noexcept { return !inputs.empty() && inputs[0].variadic; }
 };
 
+// The schema's rule for context Ctx (ShapeCtx or SymShapeCtx).
+template <class Ctx>
+auto shape_rule_of(const OpSchema& schema) {
+  if constexpr (std::is_same_v<Ctx, ShapeCtx>) {
+    return schema.shape_rule;
+  } else {
+    return schema.sym_shape_rule;
+  }
+}
+
 const OpSchema& op_schema(OpId id);
 std::span<const OpSchema> all_op_schemas();
 std::optional<OpId> find_op(std::string_view name);
 
-// Shape rules, defined in shape_rules/.
-#define KILN_OP(name, inputs, attrs, outputs, rule, flags) void rule(ShapeCtx&);
+// Shape rules, defined in shape_rules/ and instantiated there for both
+// contexts (KILN_SHAPE_RULES).
+#define KILN_OP(name, inputs, attrs, outputs, rule, flags) \
+  template <class Ctx>                                     \
+  void rule(Ctx&);
 #include "ops/defs/all.def"
 #undef KILN_OP
+
+#define KILN_SHAPE_RULE_INSTANCES(rule) \
+  template void rule(ShapeCtx&);        \
+  template void rule(SymShapeCtx&);
 
 }  // namespace kiln::ops

@@ -18,9 +18,8 @@ std::optional<DType> combine_categories(std::optional<DType> higher, std::option
   return higher;
 }
 
-}  // namespace
-
-DType result_type(std::span<const Tensor> tensors) {
+template <class T>
+DType result_type_of(std::span<const T> tensors) {
   std::optional<DType> dim_result, zero_dim_result, wrapped_result;
   for (const auto& t : tensors) {
     if (!t.defined()) continue;
@@ -35,6 +34,11 @@ DType result_type(std::span<const Tensor> tensors) {
   return combine_categories(dim_result, combine_categories(zero_dim_result, wrapped_result))
       .value_or(kFloat32);
 }
+
+}  // namespace
+
+DType result_type(std::span<const Tensor> tensors) { return result_type_of(tensors); }
+DType result_type(std::span<const SymTensor> tensors) { return result_type_of(tensors); }
 
 DType result_type(const Tensor& a, const Tensor& b) {
   const Tensor pair[2] = {a, b};

@@ -6,10 +6,13 @@
 #include <span>
 
 #include "kiln/tensor.h"
+#include "ops/sym_tensor.h"
 
 namespace kiln::ops {
 
 DType result_type(std::span<const Tensor> tensors);
 DType result_type(const Tensor& a, const Tensor& b);
+// The same in symbolic shape rules.
+DType result_type(std::span<const SymTensor> tensors);
 
 }  // namespace kiln::ops

@@ -1,4 +1,5 @@
-// Shape and dtype rules of the factories: everything comes from attributes.
+// Shape and dtype rules of the factories: everything comes from attributes, so
+// the output sizes are constants in either context (no input size is involved).
 #include <cmath>
 
 #include "ops/op_table.h"
@@ -6,7 +7,8 @@
 namespace kiln::ops {
 namespace {
 
-void check_sizes(const ShapeCtx& ctx, const Shape& sizes) {
+template <class Ctx>
+void check_sizes(const Ctx& ctx, const Shape& sizes) {
   for (int64_t s : sizes) {
     if (s < 0) {
       throw ShapeError(detail::str_cat(ctx.name(), ": sizes must be non-negative, got ", sizes));
@@ -15,19 +17,24 @@ void check_sizes(const ShapeCtx& ctx, const Shape& sizes) {
 }
 
 // The attributes dtype, device follow the op's leading attributes at these positions.
-void push_output(ShapeCtx& ctx, Shape sizes, size_t dtype_attr) {
+// `sizes` are plain integers from attributes; the output takes them as Ctx::Sizes.
+template <class Ctx>
+void push_output(Ctx& ctx, const Shape& sizes, size_t dtype_attr) {
   check_sizes(ctx, sizes);
-  ctx.add_output(std::move(sizes), ctx.attrs.dtype(dtype_attr), ctx.attrs.device(dtype_attr + 1));
+  ctx.add_output(typename Ctx::Sizes(sizes.begin(), sizes.end()), ctx.attrs.dtype(dtype_attr),
+                 ctx.attrs.device(dtype_attr + 1));
 }
 
 }  // namespace
 
-void infer_factory(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_factory(Ctx& ctx) {
   const size_t dtype_attr = ctx.schema.id == OpId::full ? 2 : 1;
   push_output(ctx, ctx.attrs.ints(0), dtype_attr);
 }
 
-void infer_randint(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_randint(Ctx& ctx) {
   const int64_t low = ctx.attrs.i(5), high = ctx.attrs.i(6);
   if (high <= low) {
     throw ValueError(
@@ -37,7 +44,8 @@ void infer_randint(ShapeCtx& ctx) {
   push_output(ctx, ctx.attrs.ints(0), 1);
 }
 
-void infer_arange(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_arange(Ctx& ctx) {
   const double start = ctx.attrs.scalar(0).to_double(), end = ctx.attrs.scalar(1).to_double();
   const double step = ctx.attrs.scalar(2).to_double();
   if (step == 0) throw ValueError("arange: step must be nonzero");
@@ -62,17 +70,25 @@ void infer_arange(ShapeCtx& ctx) {
   push_output(ctx, {n}, 3);
 }
 
-void infer_linspace(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_linspace(Ctx& ctx) {
   const int64_t steps = ctx.attrs.i(2);
   if (steps < 0) throw ValueError(detail::str_cat("linspace: steps must be >= 0, got ", steps));
   push_output(ctx, {steps}, 3);
 }
 
-void infer_eye(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_eye(Ctx& ctx) {
   const int64_t n = ctx.attrs.i(0), m = ctx.attrs.i(1);
   if (n < 0 || m < 0)
     throw ShapeError(detail::str_cat("eye: n and m must be >= 0, got ", n, ", ", m));
   push_output(ctx, {n, m}, 2);
 }
+
+KILN_SHAPE_RULE_INSTANCES(infer_factory)
+KILN_SHAPE_RULE_INSTANCES(infer_randint)
+KILN_SHAPE_RULE_INSTANCES(infer_arange)
+KILN_SHAPE_RULE_INSTANCES(infer_linspace)
+KILN_SHAPE_RULE_INSTANCES(infer_eye)
 
 }  // namespace kiln::ops

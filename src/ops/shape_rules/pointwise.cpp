@@ -8,19 +8,25 @@
 namespace kiln::ops {
 namespace {
 
-Shape broadcast_inputs(const ShapeCtx& ctx) {
-  Shape out;
-  for (const auto& t : ctx.inputs) out = broadcast_pair(out, t.sizes(), ctx.name());
+template <class Ctx>
+typename Ctx::Sizes broadcast_inputs(const Ctx& ctx) {
+  // From the first input's sizes: a unary op compares no sizes (on symbols,
+  // a comparison may be a guard).
+  typename Ctx::Sizes out = ctx.inputs.empty() ? typename Ctx::Sizes{} : ctx.inputs[0].sizes();
+  for (size_t i = 1; i < ctx.inputs.size(); ++i)
+    out = broadcast_pair(out, ctx.inputs[i].sizes(), ctx.name());
   return out;
 }
 
 // Broadcast output of dtype `out`, with every input cast to `compute`.
-void elementwise(ShapeCtx& ctx, DType compute, DType out) {
+template <class Ctx>
+void elementwise(Ctx& ctx, DType compute, DType out) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) ctx.cast_input(i, compute);
   ctx.add_output(broadcast_inputs(ctx), out, ctx.common_device());
 }
 
-void reject_bool(const ShapeCtx& ctx, DType t) {
+template <class Ctx>
+void reject_bool(const Ctx& ctx, DType t) {
   if (t == kBool) {
     throw DTypeError(detail::str_cat(ctx.name(), ": not supported for bool tensors"));
   }
@@ -30,7 +36,8 @@ DType float_of(DType t) { return is_floating(t) ? t : kFloat32; }
 
 }  // namespace
 
-void infer_unary_same(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_unary_same(Ctx& ctx) {
   const DType t = ctx.input(0).dtype();
   const auto op = ctx.schema.id;
   if (op == OpId::neg || op == OpId::abs || op == OpId::square || op == OpId::relu) {
@@ -39,7 +46,8 @@ void infer_unary_same(ShapeCtx& ctx) {
   elementwise(ctx, t, t);
 }
 
-void infer_unary_float(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_unary_float(Ctx& ctx) {
   if (ctx.schema.id == OpId::gelu) {
     const auto& mode = ctx.attrs.str(0);
     if (mode != "none" && mode != "tanh") {
@@ -51,11 +59,13 @@ void infer_unary_float(ShapeCtx& ctx) {
   elementwise(ctx, t, t);
 }
 
-void infer_unary_bool(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_unary_bool(Ctx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), kBool, ctx.common_device());
 }
 
-void infer_binary_arith(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_binary_arith(Ctx& ctx) {
   const DType t = result_type(ctx.inputs);
   const auto op = ctx.schema.id;
   if (t == kBool && op == OpId::sub) {
@@ -70,18 +80,24 @@ void infer_binary_arith(ShapeCtx& ctx) {
   elementwise(ctx, t, t);
 }
 
-void infer_binary_float(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_binary_float(Ctx& ctx) {
   const DType t = float_of(result_type(ctx.inputs));
   elementwise(ctx, t, t);
 }
 
-void infer_binary_compare(ShapeCtx& ctx) { elementwise(ctx, result_type(ctx.inputs), kBool); }
+template <class Ctx>
+void infer_binary_compare(Ctx& ctx) {
+  elementwise(ctx, result_type(ctx.inputs), kBool);
+}
 
-void infer_binary_logical(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_binary_logical(Ctx& ctx) {
   ctx.add_output(broadcast_inputs(ctx), kBool, ctx.common_device());
 }
 
-void infer_where(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_where(Ctx& ctx) {
   if (ctx.input(0).dtype() != kBool) {
     throw DTypeError(
         detail::str_cat("where: condition must be a bool tensor, got ", ctx.input(0).dtype()));
@@ -92,7 +108,8 @@ void infer_where(ShapeCtx& ctx) {
   ctx.add_output(broadcast_inputs(ctx), t, ctx.common_device());
 }
 
-void infer_clamp(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_clamp(Ctx& ctx) {
   if (!ctx.attrs.has(0) && !ctx.attrs.has(1)) {
     throw ValueError("clamp: at least one of min and max must be given");
   }
@@ -104,7 +121,8 @@ void infer_clamp(ShapeCtx& ctx) {
   elementwise(ctx, t, t);
 }
 
-void infer_masked_fill(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_masked_fill(Ctx& ctx) {
   if (ctx.input(1).dtype() != kBool) {
     throw DTypeError(
         detail::str_cat("masked_fill: mask must be a bool tensor, got ", ctx.input(1).dtype()));
@@ -113,16 +131,33 @@ void infer_masked_fill(ShapeCtx& ctx) {
   ctx.add_output(broadcast_inputs(ctx), t, ctx.common_device());
 }
 
-void infer_copy(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_copy(Ctx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), ctx.attrs.dtype(0), ctx.common_device());
 }
 
-void infer_to_device(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_to_device(Ctx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.attrs.device(0));
 }
 
-void infer_fill(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_fill(Ctx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device());
 }
+
+KILN_SHAPE_RULE_INSTANCES(infer_unary_same)
+KILN_SHAPE_RULE_INSTANCES(infer_unary_float)
+KILN_SHAPE_RULE_INSTANCES(infer_unary_bool)
+KILN_SHAPE_RULE_INSTANCES(infer_binary_arith)
+KILN_SHAPE_RULE_INSTANCES(infer_binary_float)
+KILN_SHAPE_RULE_INSTANCES(infer_binary_compare)
+KILN_SHAPE_RULE_INSTANCES(infer_binary_logical)
+KILN_SHAPE_RULE_INSTANCES(infer_where)
+KILN_SHAPE_RULE_INSTANCES(infer_clamp)
+KILN_SHAPE_RULE_INSTANCES(infer_masked_fill)
+KILN_SHAPE_RULE_INSTANCES(infer_copy)
+KILN_SHAPE_RULE_INSTANCES(infer_to_device)
+KILN_SHAPE_RULE_INSTANCES(infer_fill)
 
 }  // namespace kiln::ops

@@ -10,22 +10,26 @@ namespace kiln::ops {
 namespace {
 
 // Wraps and sorts the dims attribute at index k and writes it back.
-std::vector<int64_t> canonical_dims(ShapeCtx& ctx, size_t k) {
+template <class Ctx>
+std::vector<int64_t> canonical_dims(Ctx& ctx, size_t k) {
   std::vector<int64_t> dims = wrap_dims(ctx.attrs.ints(k), ctx.input(0).dim(), ctx.name());
   ctx.attrs.ints(k) = dims;
   return dims;
 }
 
 // Wraps the single dim attribute at index k and writes it back.
-int64_t canonical_dim(ShapeCtx& ctx, size_t k) {
+template <class Ctx>
+int64_t canonical_dim(Ctx& ctx, size_t k) {
   const int64_t dim = wrap_dim(ctx.attrs.i(k), ctx.input(0).dim(), ctx.name());
   ctx.attrs[k] = dim;
   return dim;
 }
 
-// dims sorted and unique; a 0-dim input has no dims and keeps its shape.
-Shape reduced_sizes(const Shape& in, const std::vector<int64_t>& dims, bool keepdim) {
-  Shape out;
+// dims sorted and unique; a 0-dim input has no dims and keeps its shape. Sizes is
+// Shape or SymShape: the kept dims are copied, the reduced ones become 1.
+template <class Sizes>
+Sizes reduced_sizes(const Sizes& in, const std::vector<int64_t>& dims, bool keepdim) {
+  Sizes out;
   size_t next = 0;
   for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
     const bool reduced = next < dims.size() && dims[next] == d;
@@ -37,8 +41,9 @@ Shape reduced_sizes(const Shape& in, const std::vector<int64_t>& dims, bool keep
 }
 
 // max, min and the arg ops have no identity: reducing zero elements is an error.
-void reject_empty_reduction(const ShapeCtx& ctx, const std::vector<int64_t>& dims) {
-  const Shape& sizes = ctx.input(0).sizes();
+template <class Ctx>
+void reject_empty_reduction(const Ctx& ctx, const std::vector<int64_t>& dims) {
+  const auto& sizes = ctx.input(0).sizes();
   for (int64_t d : dims) {
     if (sizes[d] == 0) {
       throw IndexError(detail::str_cat(ctx.name(), ": cannot reduce over dim ", d,
@@ -48,7 +53,8 @@ void reject_empty_reduction(const ShapeCtx& ctx, const std::vector<int64_t>& dim
   }
 }
 
-void require_floating(const ShapeCtx& ctx, DType t) {
+template <class Ctx>
+void require_floating(const Ctx& ctx, DType t) {
   if (!is_floating(t)) {
     throw DTypeError(
         detail::str_cat(ctx.name(), ": expected a floating point input, got ", t));
@@ -62,14 +68,16 @@ DType accumulate_dtype(DType in, const Attrs& attrs, size_t dtype_index) {
 }
 
 // A reduction whose input is cast to `t` and whose output has dtype `t`.
-void reduce_to(ShapeCtx& ctx, size_t dims_index, size_t keepdim_index, DType t) {
+template <class Ctx>
+void reduce_to(Ctx& ctx, size_t dims_index, size_t keepdim_index, DType t) {
   const std::vector<int64_t> dims = canonical_dims(ctx, dims_index);
   ctx.cast_input(0, t);
   ctx.add_output(reduced_sizes(ctx.input(0).sizes(), dims, ctx.attrs.b(keepdim_index)), t,
                  ctx.common_device());
 }
 
-void infer_norm(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_norm(Ctx& ctx) {
   const double p = ctx.attrs.f(0);
   if (std::isnan(p)) throw ValueError("norm: p must be a number, got nan");
   require_floating(ctx, ctx.input(0).dtype());
@@ -83,12 +91,14 @@ void infer_norm(ShapeCtx& ctx) {
 }  // namespace
 
 // sum and prod: dims, keepdim, dtype?.
-void infer_reduce_sum(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_reduce_sum(Ctx& ctx) {
   reduce_to(ctx, 0, 1, accumulate_dtype(ctx.input(0).dtype(), ctx.attrs, 2));
 }
 
 // mean, var, std, norm and logsumexp: floating results.
-void infer_reduce_float(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_reduce_float(Ctx& ctx) {
   const DType in = ctx.input(0).dtype();
   switch (ctx.schema.id) {
     case OpId::mean: {  // dims, keepdim, dtype?
@@ -118,7 +128,8 @@ void infer_reduce_float(ShapeCtx& ctx) {
 }
 
 // amax and amin: dims, keepdim; the input's dtype.
-void infer_reduce_same(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_reduce_same(Ctx& ctx) {
   const std::vector<int64_t> dims = canonical_dims(ctx, 0);
   reject_empty_reduction(ctx, dims);
   ctx.add_output(reduced_sizes(ctx.input(0).sizes(), dims, ctx.attrs.b(1)),
@@ -126,19 +137,21 @@ void infer_reduce_same(ShapeCtx& ctx) {
 }
 
 // max_dim and min_dim: dim, keepdim -> (values, int64 indices).
-void infer_reduce_with_indices(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_reduce_with_indices(Ctx& ctx) {
   const int64_t dim = canonical_dim(ctx, 0);
   std::vector<int64_t> dims;
   if (ctx.input(0).dim() > 0) dims.push_back(dim);
   reject_empty_reduction(ctx, dims);
-  const Shape sizes = reduced_sizes(ctx.input(0).sizes(), dims, ctx.attrs.b(1));
+  const auto sizes = reduced_sizes(ctx.input(0).sizes(), dims, ctx.attrs.b(1));
   ctx.add_output(sizes, ctx.input(0).dtype(), ctx.common_device());
   ctx.add_output(sizes, kInt64, ctx.common_device());
 }
 
 // argmax and argmin: dim?, keepdim; without a dim the flattened tensor is reduced.
-void infer_reduce_arg(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+template <class Ctx>
+void infer_reduce_arg(Ctx& ctx) {
+  const auto& x = ctx.input(0);
   std::vector<int64_t> dims;
   if (ctx.attrs.has(0)) {
     const int64_t dim = canonical_dim(ctx, 0);
@@ -151,14 +164,16 @@ void infer_reduce_arg(ShapeCtx& ctx) {
 }
 
 // any and all: dims, keepdim; any dtype in, bool out.
-void infer_reduce_bool(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_reduce_bool(Ctx& ctx) {
   const std::vector<int64_t> dims = canonical_dims(ctx, 0);
   ctx.add_output(reduced_sizes(ctx.input(0).sizes(), dims, ctx.attrs.b(1)), kBool,
                  ctx.common_device());
 }
 
 // cumsum: dim, dtype?.
-void infer_cumsum(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_cumsum(Ctx& ctx) {
   canonical_dim(ctx, 0);
   const DType t = accumulate_dtype(ctx.input(0).dtype(), ctx.attrs, 1);
   ctx.cast_input(0, t);
@@ -166,10 +181,20 @@ void infer_cumsum(ShapeCtx& ctx) {
 }
 
 // softmax and log_softmax: dim; floating inputs only.
-void infer_softmax(ShapeCtx& ctx) {
+template <class Ctx>
+void infer_softmax(Ctx& ctx) {
   require_floating(ctx, ctx.input(0).dtype());
   canonical_dim(ctx, 0);
   ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device());
 }
+
+KILN_SHAPE_RULE_INSTANCES(infer_reduce_sum)
+KILN_SHAPE_RULE_INSTANCES(infer_reduce_float)
+KILN_SHAPE_RULE_INSTANCES(infer_reduce_same)
+KILN_SHAPE_RULE_INSTANCES(infer_reduce_with_indices)
+KILN_SHAPE_RULE_INSTANCES(infer_reduce_arg)
+KILN_SHAPE_RULE_INSTANCES(infer_reduce_bool)
+KILN_SHAPE_RULE_INSTANCES(infer_cumsum)
+KILN_SHAPE_RULE_INSTANCES(infer_softmax)
 
 }  // namespace kiln::ops

@@ -1,7 +1,10 @@
 // Rules of the view ops: each computes the view's sizes, strides and offset
-// into the input's storage. They never copy and never read data.
+// into the input's storage. They never copy and never read data. They are
+// templates over the context (ShapeCtx, SymShapeCtx: op_table.h), so that the
+// same rule gives eager mode's sizes and the compiler's symbolic ones.
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "core/shape_util.h"
 #include "ops/op_table.h"
@@ -10,28 +13,35 @@
 namespace kiln::ops {
 namespace {
 
-void push_view(ShapeCtx& ctx, Shape sizes, Shape strides, int64_t offset) {
-  const Tensor& x = ctx.input(0);
-  ctx.outputs.push_back({std::move(sizes), x.dtype(), x.device(), std::move(strides), offset});
+template <class Ctx>
+void push_view(Ctx& ctx, typename Ctx::Sizes sizes, typename Ctx::Sizes strides,
+               typename Ctx::Int offset) {
+  const auto& x = ctx.input(0);
+  ctx.outputs.push_back(
+      {std::move(sizes), x.dtype(), x.device(), std::move(strides), std::move(offset)});
 }
 
 // Strides that view `strides` (of `sizes`) as `shape`, if any (same numel).
 // Dims of the old shape are grouped into chunks that are contiguous in memory;
-// each chunk must map onto whole dims of the new shape.
-std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& shape) {
-  Shape out(shape.size());
+// each chunk must map onto whole dims of the new shape. With SymInt sizes the
+// comparisons guard the grouping, and the strides come out as expressions.
+template <class I>
+std::optional<std::vector<I>> view_strides(const std::vector<I>& sizes,
+                                           const std::vector<I>& strides,
+                                           const std::vector<I>& shape) {
+  std::vector<I> out(shape.size());
   if (shape_numel(sizes) == 0 || sizes.empty()) {
-    int64_t s = 1;
+    I s = 1;
     for (size_t i = shape.size(); i-- > 0;) {
       out[i] = s;
-      s *= std::max<int64_t>(shape[i], 1);
+      s *= std::max<I>(shape[i], 1);
     }
     return out;
   }
   int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  int64_t chunk_base_stride = strides.back();
-  int64_t tensor_numel = 1;
-  int64_t view_numel = 1;
+  I chunk_base_stride = strides.back();
+  I tensor_numel = 1;
+  I view_numel = 1;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     tensor_numel *= sizes[d];
     if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride)) {
@@ -40,7 +50,7 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, cons
         view_numel *= shape[view_d];
         --view_d;
       }
-      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_numel != view_numel) return std::nullopt;
       if (d > 0) {
         chunk_base_stride = strides[d - 1];
         tensor_numel = 1;
@@ -54,22 +64,25 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, cons
 
 }  // namespace
 
-// -1 in shape takes the size that makes the element counts match.
-Shape infer_view_shape(std::string_view op, const Shape& from, const Shape& shape) {
-  Shape out = shape;
+// -1 in shape takes the size that makes the element counts match. The checks
+// read the attribute's plain sizes; the element counts may be symbolic.
+template <class I>
+std::vector<I> infer_view_shape(std::string_view op, const std::vector<I>& from,
+                                const Shape& shape) {
   int64_t known = 1, infer_at = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
       if (infer_at >= 0)
         throw ShapeError(detail::str_cat(op, ": only one dim can be -1 in ", shape));
       infer_at = static_cast<int64_t>(i);
-    } else if (out[i] < 0) {
-      throw ShapeError(detail::str_cat(op, ": invalid size ", out[i], " in ", shape));
+    } else if (shape[i] < 0) {
+      throw ShapeError(detail::str_cat(op, ": invalid size ", shape[i], " in ", shape));
     } else {
-      known *= out[i];
+      known *= shape[i];
     }
   }
-  const int64_t numel = shape_numel(from);
+  std::vector<I> out(shape.begin(), shape.end());
+  const I numel = shape_numel(from);
   if (infer_at >= 0) {
     if (known == 0 || numel % known != 0) {
       throw ShapeError(detail::str_cat(op, ": shape ", shape, " is invalid for an input of size ",
@@ -77,39 +90,52 @@ Shape infer_view_shape(std::string_view op, const Shape& from, const Shape& shap
     }
     out[infer_at] = numel / known;
   }
-  if (shape_numel(out) != numel) {
+  // The input's count on the left, as in view_strides: with symbolic sizes
+  // the guard is then the one the remainder check made, not a second one.
+  if (numel != shape_numel(out)) {
     throw ShapeError(detail::str_cat(op, ": shape ", shape, " is invalid for an input of size ",
                                      numel, " (shape ", from, ")"));
   }
   return out;
 }
 
+template Shape infer_view_shape(std::string_view, const Shape&, const Shape&);
+template SymShape infer_view_shape(std::string_view, const SymShape&, const Shape&);
+
 bool view_possible(const Tensor& x, const Shape& shape) {
   return view_strides(x.sizes(), x.strides(), shape).has_value();
 }
 
-void infer_view(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
-  Shape shape = infer_view_shape("view", x.sizes(), ctx.attrs.ints(0));
+bool view_possible(const SymTensor& x, const SymShape& shape) {
+  return view_strides(x.sizes(), x.strides(), shape).has_value();
+}
+
+template <class Ctx>
+void infer_view(Ctx& ctx) {
+  const auto& x = ctx.input(0);
+  typename Ctx::Sizes shape = infer_view_shape("view", x.sizes(), ctx.attrs.ints(0));
   auto strides = view_strides(x.sizes(), x.strides(), shape);
   if (!strides) {
     throw ShapeError(detail::str_cat("view: shape ", shape, " is not compatible with the input's ",
                                      "sizes ", x.sizes(), " and strides ", x.strides(),
                                      "; use reshape"));
   }
-  ctx.attrs.ints(0) = shape;
+  // The resolved shape as the attribute (the traced sizes in symbolic mode,
+  // which does not keep canonicalized attributes).
+  ctx.attrs.ints(0) = sym::hint_of(shape);
   push_view(ctx, shape, *strides, x.storage_offset());
 }
 
-void infer_permute(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+template <class Ctx>
+void infer_permute(Ctx& ctx) {
+  const auto& x = ctx.input(0);
   auto& dims = ctx.attrs.ints(0);
   if (static_cast<int64_t>(dims.size()) != x.dim()) {
     throw ShapeError(
         detail::str_cat("permute: dims ", dims, " do not match a tensor with ", x.dim(), " dims"));
   }
   std::vector<bool> seen(dims.size(), false);
-  Shape sizes(dims.size()), strides(dims.size());
+  typename Ctx::Sizes sizes(dims.size()), strides(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {
     dims[i] = wrap_dim(dims[i], x.dim(), "permute");
     if (seen[dims[i]])
@@ -121,22 +147,24 @@ void infer_permute(ShapeCtx& ctx) {
   push_view(ctx, sizes, strides, x.storage_offset());
 }
 
-void infer_squeeze(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+template <class Ctx>
+void infer_squeeze(Ctx& ctx) {
+  const auto& x = ctx.input(0);
   auto& dims = ctx.attrs.ints(0);
   std::vector<bool> drop(x.dim(), false);
   if (dims.empty()) {
     for (int64_t d = 0; d < x.dim(); ++d) drop[d] = x.sizes()[d] == 1;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (drop[d]) dims.push_back(d);
-    if (dims.empty()) dims.push_back(x.dim() > 0 ? x.dim() - 1 : 0);  // nothing to squeeze, canonically
+    // Nothing to squeeze, canonically.
+    if (dims.empty()) dims.push_back(x.dim() > 0 ? x.dim() - 1 : 0);
   } else {
     for (auto& d : dims) {
       d = wrap_dim(d, x.dim(), "squeeze");
       if (x.dim() > 0) drop[d] = x.sizes()[d] == 1;
     }
   }
-  Shape sizes, strides;
+  typename Ctx::Sizes sizes, strides;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (drop[d]) continue;
     sizes.push_back(x.sizes()[d]);
@@ -145,27 +173,35 @@ void infer_squeeze(ShapeCtx& ctx) {
   push_view(ctx, sizes, strides, x.storage_offset());
 }
 
-void infer_unsqueeze(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+template <class Ctx>
+void infer_unsqueeze(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
   int64_t d = ctx.attrs.i(0);
   d = wrap_dim(d, x.dim() + 1, "unsqueeze");
   ctx.attrs[0] = d;
-  Shape sizes = x.sizes(), strides = x.strides();
-  const int64_t stride = d < x.dim() ? sizes[d] * strides[d] : 1;
-  sizes.insert(sizes.begin() + d, 1);
+  typename Ctx::Sizes sizes = x.sizes(), strides = x.strides();
+  const Int stride = d < x.dim() ? sizes[d] * strides[d] : Int(1);
+  sizes.insert(sizes.begin() + d, Int(1));
   strides.insert(strides.begin() + d, stride);
   push_view(ctx, sizes, strides, x.storage_offset());
 }
 
-void infer_expand(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+// The attribute keeps the plain target sizes (a -1 replaced by the input's
+// size, its hint in symbolic mode); the view's sizes take the input's own
+// size there, so that it stays symbolic.
+template <class Ctx>
+void infer_expand(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
   auto& shape = ctx.attrs.ints(0);
   if (static_cast<int64_t>(shape.size()) < x.dim()) {
     throw ShapeError(detail::str_cat("expand: the target shape ", shape, " has fewer dims than ",
                                      "the input's ", x.sizes()));
   }
   const int64_t lead = static_cast<int64_t>(shape.size()) - x.dim();
-  Shape strides(shape.size(), 0);
+  typename Ctx::Sizes sizes(shape.begin(), shape.end());
+  typename Ctx::Sizes strides(shape.size(), Int(0));
   for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
     const int64_t d = i - lead;
     if (d < 0) {
@@ -174,12 +210,16 @@ void infer_expand(ShapeCtx& ctx) {
                                          i, " of ", shape));
       continue;
     }
-    const int64_t have = x.sizes()[d];
-    if (shape[i] == -1) shape[i] = have;
-    if (shape[i] < 0) {
-      throw ShapeError(detail::str_cat("expand: invalid size ", shape[i], " for dim ", i, " of ", shape));
+    const Int have = x.sizes()[d];
+    if (shape[i] == -1) {
+      shape[i] = sym::hint_of(have);
+      sizes[i] = have;
     }
-    if (have == shape[i]) {
+    if (shape[i] < 0) {
+      throw ShapeError(
+          detail::str_cat("expand: invalid size ", shape[i], " for dim ", i, " of ", shape));
+    }
+    if (have == sizes[i]) {
       strides[i] = x.strides()[d];
     } else if (have != 1) {
       throw ShapeError(detail::str_cat("expand: the size ", have, " of dim ", d, " (shape ",
@@ -187,48 +227,63 @@ void infer_expand(ShapeCtx& ctx) {
                                        shape, ")"));
     }
   }
-  push_view(ctx, shape, strides, x.storage_offset());
+  push_view(ctx, sizes, strides, x.storage_offset());
 }
 
-void infer_slice(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+template <class Ctx>
+void infer_slice(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
   if (x.dim() == 0) throw IndexError("slice: cannot slice a 0-dim tensor");
   const int64_t d = wrap_dim(ctx.attrs.i(0), x.dim(), "slice");
   const int64_t step = ctx.attrs.i(3);
   if (step <= 0) throw ValueError(detail::str_cat("slice: step must be positive, got ", step));
-  const int64_t n = x.sizes()[d];
-  auto clamp_index = [n](int64_t i) {
-    if (i < 0) i += n;
-    return std::clamp<int64_t>(i, 0, n);
+  const Int n = x.sizes()[d];
+  // A negative index counts from the end; start and stop may be symbolic then.
+  auto clamp_index = [&n](int64_t i) {
+    Int v = i;
+    if (i < 0) v += n;
+    return std::clamp<Int>(v, 0, n);
   };
-  const int64_t start = clamp_index(ctx.attrs.i(1));
-  const int64_t stop = std::max(start, clamp_index(ctx.attrs.i(2)));
+  const Int start = clamp_index(ctx.attrs.i(1));
+  const Int stop = std::max(start, clamp_index(ctx.attrs.i(2)));
   ctx.attrs[0] = d;
-  ctx.attrs[1] = start;
-  ctx.attrs[2] = stop;
-  Shape sizes = x.sizes(), strides = x.strides();
-  sizes[d] = stop > start ? (stop - start - 1) / step + 1 : 0;  // no overflow for huge steps
+  ctx.attrs[1] = sym::hint_of(start);
+  ctx.attrs[2] = sym::hint_of(stop);
+  typename Ctx::Sizes sizes = x.sizes(), strides = x.strides();
+  sizes[d] = stop > start ? (stop - start - 1) / step + 1 : Int(0);  // no overflow for huge steps
   strides[d] *= step;
   push_view(ctx, sizes, strides, x.storage_offset() + start * x.strides()[d]);
 }
 
-void infer_select(ShapeCtx& ctx) {
-  const Tensor& x = ctx.input(0);
+template <class Ctx>
+void infer_select(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
   if (x.dim() == 0) throw IndexError("select: cannot index a 0-dim tensor");
   const int64_t d = wrap_dim(ctx.attrs.i(0), x.dim(), "select");
-  const int64_t n = x.sizes()[d];
-  int64_t i = ctx.attrs.i(1);
+  const Int n = x.sizes()[d];
+  const int64_t i = ctx.attrs.i(1);
   if (i < -n || i >= n) {
     throw IndexError(detail::str_cat("select: index ", i, " is out of range for dim ", d,
                                      " of size ", n, " (shape ", x.sizes(), ")"));
   }
-  if (i < 0) i += n;
+  // A negative index counts from the end: symbolic when the dim is.
+  const Int index = i < 0 ? i + n : Int(i);
   ctx.attrs[0] = d;
-  ctx.attrs[1] = i;
-  Shape sizes = x.sizes(), strides = x.strides();
+  ctx.attrs[1] = sym::hint_of(index);
+  typename Ctx::Sizes sizes = x.sizes(), strides = x.strides();
   sizes.erase(sizes.begin() + d);
   strides.erase(strides.begin() + d);
-  push_view(ctx, sizes, strides, x.storage_offset() + i * x.strides()[d]);
+  push_view(ctx, sizes, strides, x.storage_offset() + index * x.strides()[d]);
 }
+
+KILN_SHAPE_RULE_INSTANCES(infer_view)
+KILN_SHAPE_RULE_INSTANCES(infer_permute)
+KILN_SHAPE_RULE_INSTANCES(infer_squeeze)
+KILN_SHAPE_RULE_INSTANCES(infer_unsqueeze)
+KILN_SHAPE_RULE_INSTANCES(infer_expand)
+KILN_SHAPE_RULE_INSTANCES(infer_slice)
+KILN_SHAPE_RULE_INSTANCES(infer_select)
 
 }  // namespace kiln::ops

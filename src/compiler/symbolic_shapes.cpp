@@ -1,0 +1,366 @@
+#include "compiler/symbolic_shapes.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/shape_util.h"
+#include "ops/op_table.h"
+#include "ops/sym_tensor.h"
+
+namespace kiln::compiler {
+namespace {
+
+SymShape constants(const Shape& s) { return SymShape(s.begin(), s.end()); }
+
+// Row-major strides over symbolic sizes where the traced strides are
+// row-major (a size-1 dim keeps the stride it had); the traced strides as
+// constants otherwise.
+SymShape input_strides(const Value& v, const SymShape& sizes) {
+  if (!contiguous_layout(v.sizes, v.strides)) return constants(v.strides);
+  SymShape out(sizes.size());
+  SymInt expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    out[i] = v.sizes[i] == 1 ? SymInt(v.strides[i]) : expected;
+    expected *= sizes[i].hint() < 1 ? SymInt(1) : sizes[i];
+  }
+  return out;
+}
+
+bool same_hints(const SymShape& s, const Shape& h) { return sym::hints(s) == h; }
+
+// The layout printed: "[s0, 64]", with "{strides+offset}" where it is not
+// the default one.
+std::string layout_text(const SymbolicShapes::Layout& l) {
+  std::string out = sym::str(l.sizes);
+  const SymShape row_major = contiguous_strides(l.sizes);
+  bool plain =
+      !l.offset.is_symbolic() && l.offset.hint() == 0 && l.strides.size() == row_major.size();
+  for (size_t i = 0; plain && i < l.strides.size(); ++i)
+    plain = l.strides[i].expr() == row_major[i].expr();
+  if (!plain) {
+    out += "{" + sym::str(l.strides) + "+" +
+           (l.offset.is_symbolic() ? l.offset.expr().str() : std::to_string(l.offset.hint())) + "}";
+  }
+  return out;
+}
+
+template <class F>
+bool each_layout_entry(const SymbolicShapes::Layout& l, const Value& v,
+                       std::span<const int64_t> values, F&& differs) {
+  if (l.sizes.size() != v.sizes.size() || l.strides.size() != v.strides.size())
+    return differs("rank");
+  for (size_t d = 0; d < l.sizes.size(); ++d)
+    if (l.sizes[d].expr().eval(values) != v.sizes[d]) return differs("sizes");
+  for (size_t d = 0; d < l.strides.size(); ++d)
+    if (l.strides[d].expr().eval(values) != v.strides[d]) return differs("strides");
+  if (l.offset.expr().eval(values) != v.offset) return differs("offset");
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+// A symbol the guards fix to one value (s1 == 16), and the guard that does,
+// with the read it comes from (-1: none).
+struct Fixed {
+  int64_t value = 0;
+  sym::Guard guard;
+  int32_t read = -1;
+};
+
+std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const LayoutRead> reads,
+                                             std::span<const uint64_t> dynamic,
+                                             const std::vector<std::optional<Fixed>>& fixed,
+                                             std::string& why) {
+  const Graph& g = trace.graph;
+  SymbolicShapes out;
+  out.values.resize(g.values().size());
+  out.input_values = g.inputs();
+  sym::GuardScope scope;
+  size_t next = 0;
+  try {
+    for (size_t id = 0; id < g.values().size(); ++id) {
+      const Value& v = g.values()[id];
+      SymbolicShapes::Layout& l = out.values[id];
+      if (v.kind != ValueKind::kNode) {
+        l.sizes = constants(v.sizes);
+        const uint64_t dims =
+            v.kind == ValueKind::kInput && static_cast<size_t>(v.slot) < dynamic.size()
+                ? dynamic[static_cast<size_t>(v.slot)]
+                : 0;
+        for (size_t d = 0; d < v.sizes.size() && d < 64; ++d) {
+          if (!(dims >> d & 1)) continue;
+          const auto k = static_cast<int32_t>(out.symbols.size());
+          out.symbols.push_back({v.slot, static_cast<int64_t>(d), v.sizes[d]});
+          if (static_cast<size_t>(k) < fixed.size() && fixed[static_cast<size_t>(k)]) {
+            // Fixed by a guard: a constant, and that guard.
+            const Fixed& f = *fixed[static_cast<size_t>(k)];
+            out.guards.push_back(f.guard);
+            out.guard_reads.push_back(f.read);
+          } else if (v.sizes[d] >= 2) {
+            l.sizes[d] = SymInt(v.sizes[d], sym::Expr::symbol(k));
+          } else {
+            // Sizes 0 and 1 are not symbolic (a 1 broadcasts, a 0 is empty): the graph holds for
+            // this size only.
+            out.guards.push_back(
+                {sym::Expr::symbol(k) - sym::Expr(v.sizes[d]), sym::Guard::Rel::kEq,
+                 detail::str_cat("argument ", v.slot, " dim ", d, " was ", v.sizes[d],
+                                 " when traced (0 and 1 are not symbolic)")});
+            out.guard_reads.push_back(-1);
+          }
+        }
+        l.strides = v.kind == ValueKind::kInput ? input_strides(v, l.sizes) : constants(v.strides);
+        l.offset = v.offset;
+        continue;
+      }
+      // A node's outputs: made when its first output comes.
+      const Node& n = g.nodes().at(next);
+      if (static_cast<size_t>(v.producer) != next) {
+        why = "the trace's values are not in the order of its nodes";
+        return std::nullopt;
+      }
+      ++next;
+      const ops::OpSchema& schema = ops::op_schema(n.op);
+      std::vector<ops::SymTensor> inputs;
+      for (ValueId in : n.inputs) {
+        if (in == kNoValue) {
+          inputs.emplace_back();
+          continue;
+        }
+        const Value& iv = g.value(in);
+        const SymbolicShapes::Layout& il = out.values[static_cast<size_t>(in)];
+        inputs.emplace_back(il.sizes, il.strides, il.offset, iv.dtype, iv.device,
+                            iv.wrapped_number);
+      }
+      ops::Attrs attrs = n.attrs;
+      ops::SymShapeCtx ctx{schema, inputs, attrs, {}, {}};
+      scope.set_origin(detail::str_cat(schema.name, " (%", n.outputs.at(0), ")"));
+      schema.sym_shape_rule(ctx);
+      // An in-place node's output is its target's new version, laid out as
+      // the target; its rule runs for the guards its checks make.
+      if (ctx.outputs.size() != n.outputs.size()) {
+        why = detail::str_cat(schema.name, ": its rule gives ", ctx.outputs.size(),
+                              " outputs, the trace has ", n.outputs.size());
+        return std::nullopt;
+      }
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        SymbolicShapes::Layout& ol = out.values[static_cast<size_t>(n.outputs[k])];
+        if (n.inplace()) {
+          ol = out.values[static_cast<size_t>(n.target)];
+        } else if (schema.has_flag(ops::kView)) {
+          ol = {ctx.outputs[k].sizes, ctx.outputs[k].strides, ctx.outputs[k].offset};
+        } else {
+          ol = {ctx.outputs[k].sizes, contiguous_strides(ctx.outputs[k].sizes), SymInt(0)};
+        }
+        const Value& ov = g.value(n.outputs[k]);
+        if (!same_hints(ol.sizes, ov.sizes) || !same_hints(ol.strides, ov.strides) ||
+            ol.offset.hint() != ov.offset) {
+          why = detail::str_cat(schema.name, " (%", n.outputs[k], "): its rule on symbols gives ",
+                                ol.sizes, "{", ol.strides, "+", ol.offset, "}, the trace has ",
+                                ov.sizes, "{", ov.strides, "+", ov.offset, "}");
+          return std::nullopt;
+        }
+      }
+      // The node's other outputs come in later iterations; skip them there.
+      id += n.outputs.size() - 1;
+    }
+    // The program's reads of layouts: each value it read is a guard.
+    std::vector<sym::Guard> rule_guards = scope.take();
+    for (size_t i = 0; i < reads.size(); ++i) {
+      const LayoutRead& r = reads[i];
+      const SymbolicShapes::Layout& l = out.values.at(static_cast<size_t>(r.value));
+      sym::GuardScope read_scope;
+      read_scope.set_origin(detail::str_cat("the function's read of ", r.describe()));
+      const auto one = [&](const SymInt& now, int64_t seen) {
+        if (now != seen)
+          throw Error(detail::str_cat("the read of ", r.describe(), " gave ", seen, ", not ", now));
+      };
+      const auto all = [&](const SymShape& now) {
+        if (now.size() != r.observed.size())
+          throw Error(detail::str_cat("the read of ", r.describe(), " differs"));
+        for (size_t d = 0; d < now.size(); ++d) one(now[d], r.observed[d]);
+      };
+      const auto d = static_cast<size_t>(r.dim);
+      switch (r.field) {
+        case LayoutField::kSizes:
+          all(l.sizes);
+          break;
+        case LayoutField::kSize:
+          one(l.sizes.at(d), r.observed.at(0));
+          break;
+        case LayoutField::kStrides:
+          all(l.strides);
+          break;
+        case LayoutField::kStride:
+          one(l.strides.at(d), r.observed.at(0));
+          break;
+        case LayoutField::kNumel:
+          one(shape_numel(l.sizes), r.observed.at(0));
+          break;
+        case LayoutField::kContiguous:
+          one(contiguous_layout(l.sizes, l.strides) ? 1 : 0, r.observed.at(0));
+          break;
+        case LayoutField::kOffset:
+          one(l.offset, r.observed.at(0));
+          break;
+      }
+      for (sym::Guard& g : read_scope.take()) {
+        out.guards.push_back(std::move(g));
+        out.guard_reads.push_back(static_cast<int32_t>(i));
+      }
+    }
+    for (sym::Guard& g : rule_guards) {
+      out.guards.push_back(std::move(g));
+      out.guard_reads.push_back(-1);
+    }
+  } catch (const Error& e) {
+    why = detail::str_cat("its shapes cannot be made symbolic: ", e.what());
+    return std::nullopt;
+  }
+  out.reads.assign(reads.begin(), reads.end());
+  return out;
+}
+
+}  // namespace
+
+std::optional<SymbolicShapes> symbolize(const Trace& trace, std::span<const LayoutRead> reads,
+                                        std::span<const uint64_t> dynamic, std::string& why) {
+  // A guard that fixes a symbol (the program read a size: s1 == 16) makes
+  // it a constant, and the shapes are made again without it, so that no
+  // expression keeps a symbol whose value is known (32*s0*s1//512 is s0
+  // when s1 is 16). Each round fixes at least one more symbol.
+  std::vector<std::optional<Fixed>> fixed;
+  while (true) {
+    std::optional<SymbolicShapes> out = symbolize_once(trace, reads, dynamic, fixed, why);
+    if (!out) return out;
+    fixed.resize(out->symbols.size());
+    bool more = false;
+    for (size_t i = 0; i < out->guards.size(); ++i) {
+      const sym::Guard& g = out->guards[i];
+      const std::vector<int32_t> syms = g.expr.symbols();
+      if (g.rel != sym::Guard::Rel::kEq || syms.size() != 1 || g.expr.terms().size() > 2) continue;
+      const auto k = static_cast<size_t>(syms[0]);
+      const sym::Expr::Term& t =
+          g.expr.terms().back();  // the symbol's term (the constant sorts first)
+      if (fixed[k] || t.factors.size() != 1 || (t.coeff != 1 && t.coeff != -1)) continue;
+      if (out->symbols[k].hint < 2) continue;  // a constant already
+      fixed[k] = Fixed{out->symbols[k].hint, g, out->guard_reads[i]};
+      more = true;
+    }
+    if (!more) return out;
+  }
+}
+
+std::vector<int64_t> SymbolicShapes::bind(const TensorList& inputs) const {
+  std::vector<int64_t> out;
+  out.reserve(symbols.size());
+  for (const Symbol& s : symbols)
+    out.push_back(inputs.at(static_cast<size_t>(s.input)).size(s.dim));
+  return out;
+}
+
+bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
+  const std::vector<int64_t> v = bind(inputs);
+  if (!covers(v)) {
+    why = "a symbol's size is 0 or 1, which its expressions do not cover";
+    return false;
+  }
+  for (size_t i = 0; i < guards.size(); ++i) {
+    const sym::Guard& g = guards[i];
+    if (g.holds(v)) continue;
+    const int32_t read = i < guard_reads.size() ? guard_reads[i] : -1;
+    if (read >= 0) {
+      // What the read would give now, as retrace would say it: from the
+      // argument itself, or, for one number, from the guard (its value less
+      // the one read); else from the layout's expressions.
+      const LayoutRead& r = reads.at(static_cast<size_t>(read));
+      Shape now;
+      const auto slot = std::find(input_values.begin(), input_values.end(), r.value);
+      if (slot != input_values.end()) {
+        const Tensor& t = inputs.at(static_cast<size_t>(slot - input_values.begin()));
+        Value real;
+        real.sizes = t.sizes();
+        real.strides = t.strides();
+        real.offset = t.storage_offset();
+        now = observe(real, r.field, r.dim);
+      } else if (r.observed.size() == 1 && r.field != LayoutField::kSizes &&
+                 r.field != LayoutField::kStrides) {
+        now = {g.expr.eval(v) + r.observed[0]};
+      } else {
+        const Layout& l = values.at(static_cast<size_t>(r.value));
+        Value made;
+        for (const SymInt& s : l.sizes) made.sizes.push_back(s.expr().eval(v));
+        for (const SymInt& s : l.strides) made.strides.push_back(s.expr().eval(v));
+        made.offset = l.offset.expr().eval(v);
+        now = observe(made, r.field, r.dim);
+      }
+      why = detail::str_cat("the function read ", r.describe(), " (now ", shown(r.field, now),
+                            "): guard ", g.str());
+      return false;
+    }
+    std::string at;
+    for (int32_t k : g.expr.symbols())
+      at += detail::str_cat(at.empty() ? "" : ", ", "s", k, " = ", v[k]);
+    why = detail::str_cat("guard ", g.str(), " (", g.origin, ") fails for ", at);
+    return false;
+  }
+  // Each input laid out as its layout says (its strides follow its sizes).
+  for (size_t slot = 0; slot < inputs.size() && slot < input_values.size(); ++slot) {
+    const Tensor& t = inputs[slot];
+    const Layout& l = values.at(static_cast<size_t>(input_values[slot]));
+    bool same = l.sizes.size() == static_cast<size_t>(t.dim()) &&
+                l.offset.expr().eval(v) == t.storage_offset();
+    for (size_t d = 0; same && d < l.sizes.size(); ++d)
+      same = l.sizes[d].expr().eval(v) == t.sizes()[d] &&
+             l.strides[d].expr().eval(v) == t.strides()[d];
+    if (!same) {
+      why = detail::str_cat("argument ", slot, " is laid out as ", t.sizes(), "{", t.strides(), "+",
+                            t.storage_offset(), "}, not as ", layout_text(l));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SymbolicShapes::covers(std::span<const int64_t> values) const {
+  for (size_t k = 0; k < symbols.size() && k < values.size(); ++k)
+    if (symbols[k].hint >= 2 && values[k] < 2) return false;
+  return true;
+}
+
+bool SymbolicShapes::describes(const Graph& graph, std::span<const int64_t> v,
+                               std::string& why) const {
+  if (graph.values().size() != values.size()) {
+    why = detail::str_cat("the graph has ", graph.values().size(), " values, the symbolic shapes ",
+                          values.size());
+    return false;
+  }
+  for (size_t id = 0; id < values.size(); ++id) {
+    const Value& gv = graph.values()[id];
+    const bool ok = each_layout_entry(values[id], gv, v, [&](const char* what) {
+      why =
+          detail::str_cat("%", id, "'s ", what, ": the expressions give ", layout_text(values[id]),
+                          ", the graph has ", gv.sizes, "{", gv.strides, "+", gv.offset, "}");
+      return false;
+    });
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string SymbolicShapes::text(const Graph& graph) const {
+  std::ostringstream os;
+  for (size_t k = 0; k < symbols.size(); ++k)
+    os << "s" << k << ": argument " << symbols[k].input << " dim " << symbols[k].dim
+       << " (traced as " << symbols[k].hint << ")\n";
+  os << to_text(graph, [&](ValueId id) { return layout_text(values.at(static_cast<size_t>(id))); });
+  for (const sym::Guard& g : guards) os << "guard " << g.str() << "  (" << g.origin << ")\n";
+  return os.str();
+}
+
+std::string SymbolicShapes::dot(const Graph& graph) const {
+  return to_dot(graph, [&](ValueId id) { return layout_text(values.at(static_cast<size_t>(id))); });
+}
+
+}  // namespace kiln::compiler

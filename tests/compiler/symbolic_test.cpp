@@ -1,0 +1,269 @@
+// Symbolic sizes: expressions in one canonical form, comparisons that guard
+// only what the expressions leave open, and a trace's symbolic shapes, made
+// by the shape rules on symbols, checked against the graphs the same rules
+// make for other sizes: wherever the guards hold, the graph made for the new
+// sizes has exactly the layouts the expressions give.
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "compiler/capture.h"
+#include "compiler/compiler_testing.h"
+#include "compiler/symbolic_shapes.h"
+#include "core/symbolic.h"
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+
+namespace kiln::compiler {
+namespace {
+
+using sym::Expr;
+using sym::Guard;
+using sym::GuardScope;
+using testing::Program;
+
+const Expr s0 = Expr::symbol(0), s1 = Expr::symbol(1);
+
+TEST(Symbolic, ExpressionsHaveOneForm) {
+  EXPECT_EQ(s0 + s1, s1 + s0);
+  EXPECT_EQ((s0 + 1) * (s0 - 1), s0 * s0 - 1);
+  EXPECT_EQ(floordiv(64 * s0, 64), s0);
+  EXPECT_EQ(floordiv(64 * s0 * s1, 64 * s1), s0);
+  EXPECT_EQ(floordiv(2 * s0 + 3, 2), s0 + 1);  // the divisible terms come out
+  EXPECT_EQ(floordiv(floordiv(s0 - 1, 2), 4), floordiv(s0 - 1, 8));
+  EXPECT_EQ(mod(2 * s0 + 3, 2), Expr(1));
+  EXPECT_EQ(mod(6 * s0, 3), Expr(0));
+  EXPECT_TRUE((s0 - s0).is_constant());
+  EXPECT_NE(floordiv(s0 - 1, 2) * 2, s0 - 1);
+  const Expr conv = floordiv(s0 - 1, 2) + 1;  // a 3x3 convolution of stride 2, padding 1
+  EXPECT_EQ(conv.str(), "(s0 - 1)//2 + 1");
+  EXPECT_EQ((64 * s0 * s1).str(), "64*s0*s1");
+  EXPECT_EQ((3 - s1).str(), "-s1 + 3");
+  const std::vector<int64_t> at{7, 5};
+  EXPECT_EQ(conv.eval(at), 4);
+  EXPECT_EQ(floordiv(s0 - 10, 4).eval(at), -1);  // floor division, as in Python
+  EXPECT_EQ((s0 * s1 + 1).lower_bound(), 5);     // every symbol is at least 2
+  EXPECT_EQ((conv * s1).symbols(), (std::vector<int32_t>{0, 1}));
+}
+
+TEST(Symbolic, ComparisonsGuardOnlyWhatTheExpressionsLeaveOpen) {
+  const SymInt a(7, s0), b(7, s1);
+  GuardScope scope;
+  EXPECT_FALSE(a == 1);         // a symbol is at least 2: no guard
+  EXPECT_TRUE(a > 0);           // nor here
+  EXPECT_TRUE(a * 4 == 4 * a);  // equal expressions
+  EXPECT_TRUE(a - a + 3 == 3);
+  EXPECT_TRUE(scope.guards().empty());
+  EXPECT_TRUE(a == b);  // equal when traced: that they stay equal is a guard
+  EXPECT_TRUE(a < 9);
+  EXPECT_EQ(((a - 5) / 2).hint(),
+            1);  // truncation is floor division where the dividend is not negative
+  EXPECT_EQ(SymInt(9, s0 + 2).specialize(), 9);
+  std::vector<std::string> texts;
+  for (const Guard& g : scope.guards()) texts.push_back(g.str());
+  ASSERT_EQ(texts.size(), 4u) << ::testing::PrintToString(texts);
+  EXPECT_EQ(texts, (std::vector<std::string>{"s0 == s1", "8 >= s0", "s0 >= 5", "s0 == 7"}));
+  const std::vector<int64_t> holds{7, 7}, breaks{9, 7};
+  for (const Guard& g : scope.guards()) EXPECT_TRUE(g.holds(holds)) << g.str();
+  EXPECT_FALSE(scope.guards()[1].holds(breaks));
+  // The same guard twice is kept once.
+  (void)(a == b);
+  EXPECT_EQ(scope.guards().size(), 4u);
+}
+
+struct Traced {
+  Trace trace;
+  std::vector<LayoutRead> reads;
+};
+
+Traced traced(const Program& f, const TensorList& args) {
+  Tracer tracer;
+  TensorList proxies;
+  for (const Tensor& a : args) proxies.push_back(tracer.input(a));
+  Trace t = tracer.finish(f(proxies));
+  return {std::move(t), tracer.layout_reads()};
+}
+
+// For each argument list: whether the symbolic shapes admit it, and where
+// they do, that retrace makes its graph and the graph has the layouts the
+// expressions give. Where they refuse, retrace refuses too (the guards are
+// exactly the program's dependence on its sizes), but where the guards are
+// cautious: a symbol's size of 0 or 1, which the expressions do not cover,
+// or a size whose expression was 1 when traced (a 1 broadcasts: the rules
+// compare with it), which retrace may make all the same.
+enum Expect : uint8_t { kAdmitted, kRefused, kCautious };
+
+void check_sizes(const Traced& t, const SymbolicShapes& shapes,
+                 const std::vector<TensorList>& calls, const std::vector<Expect>& expected) {
+  ASSERT_EQ(calls.size(), expected.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    std::string why;
+    const bool admits = shapes.admits(calls[i], why);
+    EXPECT_EQ(admits, expected[i] == kAdmitted) << "call " << i << ": " << why;
+    std::string refused;
+    const std::optional<Trace> made = retrace(t.trace, t.reads, calls[i], refused);
+    if (expected[i] != kCautious) {
+      EXPECT_EQ(made.has_value(), admits) << "call " << i << ": " << refused << " / " << why;
+    }
+    if (!made || !admits) continue;
+    std::string differs;
+    EXPECT_TRUE(shapes.describes(made->graph, shapes.bind(calls[i]), differs))
+        << "call " << i << ": " << differs;
+  }
+}
+
+// Convolution, pooling, flatten, a linear layer and a reshape with -1, over
+// dynamic batch, height and width: every size follows its expressions.
+TEST(Symbolic, ConvolutionAndPoolingFollowTheirFormulas) {
+  manual_seed(1);
+  nn::Conv2d conv(3, 8, 3, {.stride = 2, .padding = 1});
+  nn::Linear fc(8, 4);
+  const Program f = [&](const TensorList& a) {
+    const Tensor h = max_pool2d(conv(a[0]).relu(), {2});  // [N, 8, H', W']
+    const Tensor pooled = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
+    return TensorList{fc(pooled).reshape({-1, 2, 2}), h.sum({2, 3})};
+  };
+  NoGradGuard no_grad;
+  const Traced t = traced(f, {randn({3, 3, 17, 21})});
+  std::string why;
+  const uint64_t dims = 1 | 4 | 8;  // batch, height, width
+  const std::optional<SymbolicShapes> shapes =
+      symbolize(t.trace, t.reads, std::vector<uint64_t>{dims}, why);
+  ASSERT_TRUE(shapes) << why;
+  ASSERT_EQ(shapes->symbols.size(), 3u);
+  const std::string text = shapes->text(t.trace.graph);
+  EXPECT_NE(text.find("s0: argument 0 dim 0 (traced as 3)"), std::string::npos) << text;
+  EXPECT_NE(text.find("float32[s0, 8, (s1 - 1)//2 + 1, (s2 - 1)//2 + 1]"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("float32[s0, 2, 2]"), std::string::npos) << text;
+  const std::string dot = shapes->dot(t.trace.graph);
+  EXPECT_NE(dot.find("float32[s0, 8, (s1 - 1)//2 + 1, (s2 - 1)//2 + 1]\"];"), std::string::npos)
+      << dot;
+  check_sizes(t, *shapes,
+              {{randn({5, 3, 17, 21})},
+               {randn({2, 3, 9, 40})},
+               {randn({7, 3, 4, 4})},
+               {randn({1, 3, 17, 21})}},
+              {kAdmitted, kAdmitted, kAdmitted, kCautious});
+}
+
+// Two dynamic dims that broadcast against each other must stay equal; a
+// program that reads a size is tied to it.
+TEST(Symbolic, BroadcastingAndReadsAreGuards) {
+  const Program f = [](const TensorList& a) {
+    const Tensor s = a[0] + a[1];
+    return TensorList{s.view({-1, s.size(1)}).softmax(1)};
+  };
+  const Traced t = traced(f, {randn({4, 6}), randn({4, 6})});
+  std::string why;
+  const std::optional<SymbolicShapes> shapes =
+      symbolize(t.trace, t.reads, std::vector<uint64_t>{3, 3}, why);
+  ASSERT_TRUE(shapes) << why;
+  std::vector<std::string> guards;
+  for (const Guard& g : shapes->guards) guards.push_back(g.str());
+  EXPECT_NE(std::find(guards.begin(), guards.end(), "s0 == s2"), guards.end())
+      << ::testing::PrintToString(guards);
+  EXPECT_NE(std::find(guards.begin(), guards.end(), "s1 == 6"), guards.end())
+      << ::testing::PrintToString(guards);
+  check_sizes(t, *shapes,
+              {{randn({9, 6}), randn({9, 6})},
+               {randn({9, 6}), randn({5, 6})},
+               {randn({4, 7}), randn({4, 7})}},
+              {kAdmitted, kRefused, kRefused});
+  std::string refused;
+  EXPECT_FALSE(shapes->admits({randn({4, 7}), randn({4, 7})}, refused));
+  EXPECT_NE(refused.find("the function read size(1) of %"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("(now 7): guard s1 == 6"), std::string::npos) << refused;
+}
+
+// The reference models: ResNet over batch and image sizes, BERT over batch
+// sizes and sequence lengths.
+TEST(Symbolic, ReferenceModelsShapesAreSymbolic) {
+  manual_seed(4);
+  auto resnet = models::resnet18({.num_classes = 10, .widths = {8, 16, 32, 64}});
+  resnet->eval();
+  NoGradGuard no_grad;
+  {
+    const Program f = [&](const TensorList& a) { return TensorList{resnet->forward(a[0])}; };
+    // 64 x 64 images: the last stage is 2 x 2 (at 32 x 32 it would be 1 x 1,
+    // and its guards would hold for that size only).
+    const Traced t = traced(f, {randn({2, 3, 64, 64})});
+    std::string why;
+    const auto shapes = symbolize(t.trace, t.reads, std::vector<uint64_t>{1 | 4 | 8}, why);
+    ASSERT_TRUE(shapes) << why;
+    const std::string text = shapes->text(t.trace.graph);
+    EXPECT_NE(text.find("float32[s0, 10]"), std::string::npos) << text;
+    EXPECT_NE(text.find("float32[s0, 64, (s1 - 1)//32 + 1, (s2 - 1)//32 + 1]"), std::string::npos)
+        << text;
+    // 48 x 40 and 17 x 64 (a last stage of 1 x 2): the same program.
+    check_sizes(t, *shapes,
+                {{randn({5, 3, 64, 64})}, {randn({3, 3, 48, 40})}, {randn({2, 3, 17, 64})}},
+                {kAdmitted, kAdmitted, kAdmitted});
+  }
+  models::BertConfig config;
+  config.vocab_size = 100;
+  config.hidden_size = 32;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.intermediate_size = 64;
+  config.max_position_embeddings = 64;
+  auto bert = std::make_shared<models::BertModel>(config);
+  bert->eval();
+  const Program f = [&](const TensorList& a) {
+    return TensorList{bert->forward(a[0]).last_hidden_state};
+  };
+  const Traced t = traced(f, {randint(0, 100, {2, 16})});
+  std::string why;
+  const auto shapes = symbolize(t.trace, t.reads, std::vector<uint64_t>{1 | 2}, why);
+  ASSERT_TRUE(shapes) << why;
+  EXPECT_NE(shapes->text(t.trace.graph).find("float32[s0, 16, 32]"), std::string::npos)
+      << shapes->text(t.trace.graph);
+  // New batch sizes are the same program; a new length is not (the model
+  // reads it: its position rows and heads are cut to it).
+  check_sizes(t, *shapes, {{randint(0, 100, {5, 16})}, {randint(0, 100, {3, 17})}},
+              {kAdmitted, kRefused});
+}
+
+// compile(): the dynamic program's symbolic graph and guards in explain();
+// a size the guards refuse is traced, with the read named.
+TEST(Symbolic, ExplainShowsTheDynamicProgramsSymbolicShapes) {
+  nn::Linear linear(6, 4);
+  NoGradGuard no_grad;
+  const auto f = [&](const Tensor& x) { return linear(x).relu().reshape({-1, 2, 2}).sum({2}); };
+  const auto fast = compile(f, {.name = "head"});
+  for (int64_t batch : {2, 3, 9}) {
+    const Tensor x = randn({batch, 6});
+    EXPECT_TRUE(testing::same(fast(x), f(x))) << batch;
+  }
+  ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.retraces, 1);
+  EXPECT_NE(r.symbolic_graph.find("s0: argument 0 dim 0 (traced as 3)"), std::string::npos)
+      << r.symbolic_graph;
+  EXPECT_NE(r.symbolic_graph.find("float32[s0, 2, 2]"), std::string::npos) << r.symbolic_graph;
+  EXPECT_TRUE(r.symbolic_guards.empty()) << r.symbolic_graph;
+  EXPECT_NE(r.to_string().find("symbolic shapes of the dynamic program:"), std::string::npos);
+  EXPECT_NE(r.to_json().find("\"symbolic_guards\""), std::string::npos);
+
+  // A program that reads its batch is tied to it: a guard, and new sizes traced.
+  const auto g = [&](const Tensor& x) { return linear(x).narrow(0, 0, x.size(0) - 1); };
+  const auto tied = compile(g, {.name = "tied"});
+  for (int64_t batch : {2, 3, 4}) {
+    const Tensor x = randn({batch, 6});
+    EXPECT_TRUE(testing::same(tied(x), g(x))) << batch;
+  }
+  r = tied.explain();
+  EXPECT_EQ(r.stats.retraces, 0);
+  EXPECT_EQ(r.stats.traces, 3);
+  ASSERT_FALSE(r.symbolic_guards.empty()) << r.symbolic_graph;
+  EXPECT_NE(r.symbolic_guards[0].find(
+                "s0 == 4  (the function's read of size(0) of %0 at symbolic_test.cpp:"),
+            std::string::npos)
+      << r.symbolic_guards[0];
+  EXPECT_NE(r.dynamic_sizes.find("the function read size(0) of %0 at symbolic_test.cpp:"),
+            std::string::npos)
+      << r.dynamic_sizes;
+  EXPECT_NE(r.dynamic_sizes.find("(now 4): guard s0 == 3"), std::string::npos) << r.dynamic_sizes;
+}
+
+}  // namespace
+}  // namespace kiln::compiler
