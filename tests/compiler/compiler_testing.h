@@ -9,6 +9,7 @@
 #include "compiler/capture.h"
 #include "compiler/logs.h"
 #include "kiln/kiln.h"
+#include "kiln/models.h"
 
 namespace kiln::compiler::testing {
 
@@ -54,5 +55,20 @@ class LogCapture {
   }
   std::vector<std::string> lines;
 };
+
+// A small BERT in eval mode (vocab 100, hidden 32, 4 heads, 2 layers, 64 positions).
+inline std::shared_ptr<models::BertModel> small_bert() {
+  models::BertConfig config;
+  config.vocab_size = 100;
+  config.hidden_size = 32;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.intermediate_size = 64;
+  config.max_position_embeddings = 64;
+  manual_seed(3);
+  auto net = std::make_shared<models::BertModel>(config);
+  net->eval();
+  return net;
+}
 
 }  // namespace kiln::compiler::testing

@@ -305,25 +305,10 @@ TEST(Dynamic, EverySizeGivesEagersResult) {
   }
 }
 
-// A small BERT in eval mode (vocab 100, hidden 32, 4 heads, 2 layers, 64 positions).
-std::shared_ptr<models::BertModel> small_bert() {
-  models::BertConfig config;
-  config.vocab_size = 100;
-  config.hidden_size = 32;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.intermediate_size = 64;
-  config.max_position_embeddings = 64;
-  manual_seed(3);
-  auto net = std::make_shared<models::BertModel>(config);
-  net->eval();
-  return net;
-}
-
 // BERT over sequences of changing length, as an inference server sees them:
 // one recompile, then instances.
 TEST(Dynamic, BertOverChangingSequenceLengths) {
-  const auto net = small_bert();
+  const auto net = compiler::testing::small_bert();
   NoGradGuard no_grad;
   const auto forward = [net](const Tensor& ids) { return net->forward(ids).last_hidden_state; };
   const auto fast = compile(forward, {.name = "bert"});
@@ -363,7 +348,7 @@ TEST(Dynamic, ResNetMakesNewBatchSizesFromItsTrace) {
 // sequence length, not the batch, so each new batch size is made from the
 // trace. A new sequence length is traced: the position rows are cut to it.
 TEST(Dynamic, BertMakesNewBatchSizesFromItsTrace) {
-  const auto net = small_bert();
+  const auto net = compiler::testing::small_bert();
   NoGradGuard no_grad;
   const auto forward = [net](const Tensor& ids) { return net->forward(ids).last_hidden_state; };
   const auto fast = compile(forward, {.name = "bert"});

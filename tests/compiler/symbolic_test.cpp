@@ -200,15 +200,7 @@ TEST(Symbolic, ReferenceModelsShapesAreSymbolic) {
                 {{randn({5, 3, 64, 64})}, {randn({3, 3, 48, 40})}, {randn({2, 3, 17, 64})}},
                 {kAdmitted, kAdmitted, kAdmitted});
   }
-  models::BertConfig config;
-  config.vocab_size = 100;
-  config.hidden_size = 32;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.intermediate_size = 64;
-  config.max_position_embeddings = 64;
-  auto bert = std::make_shared<models::BertModel>(config);
-  bert->eval();
+  const auto bert = testing::small_bert();
   const Program f = [&](const TensorList& a) {
     return TensorList{bert->forward(a[0]).last_hidden_state};
   };
