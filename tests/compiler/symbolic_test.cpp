@@ -5,6 +5,7 @@
 // sizes has exactly the layouts the expressions give.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 
 #include "compiler/capture.h"
@@ -17,6 +18,7 @@
 namespace kiln::compiler {
 namespace {
 
+namespace F = nn::functional;
 using sym::Expr;
 using sym::Guard;
 using sym::GuardScope;
@@ -214,6 +216,167 @@ TEST(Symbolic, ReferenceModelsShapesAreSymbolic) {
   // reads it: its position rows and heads are cut to it).
   check_sizes(t, *shapes, {{randint(0, 100, {5, 16})}, {randint(0, 100, {3, 17})}},
               {kAdmitted, kRefused});
+}
+
+// Every group of ops, over two free sizes (a, b) with every dim of every
+// argument dynamic: traced at (6, 10), then for other (a, b) the symbolic
+// shapes must never admit sizes whose graph the shape rules make otherwise
+// (soundness), and must admit some (they are not vacuous). This runs the
+// symbolic instance of nearly every shape rule against its eager instance.
+TEST(Symbolic, EveryRuleGroupAgreesWithItsEagerInstance) {
+  manual_seed(7);
+  struct Case {
+    const char* name;
+    std::function<TensorList(int64_t a, int64_t b)> args;
+    Program f;
+    bool tied = false;  // reads a, so only (6, 11) is admitted
+  };
+  const Tensor w8 = randn({4, 8}), table = randn({20, 8}), conv_w = randn({4, 3, 3}),
+               gamma = randn({8}), stats = rand({3}), bias5 = randn({5});
+  nn::LSTMCell cell(8, 6);
+  const auto ids = [](Shape s, int64_t high) { return randint(0, high, s); };
+  const std::vector<Case> cases = {
+      {"pointwise",
+       [](int64_t a, int64_t b) {
+         return TensorList{randn({a, b}), randn({b})};
+       },
+       [](const TensorList& x) {
+         const Tensor y = (x[0] * x[1] + 1.0).relu().sigmoid();
+         return TensorList{where(x[0] > 0.0, x[0], x[1]), clamp(y, 0.1, 0.9),
+                           masked_fill(x[0], x[0] < 0.0, 0.0), x[0].pow(2.0) - x[1].exp()};
+       }},
+      {"reductions",
+       [](int64_t a, int64_t b) {
+         return TensorList{randn({a, b})};
+       },
+       [](const TensorList& x) {
+         return TensorList{sum(x[0], {1}, true), mean(x[0], {0}),  amax(x[0], {1}),
+                           argmax(x[0], 1),      softmax(x[0], 1), log_softmax(x[0], 0),
+                           cumsum(x[0], 1),      var(x[0], {1}),   norm(x[0], 2, {0}),
+                           logsumexp(x[0], {1}), sum(x[0])};
+       }},
+      {"linalg",
+       [](int64_t a, int64_t b) {
+         return TensorList{randn({a, b}), randn({b, 5}), randn({2, a, b}), randn({2, b, a}),
+                           randn({a, 8})};
+       },
+       [&](const TensorList& x) {
+         return TensorList{matmul(x[0], x[1]), bmm(x[2], x[3]), addmm(bias5, x[0], x[1]),
+                           linear(x[4], w8), matmul(x[2], x[1])};
+       }},
+      {"views",
+       [](int64_t a, int64_t b) {
+         return TensorList{randn({a, b})};
+       },
+       [](const TensorList& x) {
+         const Tensor t = x[0];
+         return TensorList{t.view({-1}),
+                           t.transpose(0, 1).contiguous(),
+                           t.unsqueeze(1).expand({-1, 3, -1}),
+                           t.permute({1, 0}).select(0, -1),
+                           t.slice(1, 1, std::nullopt, 2),
+                           t.slice(1, 0, 2),
+                           t.unsqueeze(0).squeeze(),
+                           t.flatten(),
+                           t.reshape({-1, 1})};
+       }},
+      {"shape ops",
+       [&](int64_t a, int64_t b) {
+         return TensorList{randn({a, b}), ids({3}, 2), ids({a, b}, 2), ids({a}, 5)};
+       },
+       [](const TensorList& x) {
+         const Tensor t = x[0];
+         return TensorList{cat({t, t * 2.0}, 0),
+                           stack({t, t}, 1),
+                           index_select(t, 0, x[1]),
+                           gather(t, 1, x[2].slice(1, 0, 1)),
+                           flip(t, {0}),
+                           tril(t),
+                           triu(t, 1),
+                           repeat(t, {2, 1}),
+                           one_hot(x[3], 5),
+                           scatter_add(t, 0, remainder(x[2], 2), t)};
+       }},
+      {"normalization",
+       [](int64_t a, int64_t b) {
+         return TensorList{randn({a, 8}), randn({a, 3, b}), randn({2, 8, a, b})};
+       },
+       [&](const TensorList& x) {
+         return TensorList{F::layer_norm(x[0], {8}, gamma), F::group_norm(x[2], 4),
+                           F::batch_norm(x[1], stats, stats + 1.0)};
+       }},
+      {"embedding and attention",
+       [&](int64_t a, int64_t b) {
+         return TensorList{ids({a, b}, 20), randn({a, 2, b, 8})};
+       },
+       [&](const TensorList& x) {
+         return TensorList{F::embedding(x[0], table),
+                           F::scaled_dot_product_attention(x[1], x[1], x[1]),
+                           F::scaled_dot_product_attention(x[1], x[1], x[1], {.is_causal = true})};
+       }},
+      {"convolution and pooling",
+       [](int64_t a, int64_t b) {
+         return TensorList{randn({a, 3, b}), randn({2, 3, a, b})};
+       },
+       [&](const TensorList& x) {
+         return TensorList{conv1d(x[0], conv_w, {}, {.stride = {2}, .padding = {1}}),
+                           avg_pool2d(x[1], {2}),
+                           max_pool2d(x[1], {3}, {2}, {1}, {1}, true),
+                           adaptive_avg_pool2d(x[1], {2, 3}),
+                           F::pad(x[1], {1, 2, 0, 1}),
+                           F::pad(x[0], {2, 1}, "reflect"),
+                           F::interpolate(x[1], {.size = std::vector<int64_t>{12, 20}})};
+       }},
+      {"losses",
+       [&](int64_t a, int64_t) {
+         return TensorList{randn({a, 5}), ids({a}, 5)};
+       },
+       [&](const TensorList& x) {
+         return TensorList{F::nll_loss(log_softmax(x[0], 1), x[1]), F::cross_entropy(x[0], x[1])};
+       }},
+      // An LSTM cell checks its state against the input's batch, a read:
+      // tied to its sizes, and only soundness is checked.
+      {"cells",
+       [&](int64_t a, int64_t) {
+         return TensorList{randn({a, 8})};
+       },
+       [&](const TensorList& x) {
+         const nn::LSTMState st = cell(x[0]);
+         return TensorList{st.h, st.c};
+       },
+       true},
+  };
+  NoGradGuard no_grad;
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{3, 7},  {9, 12}, {4, 20},
+                                                          {12, 5}, {2, 2},  {6, 11}};
+  for (const Case& c : cases) {
+    const TensorList traced_args = c.args(6, 10);
+    const Traced t = traced(c.f, traced_args);
+    const std::vector<uint64_t> all(traced_args.size(), ~uint64_t{0});
+    std::string why;
+    const std::optional<SymbolicShapes> shapes = symbolize(t.trace, t.reads, all, why);
+    ASSERT_TRUE(shapes) << c.name << ": " << why;
+    int admitted = 0;
+    for (const auto& [a, b] : sizes) {
+      const TensorList args = c.args(a, b);
+      std::string refused;
+      if (!shapes->admits(args, refused)) continue;
+      ++admitted;
+      std::string not_made;
+      const std::optional<Trace> made = retrace(t.trace, t.reads, args, not_made);
+      ASSERT_TRUE(made) << c.name << " at (" << a << ", " << b << "): admitted, but " << not_made
+                        << "\n"
+                        << shapes->text(t.trace.graph);
+      std::string differs;
+      EXPECT_TRUE(shapes->describes(made->graph, shapes->bind(args), differs))
+          << c.name << " at (" << a << ", " << b << "): " << differs;
+    }
+    if (c.tied) {
+      EXPECT_EQ(admitted, 1) << c.name;
+    } else {
+      EXPECT_GT(admitted, 0) << c.name << ": no size admitted\n" << shapes->text(t.trace.graph);
+    }
+  }
 }
 
 // compile(): the dynamic program's symbolic graph and guards in explain();
