@@ -164,6 +164,9 @@ struct ExplainReport {
     // Made from graph instance_of's trace for the new sizes by shape rules
     // alone, without calling the function (trace_ms is that time).
     bool retraced = false;
+    // Where its sizes were checked against the program's symbolic shapes:
+    // the symbols' values ("s0 = 9, s1 = 16"; empty otherwise).
+    std::string symbols;
     std::string read;          // the graph break it ends at (empty: its outputs are the results)
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     double record_ms = 0;      // recording the CUDA graph (all recordings)

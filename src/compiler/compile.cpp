@@ -486,6 +486,8 @@ std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Gener
   seg->structure = generic.structure;
   seg->instance_of = generic.order;
   seg->retraced = true;
+  for (size_t k = 0; shapes && k < values.size(); ++k)
+    seg->symbols += detail::str_cat(k ? ", " : "", "s", k, " = ", values[k]);
   lower(*seg, args.tensors, entry.family, program);
   {
     std::lock_guard lock(mutex);
@@ -880,6 +882,7 @@ ExplainReport Core::explain() const {
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;
     g.retraced = s.retraced;
+    g.symbols = s.symbols;
     g.read = s.read >= 0 ? s.read_description : "";
     g.trace_ms = s.trace_ms;
     g.verify_ms = s.verify_ms;

@@ -33,6 +33,7 @@ std::string ExplainReport::to_string() const {
       os << "\n  the program of graph " << g.instance_of
          << ", compiled for new sizes of dynamic dims"
          << (g.retraced ? " from its trace, without calling the function" : "");
+      if (!g.symbols.empty()) os << " (" << g.symbols << ")";
     }
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;
     if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
@@ -80,6 +81,7 @@ std::string ExplainReport::to_json() const {
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},
                            {"retraced", g.retraced},
+                           {"symbols", g.symbols},
                            {"read", g.read},
                            {"compile_ms",
                             {{"trace", g.trace_ms},

@@ -90,6 +90,7 @@ struct Segment {
   int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
   int64_t instance_of = 0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
   bool retraced = false;    // made from instance_of's trace by retrace, the function not called
+  std::string symbols;      // checked against symbolic shapes: the symbols' values ("s0 = 9")
   double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
   // Mode::ReduceOverhead: the executable recorded as one device graph, or

@@ -396,6 +396,10 @@ TEST(Symbolic, ExplainShowsTheDynamicProgramsSymbolicShapes) {
       << r.symbolic_graph;
   EXPECT_NE(r.symbolic_graph.find("float32[s0, 2, 2]"), std::string::npos) << r.symbolic_graph;
   EXPECT_TRUE(r.symbolic_guards.empty()) << r.symbolic_graph;
+  ASSERT_EQ(r.graphs.size(), 3u);
+  EXPECT_EQ(r.graphs[2].symbols, "s0 = 9");
+  EXPECT_NE(r.to_string().find("without calling the function (s0 = 9)"), std::string::npos)
+      << r.to_string();
   EXPECT_NE(r.to_string().find("symbolic shapes of the dynamic program:"), std::string::npos);
   EXPECT_NE(r.to_json().find("\"symbolic_guards\""), std::string::npos);
 
