@@ -297,16 +297,16 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
   if (input_ids.dtype() != kInt64) {
     throw DTypeError(str_cat("BertModel: input_ids must be int64, got ", input_ids.dtype()));
   }
-  // The sequence length is read; the batch only where another tensor must
-  // match it (a compiled forward of ids alone serves new batch sizes from
-  // its trace).
-  const int64_t seq = input_ids.size(1);
-  if (seq == 0) {
+  // The batch is read only where another tensor must match it (a compiled
+  // forward of ids alone serves new batch sizes from its trace).
+  // The checks compare the sequence length (size_is), so that a compiled
+  // forward depends on their outcome rather than on the length itself.
+  if (input_ids.size_is(1, SizeCmp::kEq, 0)) {
     throw ShapeError(str_cat("BertModel: input_ids ", input_ids.sizes(),
                              " has no tokens (the pooler and ", "every layer need at least one)"));
   }
-  if (!position_ids.defined() && seq > c.max_position_embeddings) {
-    throw ValueError(str_cat("BertModel: sequence length ", seq,
+  if (!position_ids.defined() && input_ids.size_is(1, SizeCmp::kGt, c.max_position_embeddings)) {
+    throw ValueError(str_cat("BertModel: sequence length ", input_ids.size(1),
                              " exceeds max_position_embeddings ", c.max_position_embeddings));
   }
   if (attention_mask.defined() && attention_mask.sizes() != input_ids.sizes()) {

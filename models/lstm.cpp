@@ -16,9 +16,10 @@ void check_options(const char* model, const LSTMNetOptions& o) {
 
 // Both forms take a batch of sequences [B, T, input_size] with T >= 1.
 void check_input(const char* model, const Tensor& input, int64_t input_size) {
-  KILN_CHECK(input.dim() == 3 && input.size(2) == input_size && input.size(1) > 0, ShapeError,
-             model, ": expected input [batch, time, ", input_size, "] with time >= 1, got ",
-             input.shape());
+  KILN_CHECK(input.dim() == 3 && input.size_is(2, SizeCmp::kEq, input_size) &&
+                 input.size_is(1, SizeCmp::kGt, 0),
+             ShapeError, model, ": expected input [batch, time, ", input_size,
+             "] with time >= 1, got ", input.shape());
 }
 
 }  // namespace
@@ -35,7 +36,7 @@ LSTMNet::LSTMNet(Options options)
 Tensor LSTMNet::forward(const Tensor& input) {
   check_input("LSTMNet", input, options_.input_size);
   const Tensor output = lstm(input).output;  // [B, T, H]
-  return head(output.select(1, output.size(1) - 1));
+  return head(output.select(1, -1));         // the last step, its index left to select's rule
 }
 
 StackedLSTMCells::StackedLSTMCells(int64_t input_size, int64_t hidden_size, int64_t num_layers)

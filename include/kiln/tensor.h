@@ -93,10 +93,16 @@ struct TensorImpl {
 // What a read of a tensor's layout read (Tensor::sizes(), size(d), ...).
 enum class LayoutField : uint8_t { kSizes, kSize, kStrides, kStride, kNumel, kContiguous, kOffset };
 
+// How Tensor::size_is compares a size with a number.
+enum class SizeCmp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+
 namespace detail {
 // Notes a traced program's read of a proxy's layout (compiler/capture.h).
 void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
                       const std::source_location& where);
+// Notes a traced program's comparison of a proxy's size with a number (Tensor::size_is).
+void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t n, bool result,
+                       const std::source_location& where);
 }  // namespace detail
 
 // One entry of Tensor::index: an integer, a Slice, kiln::None (new axis) or kiln::Ellipsis.
@@ -136,6 +142,12 @@ class Tensor {
     return sizes(where);
   }
   int64_t size(int64_t dim,
+               const std::source_location& where = std::source_location::current()) const;
+  // size(dim) compared with n, as a check: inside kiln::compile the graph
+  // then depends on the comparison's outcome (a guard such as s1 <= 512),
+  // not on the size itself, as it does after size(dim). For checks of
+  // arguments (`if (x.size_is(1, SizeCmp::kGt, limit)) throw ...`).
+  bool size_is(int64_t dim, SizeCmp cmp, int64_t n,
                const std::source_location& where = std::source_location::current()) const;
   const Shape& strides(const std::source_location& where = std::source_location::current()) const {
     const TensorImpl& i = impl();

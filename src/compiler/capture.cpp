@@ -105,6 +105,11 @@ Shape observe(const Value& v, LayoutField field, int64_t dim) {
   return {};
 }
 
+Shape observe(const Value& v, const LayoutRead& read) {
+  if (!read.cmp) return observe(v, read.field, read.dim);
+  return {compare_size(v.sizes.at(static_cast<size_t>(read.dim)), *read.cmp, read.bound) ? 1 : 0};
+}
+
 std::string shown(LayoutField field, const Shape& observed) {
   using kiln::operator<<;
   std::ostringstream os;
@@ -116,6 +121,11 @@ std::string shown(LayoutField field, const Shape& observed) {
     os << observed.at(0);
   }
   return os.str();
+}
+
+std::string shown(const LayoutRead& read, const Shape& observed) {
+  if (read.cmp) return observed.at(0) != 0 ? "true" : "false";
+  return shown(read.field, observed);
 }
 
 std::string LayoutRead::describe() const {
@@ -146,8 +156,14 @@ std::string LayoutRead::describe() const {
       what = "storage_offset()";
       break;
   }
-  return detail::str_cat(what, " of %", value, " at ", file, ":", where.line(), ", which gave ",
-                         shown(field, observed));
+  if (cmp) {
+    static constexpr const char* kOps[] = {" == ", " != ", " < ", " <= ", " > ", " >= "};
+    what += detail::str_cat(" of %", value, kOps[static_cast<int>(*cmp)], bound);
+  } else {
+    what += detail::str_cat(" of %", value);
+  }
+  return detail::str_cat(what, " at ", file, ":", where.line(), ", which gave ",
+                         shown(*this, observed));
 }
 
 void Tracer::note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
@@ -164,6 +180,21 @@ void Tracer::note_layout_read(const TensorImpl& impl, LayoutField field, int64_t
   layout_read_keys_.insert(at, key);
   layout_reads_.push_back(
       {it->second, field, dim, observe(trace_.graph.value(it->second), field, dim), where});
+}
+
+void Tracer::note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t bound,
+                               bool result, const std::source_location& where) {
+  const auto it = values_.find(&impl);
+  if (it == values_.end()) {
+    unmapped_read_ = true;
+    return;
+  }
+  for (const LayoutRead& r : layout_reads_)
+    if (r.value == it->second && r.dim == dim && r.cmp == cmp && r.bound == bound) return;
+  LayoutRead read{it->second, LayoutField::kSize, dim, {result ? 1 : 0}, where};
+  read.cmp = cmp;
+  read.bound = bound;
+  layout_reads_.push_back(std::move(read));
 }
 
 TracerPause::TracerPause() noexcept : paused_(t_active) { t_active = nullptr; }
@@ -542,6 +573,12 @@ void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
     tracer->note_layout_read(impl, field, dim, where);
 }
 
+void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t n, bool result,
+                       const std::source_location& where) {
+  if (compiler::Tracer* tracer = compiler::Tracer::active())
+    tracer->note_size_compare(impl, dim, cmp, n, result, where);
+}
+
 }  // namespace kiln::detail
 
 namespace kiln::compiler {
@@ -589,10 +626,9 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
     for (; checked < by_value.size() && static_cast<size_t>(by_value[checked]->value) < made_up_to;
          ++checked) {
       const LayoutRead& r = *by_value[checked];
-      const Shape now = observe(ng.value(map.at(static_cast<size_t>(r.value))), r.field, r.dim);
+      const Shape now = observe(ng.value(map.at(static_cast<size_t>(r.value))), r);
       if (now != r.observed) {
-        why =
-            detail::str_cat("the function read ", r.describe(), " (now ", shown(r.field, now), ")");
+        why = detail::str_cat("the function read ", r.describe(), " (now ", shown(r, now), ")");
         return false;
       }
     }

@@ -96,19 +96,46 @@ struct Cut {
 // only through such reads (and shape rules, which run again), so a graph
 // made again for other sizes (retrace) is the program's graph for them
 // wherever every read gives the same.
+// A comparison of a size with a number (Tensor::size_is) is a read too,
+// of the comparison's outcome only (observed is {0} or {1}): the program
+// is the same for every size that compares the same.
 struct LayoutRead {
   ValueId value = kNoValue;
   LayoutField field = LayoutField::kSizes;
   int64_t dim = -1;  // of kSize and kStride
   Shape observed;
   std::source_location where;
-  // "sizes of %3 (float32[8, 16]) at bert.cpp:40"
+  std::optional<SizeCmp> cmp;  // a comparison of size(dim) with `bound`
+  int64_t bound = 0;
+  // "size(1) of %0 at bert.cpp:40, which gave 16"; "size(1) of %0 > 512 at bert.cpp:303, which gave
+  // false"
   std::string describe() const;
 };
 // What `read` gives on a value laid out as `v`.
 Shape observe(const Value& v, LayoutField field, int64_t dim);
+Shape observe(const Value& v, const LayoutRead& read);
 // A read's value as the program saw it: a shape, one number, or true/false.
 std::string shown(LayoutField field, const Shape& observed);
+std::string shown(const LayoutRead& read, const Shape& observed);
+// The comparison's outcome, on numbers of either kind (int64_t, SymInt).
+template <class I>
+bool compare_size(const I& size, SizeCmp cmp, int64_t bound) {
+  switch (cmp) {
+    case SizeCmp::kEq:
+      return size == bound;
+    case SizeCmp::kNe:
+      return size != bound;
+    case SizeCmp::kLt:
+      return size < bound;
+    case SizeCmp::kLe:
+      return size <= bound;
+    case SizeCmp::kGt:
+      return size > bound;
+    case SizeCmp::kGe:
+      return size >= bound;
+  }
+  return false;
+}
 
 class Tracer {
  public:
@@ -169,6 +196,8 @@ class Tracer {
   // Called by Tensor's layout accessors on a proxy (TensorImpl::watched).
   void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
                         const std::source_location& where);
+  void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t bound,
+                         bool result, const std::source_location& where);
   // The program's reads of its proxies' layouts, each (value, field, dim)
   // once; `unmapped_read`: it read the layout of a proxy the trace cannot
   // name (one of a graph cut earlier), whose reads are not listed.

@@ -182,28 +182,34 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
         for (size_t d = 0; d < now.size(); ++d) one(now[d], r.observed[d]);
       };
       const auto d = static_cast<size_t>(r.dim);
-      switch (r.field) {
-        case LayoutField::kSizes:
-          all(l.sizes);
-          break;
-        case LayoutField::kSize:
-          one(l.sizes.at(d), r.observed.at(0));
-          break;
-        case LayoutField::kStrides:
-          all(l.strides);
-          break;
-        case LayoutField::kStride:
-          one(l.strides.at(d), r.observed.at(0));
-          break;
-        case LayoutField::kNumel:
-          one(shape_numel(l.sizes), r.observed.at(0));
-          break;
-        case LayoutField::kContiguous:
-          one(contiguous_layout(l.sizes, l.strides) ? 1 : 0, r.observed.at(0));
-          break;
-        case LayoutField::kOffset:
-          one(l.offset, r.observed.at(0));
-          break;
+      if (r.cmp) {
+        // A comparison: its outcome is the guard (s1 <= 512), not the size.
+        if (compare_size(l.sizes.at(d), *r.cmp, r.bound) != (r.observed.at(0) != 0))
+          throw Error(detail::str_cat("the comparison ", r.describe(), " differs"));
+      } else {
+        switch (r.field) {
+          case LayoutField::kSizes:
+            all(l.sizes);
+            break;
+          case LayoutField::kSize:
+            one(l.sizes.at(d), r.observed.at(0));
+            break;
+          case LayoutField::kStrides:
+            all(l.strides);
+            break;
+          case LayoutField::kStride:
+            one(l.strides.at(d), r.observed.at(0));
+            break;
+          case LayoutField::kNumel:
+            one(shape_numel(l.sizes), r.observed.at(0));
+            break;
+          case LayoutField::kContiguous:
+            one(contiguous_layout(l.sizes, l.strides) ? 1 : 0, r.observed.at(0));
+            break;
+          case LayoutField::kOffset:
+            one(l.offset, r.observed.at(0));
+            break;
+        }
       }
       for (sym::Guard& g : read_scope.take()) {
         out.guards.push_back(std::move(g));
@@ -283,8 +289,8 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
         real.sizes = t.sizes();
         real.strides = t.strides();
         real.offset = t.storage_offset();
-        now = observe(real, r.field, r.dim);
-      } else if (r.observed.size() == 1 && r.field != LayoutField::kSizes &&
+        now = observe(real, r);
+      } else if (!r.cmp && r.observed.size() == 1 && r.field != LayoutField::kSizes &&
                  r.field != LayoutField::kStrides) {
         now = {g.expr.eval(v) + r.observed[0]};
       } else {
@@ -293,9 +299,9 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
         for (const SymInt& s : l.sizes) made.sizes.push_back(s.expr().eval(v));
         for (const SymInt& s : l.strides) made.strides.push_back(s.expr().eval(v));
         made.offset = l.offset.expr().eval(v);
-        now = observe(made, r.field, r.dim);
+        now = observe(made, r);
       }
-      why = detail::str_cat("the function read ", r.describe(), " (now ", shown(r.field, now),
+      why = detail::str_cat("the function read ", r.describe(), " (now ", shown(r, now),
                             "): guard ", g.str());
       return false;
     }

@@ -40,6 +40,36 @@ int64_t Tensor::size(int64_t d, const std::source_location& where) const {
   return layout_entry(i, i.sizes, d, LayoutField::kSize, "size", where);
 }
 
+bool Tensor::size_is(int64_t d, SizeCmp cmp, int64_t n, const std::source_location& where) const {
+  const TensorImpl& i = impl();
+  const int64_t k = wrap_dim(d, static_cast<int64_t>(i.sizes.size()), "size_is");
+  const int64_t s = i.sizes[static_cast<size_t>(k)];
+  bool result = false;
+  switch (cmp) {
+    case SizeCmp::kEq:
+      result = s == n;
+      break;
+    case SizeCmp::kNe:
+      result = s != n;
+      break;
+    case SizeCmp::kLt:
+      result = s < n;
+      break;
+    case SizeCmp::kLe:
+      result = s <= n;
+      break;
+    case SizeCmp::kGt:
+      result = s > n;
+      break;
+    case SizeCmp::kGe:
+      result = s >= n;
+      break;
+  }
+  if (i.watched) [[unlikely]]
+    detail::note_size_compare(i, k, cmp, n, result, where);
+  return result;
+}
+
 int64_t Tensor::stride(int64_t d, const std::source_location& where) const {
   const TensorImpl& i = impl();
   return layout_entry(i, i.strides, d, LayoutField::kStride, "stride", where);

@@ -276,6 +276,7 @@ TEST(Symbolic, EveryRuleGroupAgreesWithItsEagerInstance) {
                            t.permute({1, 0}).select(0, -1),
                            t.slice(1, 1, std::nullopt, 2),
                            t.slice(1, 0, 2),
+                           t.narrow(1, 0, 3),
                            t.unsqueeze(0).squeeze(),
                            t.flatten(),
                            t.reshape({-1, 1})};
@@ -377,6 +378,42 @@ TEST(Symbolic, EveryRuleGroupAgreesWithItsEagerInstance) {
       EXPECT_GT(admitted, 0) << c.name << ": no size admitted\n" << shapes->text(t.trace.graph);
     }
   }
+}
+
+// Tensor::size_is: a check on a size is a guard on the comparison, not on
+// the size. The branch below holds for every batch up to 4, then for every
+// batch above.
+TEST(Symbolic, AComparedSizeIsAGuardOnTheComparison) {
+  int calls = 0;
+  const auto f = [&](const Tensor& x) {
+    ++calls;
+    if (x.size_is(0, SizeCmp::kGt, 4)) return x * 2.0;
+    return x + 1.0;
+  };
+  const auto fast = compile(f, {.name = "branch"});
+  for (int64_t batch : {2, 3, 4, 6, 9, 3}) {
+    const Tensor x = randn({batch, 5});
+    EXPECT_TRUE(testing::same(fast(x), f(x))) << batch;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 3);    // 2, 3 (dim 0 dynamic), 6 (the other branch)
+  EXPECT_EQ(r.stats.retraces, 2);  // 4 from 3's trace, 9 from 6's
+  EXPECT_EQ(calls, 3 + 6);
+  ASSERT_EQ(r.symbolic_guards.size(), 1u) << r.symbolic_graph;
+  EXPECT_NE(r.symbolic_guards[0].find("s0 >= 5  (the function's read of size(0) of %0 > 4 at "
+                                      "symbolic_test.cpp:"),
+            std::string::npos)
+      << r.symbolic_guards[0];
+  // narrow checks its bounds the same way: any batch of at least 3 rows.
+  const auto g = [](const Tensor& x) { return x.narrow(0, 0, 3).sum({0}); };
+  const auto head = compile(g, {.name = "head"});
+  for (int64_t batch : {4, 5, 7, 3}) {
+    const Tensor x = randn({batch, 2});
+    EXPECT_TRUE(testing::same(head(x), g(x))) << batch;
+  }
+  EXPECT_EQ(head.stats().traces, 2);
+  EXPECT_EQ(head.stats().retraces, 2);
+  EXPECT_THROW((void)head(randn({2, 2})), IndexError);
 }
 
 // compile(): the dynamic program's symbolic graph and guards in explain();

@@ -82,6 +82,11 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   if (x.dim() == 0) throw IndexError("narrow: cannot narrow a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
+  // From a start that is not negative, a check on the size (size_is): a
+  // compiled program then holds for every size the slice fits in.
+  if (start >= 0 && length >= 0 && start <= std::numeric_limits<int64_t>::max() - length &&
+      x.size_is(d, SizeCmp::kGe, start + length))
+    return slice(x, d, start, start + length);
   const int64_t n = x.size(d);
   const int64_t s = start < 0 ? start + n : start;
   if (s < 0 || length < 0 || s + length > n) {
