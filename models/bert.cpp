@@ -144,15 +144,17 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c)
 
 Tensor BertEmbeddings::forward(const Tensor& input_ids, const Tensor& token_type_ids,
                                const Tensor& position_ids) {
-  const int64_t seq = input_ids.size(1);
-  // The defaults (type 0, positions 0..S-1) are rows of the tables, broadcast
-  // over the batch: no index tensors, no gathers.
+  // The defaults (type 0, positions 0..S-1) are broadcast over the batch. The
+  // positions are made on the device from the ids' shape (a cumulative sum of
+  // ones), so that a compiled forward never reads the sequence length and
+  // serves every length from one trace (docs/compile.md, Dynamic dims).
   const Tensor types = token_type_ids.defined()
                            ? lookup(token_type_embeddings, token_type_ids, "token_type_ids")
                            : token_type_embeddings.weight.select(0, 0);
-  const Tensor positions = position_ids.defined()
-                               ? lookup(position_embeddings, position_ids, "position_ids")
-                               : position_embeddings.weight.narrow(0, 0, seq);
+  const Tensor positions =
+      position_ids.defined()
+          ? lookup(position_embeddings, position_ids, "position_ids")
+          : position_embeddings(cumsum(ones_like(input_ids.select(0, 0)), 0) - 1);
   // transformers' order of the sums: (words + types) + positions.
   Tensor x = lookup(word_embeddings, input_ids, "input_ids") + types;
   x = x + positions;
@@ -176,13 +178,12 @@ BertSelfAttention::BertSelfAttention(const BertConfig& c)
 }
 
 Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_mask) {
-  // The batch is left to the views' shape rules (-1): a compiled forward
-  // reads the sequence length only, and new batch sizes are made from its
-  // trace (docs/compile.md, Dynamic dims).
-  const int64_t seq = hidden.size(1);
+  // The views split and merge the last dim only: a compiled forward reads
+  // neither the batch nor the length, and new sizes are made from its trace
+  // (docs/compile.md, Dynamic dims).
   // [B, S, H] -> [B, heads, S, head_dim]: a view of each projection.
   auto split_heads = [&](const Tensor& t) {
-    return t.view({-1, seq, num_heads, head_dim}).transpose(1, 2);
+    return t.unflatten(-1, {num_heads, head_dim}).transpose(1, 2);
   };
   const Tensor q = split_heads(query(hidden)), k = split_heads(key(hidden)),
                v = split_heads(value(hidden));
@@ -196,7 +197,7 @@ Tensor BertSelfAttention::forward(const Tensor& hidden, const Tensor& additive_m
   } else {
     context = F::scaled_dot_product_attention(q, k, v, {.attn_mask = additive_mask});
   }
-  return context.transpose(1, 2).contiguous().view({-1, seq, num_heads * head_dim});
+  return context.transpose(1, 2).contiguous().flatten(-2);
 }
 
 BertResidualOutput::BertResidualOutput(int64_t in_features, const BertConfig& c,
@@ -323,7 +324,7 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
 Tensor additive_mask_of(const Tensor& attention_mask, DType dtype) {
   const Tensor m = attention_mask.to(dtype);
   // (m - 1) * -lowest equals (1 - m) * lowest exactly, without a reversed subtraction.
-  return ((m - 1) * -lowest_of(dtype)).view({-1, 1, 1, m.size(1)});
+  return ((m - 1) * -lowest_of(dtype)).unsqueeze(1).unsqueeze(2);
 }
 
 }  // namespace

@@ -254,6 +254,7 @@ class Tensor {
   Tensor expand(const Shape& shape) const;
   Tensor expand_as(const Tensor& other) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, const Shape& sizes) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop,

@@ -248,6 +248,9 @@ Tensor Tensor::unsqueeze(int64_t d) const { return kiln::unsqueeze(*this, d); }
 Tensor Tensor::expand(const Shape& shape) const { return kiln::expand(*this, shape); }
 Tensor Tensor::expand_as(const Tensor& other) const { return kiln::expand(*this, other.sizes()); }
 Tensor Tensor::flatten(int64_t s, int64_t e) const { return kiln::flatten(*this, s, e); }
+Tensor Tensor::unflatten(int64_t d, const Shape& sizes) const {
+  return kiln::unflatten(*this, d, sizes);
+}
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t len) const {
   return kiln::narrow(*this, d, start, len);
 }

@@ -344,10 +344,11 @@ TEST(Dynamic, ResNetMakesNewBatchSizesFromItsTrace) {
             "new sizes are made from graph 2's trace, without calling the function");
 }
 
-// BERT over changing batch sizes (token ids alone): its layers read the
-// sequence length, not the batch, so each new batch size is made from the
-// trace. A new sequence length is traced: the position rows are cut to it.
-TEST(Dynamic, BertMakesNewBatchSizesFromItsTrace) {
+// BERT over changing batch sizes and lengths (token ids alone): its layers
+// read neither (positions are made from the ids' shape, the heads split and
+// merge the last dim), so each new size is made from the trace; its one
+// guard is its check of the length against the position table.
+TEST(Dynamic, BertMakesNewBatchSizesAndLengthsFromItsTrace) {
   const auto net = compiler::testing::small_bert();
   NoGradGuard no_grad;
   const auto forward = [net](const Tensor& ids) { return net->forward(ids).last_hidden_state; };
@@ -359,19 +360,24 @@ TEST(Dynamic, BertMakesNewBatchSizesFromItsTrace) {
   ExplainReport r = fast.explain();
   EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
   EXPECT_EQ(r.stats.retraces, 3) << r.dynamic_sizes;
-  // 17 tokens: a recompile, which makes the sequence dim dynamic; 18: an
-  // instance, traced.
-  for (int64_t seq : {17, 18}) {
+  // 17 tokens: a recompile, which makes the sequence dim dynamic; 18 and 64
+  // (the table's length): instances made from that trace.
+  for (int64_t seq : {17, 18, 64}) {
     const Tensor longer = randint(0, 100, {3, seq});
     EXPECT_TRUE(same(fast(longer), forward(longer))) << seq;
   }
   r = fast.explain();
-  EXPECT_EQ(r.stats.traces, 4);
+  EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.retraces, 5) << r.dynamic_sizes;
   EXPECT_EQ(r.recompiles.size(), 2u);
-  EXPECT_NE(
-      r.dynamic_sizes.find("new sizes are traced: the function read size(1) of %0 at bert.cpp:"),
-      std::string::npos)
-      << r.dynamic_sizes;
+  EXPECT_EQ(r.dynamic_sizes,
+            "new sizes are made from graph 6's trace, without calling the function");
+  // 65 tokens fail the guard: traced, and the model's own error, as eager.
+  kiln::testing::expect_error_with<ValueError>(
+      [&] {
+        (void)fast(randint(0, 100, {3, 65}));
+      },
+      {"BertModel", "sequence length 65", "max_position_embeddings 64"});
 }
 
 TEST(Dynamic, ResetForgetsDynamicDims) {

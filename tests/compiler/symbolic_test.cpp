@@ -210,12 +210,20 @@ TEST(Symbolic, ReferenceModelsShapesAreSymbolic) {
   std::string why;
   const auto shapes = symbolize(t.trace, t.reads, std::vector<uint64_t>{1 | 2}, why);
   ASSERT_TRUE(shapes) << why;
-  EXPECT_NE(shapes->text(t.trace.graph).find("float32[s0, 16, 32]"), std::string::npos)
+  EXPECT_NE(shapes->text(t.trace.graph).find("float32[s0, s1, 32]"), std::string::npos)
       << shapes->text(t.trace.graph);
-  // New batch sizes are the same program; a new length is not (the model
-  // reads it: its position rows and heads are cut to it).
-  check_sizes(t, *shapes, {{randint(0, 100, {5, 16})}, {randint(0, 100, {3, 17})}},
-              {kAdmitted, kRefused});
+  // New batch sizes and new lengths are the same program: the model reads
+  // neither (its positions are made from the ids' shape, its heads split and
+  // merge the last dim only).
+  // Its one guard is its check of the length against the position table.
+  ASSERT_EQ(shapes->guards.size(), 1u);
+  EXPECT_EQ(shapes->guards[0].str(), "64 >= s1");
+  check_sizes(t, *shapes,
+              {{randint(0, 100, {5, 16})},
+               {randint(0, 100, {3, 17})},
+               {randint(0, 100, {2, 40})},
+               {randint(0, 100, {2, 65})}},
+              {kAdmitted, kAdmitted, kAdmitted, kRefused});
 }
 
 // Every group of ops, over two free sizes (a, b) with every dim of every
@@ -279,7 +287,10 @@ TEST(Symbolic, EveryRuleGroupAgreesWithItsEagerInstance) {
                            t.narrow(1, 0, 3),
                            t.unsqueeze(0).squeeze(),
                            t.flatten(),
-                           t.reshape({-1, 1})};
+                           t.reshape({-1, 1}),
+                           t.unsqueeze(0).flatten(0, 1),
+                           t.unflatten(0, {1, -1}),
+                           t.unflatten(1, {-1, 1}).flatten(1)};
        }},
       {"shape ops",
        [&](int64_t a, int64_t b) {

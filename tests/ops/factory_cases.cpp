@@ -34,6 +34,21 @@ const CaseRegistration kFactories([](CaseList& c) {
                                    full({2, 2}, -3, on(in, kInt8)),
                                    full({300, 200}, 1.25, on(in))};
                }});
+  // full_like takes its input's sizes, dtype and device, whatever its layout.
+  c.push_back({.name = "full_like/values_and_layouts",
+               .ops = {OpId::full_like},
+               .dtypes = kAllTypes,
+               .make =
+                   [](DType t, Generator& g) {
+                     return TensorList{uniform({3, 7}, t, g), uniform_transposed({5, 4}, t, g),
+                                       uniform_strided({300, 20}, t, g)};
+                   },
+               .run =
+                   [](TensorList& in) {
+                     return TensorList{zeros_like(in[0]), ones_like(in[1]), full_like(in[2], 2),
+                                       full_like(in[0].slice(0, 0, 0), 1),
+                                       full_like(in[0].select(0, 1).select(0, 2), true)};
+                   }});
   c.push_back({.name = "arange/ranges",
                .ops = {OpId::arange},
                .dtypes = {kFloat32},

@@ -100,6 +100,34 @@ const CaseRegistration kViews([](CaseList& c) {
   });
   add(c, "unsqueeze/large", {OpId::unsqueeze}, one({257, 131}, 't'),
       [](TensorList& in) { return TensorList{in[0].unsqueeze(1).clone()}; });
+  add(c, "flatten/ranges", {OpId::flatten}, one({3, 4, 5}), [](TensorList& in) {
+    return TensorList{in[0].flatten().clone(), in[0].flatten(1).clone(),
+                      in[0].flatten(0, 1).clone(), in[0].flatten(-3, -2).clone()};
+  });
+  add(c, "flatten/strided_views_and_copies", {OpId::flatten}, one({4, 6, 5}, 't'),
+      [](TensorList& in) {
+        return TensorList{in[0].flatten(1).clone(), in[0].flatten().clone(),
+                          in[0].slice(2, 1, 4).flatten(0, 1).clone(),
+                          in[0].select(1, 2).flatten().clone()};
+      });
+  add(c, "flatten/0dim_and_empty", {OpId::flatten}, one({}), [](TensorList& in) {
+    return TensorList{in[0].flatten().clone(),
+                      zeros({0, 4, 2}, same_device(in[0])).flatten(1).clone()};
+  });
+  add(c, "flatten/large", {OpId::flatten}, one({3, 257, 131}, 's'),
+      [](TensorList& in) { return TensorList{in[0].flatten(1).clone()}; });
+  add(c, "unflatten/parts", {OpId::unflatten}, one({6, 20}), [](TensorList& in) {
+    return TensorList{in[0].unflatten(1, {4, 5}).clone(), in[0].unflatten(-1, {2, -1, 2}).clone(),
+                      in[0].unflatten(0, {6}).clone(), in[0].unflatten(0, {1, 2, 3}).clone()};
+  });
+  add(c, "unflatten/transposed_and_empty", {OpId::unflatten}, one({8, 6}, 't'), [](TensorList& in) {
+    return TensorList{in[0].unflatten(0, {2, 4}).clone(),
+                      in[0].t().unflatten(1, {-1, 2}).flatten(1).clone(),
+                      zeros({0, 6}, same_device(in[0])).unflatten(1, {3, 2}).clone()};
+  });
+  add(c, "unflatten/large", {OpId::unflatten}, one({262, 300}, 't'), [](TensorList& in) {
+    return TensorList{in[0].unflatten(1, {-1, 3}).clone()};
+  });
   add(c, "expand/broadcast_dims", {OpId::expand}, one({5, 1}), [](TensorList& in) {
     return TensorList{in[0].expand({3, 5, 4}).clone(), in[0].expand({-1, 6}).clone(),
                       in[0].expand({2, -1, -1}).clone(), in[0].expand({0, 5, 2}).clone()};

@@ -456,6 +456,52 @@ TEST(Views, RejectBadArguments) {
   expect_error_with<ValueError>([&] { x.slice(1, 0, 2, 0); }, {"slice", "step"});
   expect_error_with<IndexError>([&] { x.select(1, 3); }, {"select", "index 3", "size 3"});
   expect_error_with<IndexError>([&] { scalar_tensor(1).select(0, 0); }, {"select", "0-dim"});
+  expect_error_with<IndexError>([&] { x.flatten(1, 0); }, {"flatten", "start_dim 1", "end_dim 0"});
+  expect_error_with<IndexError>([&] { x.flatten(0, 2); }, {"flatten", "dim 2"});
+  expect_error_with<ShapeError>(
+      [&] {
+        x.unflatten(1, {2, 2});
+      },
+      {"unflatten", "[2, 2]", "dim 1", "size 3"});
+  expect_error_with<ShapeError>([&] { x.unflatten(1, {-1, -1}); }, {"unflatten", "dim 1"});
+  expect_error_with<ShapeError>([&] { x.unflatten(0, {}); }, {"unflatten", "empty"});
+  expect_error_with<IndexError>([&] { x.unflatten(2, {3}); }, {"unflatten", "dim 2"});
+  expect_error_with<IndexError>([&] { scalar_tensor(1).unflatten(0, {1}); },
+                                {"unflatten", "0-dim"});
+}
+
+// flatten is a view where the merged dims' strides allow it and a copy
+// elsewhere (as reshape); unflatten is always a view.
+TEST(Views, FlattenAndUnflatten) {
+  const auto equal = [](const Tensor& a, const Tensor& b) {
+    return a.sizes() == b.sizes() && a.to_vector<int64_t>() == b.to_vector<int64_t>();
+  };
+  const Tensor x = arange(24).view({2, 3, 4});
+  const Tensor f = x.flatten(1);
+  EXPECT_EQ(f.sizes(), (Shape{2, 12}));
+  EXPECT_TRUE(f.shares_storage(x));
+  EXPECT_EQ(x.flatten().sizes(), (Shape{24}));
+  EXPECT_EQ(x.flatten(0, 1).sizes(), (Shape{6, 4}));
+  EXPECT_EQ(scalar_tensor(5).flatten().sizes(), (Shape{1}));
+  const Tensor t = x.transpose(0, 2);  // [4, 3, 2], strides [1, 4, 12]
+  const Tensor copied = t.flatten(1);
+  EXPECT_FALSE(copied.shares_storage(x));
+  EXPECT_TRUE(equal(copied, t.contiguous().view({4, 6})));
+  // Dims 0 and 1 of a slice along dim 2 still merge as a view.
+  const Tensor sliced = x.slice(2, 1, 3);
+  EXPECT_TRUE(sliced.flatten(0, 1).shares_storage(x));
+  EXPECT_TRUE(equal(sliced.flatten(0, 1), sliced.contiguous().view({6, 2})));
+  EXPECT_TRUE(t.flatten(1, 1).shares_storage(x));
+
+  const Tensor u = x.unflatten(-1, {2, -1});
+  EXPECT_EQ(u.sizes(), (Shape{2, 3, 2, 2}));
+  EXPECT_EQ(u.strides(), (Shape{12, 4, 2, 1}));
+  EXPECT_TRUE(equal(u, x.view({2, 3, 2, 2})));
+  const Tensor ut = t.unflatten(0, {2, 2});  // strided: the parts step over dim 0's stride
+  EXPECT_EQ(ut.strides(), (Shape{2, 1, 4, 12}));
+  EXPECT_TRUE(equal(ut, t.contiguous().view({2, 2, 3, 2})));
+  EXPECT_TRUE(equal(ut.flatten(0, 1), t));
+  EXPECT_EQ(zeros({0, 6}).unflatten(1, {3, 2}).sizes(), (Shape{0, 3, 2}));
 }
 
 // --- canonical attributes --------------------------------------------------------------
@@ -498,6 +544,9 @@ TEST(ShapeRules, CanonicalizeAttributesSoThatARerunChangesNothing) {
       {OpId::view, {meta({2, 3})}, {Shape{-1, 2}}},
       {OpId::permute, {meta({2, 3, 4})}, {Shape{-1, 0, -2}}},
       {OpId::unsqueeze, {meta({2, 3})}, {int64_t{-1}}},
+      {OpId::flatten, {meta({2, 3, 4})}, {int64_t{-2}, int64_t{-1}}},
+      {OpId::flatten, {meta({})}, {int64_t{0}, int64_t{-1}}},
+      {OpId::unflatten, {meta({2, 12})}, {int64_t{-1}, Shape{3, -1}}},
       {OpId::squeeze, {meta({2, 3})}, {Shape{}}},
       {OpId::squeeze, {meta({2, 1, 3, 1})}, {Shape{}}},
       {OpId::squeeze, {meta({2, 1})}, {Shape{-1}}},

@@ -21,7 +21,12 @@ Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, const Shape& dims);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor expand(const Tensor& x, const Shape& shape);  // -1 keeps a dim
+// Dims start_dim..end_dim merged into one: a view when their strides allow
+// it, else a copy (as reshape). A compiled program keeps the other sizes
+// symbolic: flatten reads none of them.
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+// Dim dim split into sizes (one may be -1), as torch.unflatten; always a view.
+Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes);
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,

@@ -10,6 +10,19 @@ namespace kiln::autograd {
 TensorList grad_view(const BackwardCtx& ctx, const TensorList& g) {
   return {g[0].reshape(ctx.input_sizes(0))};
 }
+// The gradient takes the input's shape back through the inverse view, so
+// that in a traced backward only the merged (split) dims are constants.
+TensorList grad_flatten(const BackwardCtx& ctx, const TensorList& g) {
+  const Shape& sizes = ctx.input_sizes(0);
+  if (sizes.empty()) return {g[0].reshape({})};
+  const int64_t s = ctx.attrs().i(0), e = ctx.attrs().i(1);
+  return {g[0].unflatten(s, Shape(sizes.begin() + s, sizes.begin() + e + 1))};
+}
+TensorList grad_unflatten(const BackwardCtx& ctx, const TensorList& g) {
+  const int64_t d = ctx.attrs().i(0);
+  const int64_t parts = static_cast<int64_t>(ctx.attrs().ints(1).size());
+  return {g[0].flatten(d, d + parts - 1)};
+}
 TensorList grad_squeeze(const BackwardCtx& ctx, const TensorList& g) {
   return {g[0].reshape(ctx.input_sizes(0))};
 }

@@ -20,18 +20,21 @@ void generate(const Tensor& out, F f) {
   });
 }
 
+void fill(const Tensor& out, const Scalar& value) {
+  visit_dtype(out.dtype(), [&]<typename T>() {
+    const T v = value.to<T>();
+    T* p = static_cast<T*>(out.data_ptr());
+    cpu::parallel_for(out.numel(), cpu::kParallelGrain,
+                      [&](int64_t b, int64_t e) { std::fill(p + b, p + e, v); });
+  });
+}
+
 }  // namespace
 
 void register_cpu_factory_kernels(KernelTable& t) {
   t.set(OpId::empty, [](const KernelCall&) {});
-  t.set(OpId::full, [](const KernelCall& c) {
-    visit_dtype(c.out().dtype(), [&]<typename T>() {
-      const T v = c.attrs.scalar(1).to<T>();
-      T* p = static_cast<T*>(c.out().data_ptr());
-      cpu::parallel_for(c.out().numel(), cpu::kParallelGrain,
-                        [&](int64_t b, int64_t e) { std::fill(p + b, p + e, v); });
-    });
-  });
+  t.set(OpId::full, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(1)); });
+  t.set(OpId::full_like, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(0)); });
   t.set(OpId::arange, [](const KernelCall& c) {
     const Scalar start = c.attrs.scalar(0), step = c.attrs.scalar(2);
     if (is_floating(c.out().dtype())) {

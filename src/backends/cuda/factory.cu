@@ -86,18 +86,21 @@ struct RandintF {
   __device__ int64_t operator()(int64_t i) const { return factory::randint_at(low, high, p.s(), p.o() + i); }
 };
 
+void fill(const Tensor& out, const Scalar& value) {
+  visit_device_dtype(out.dtype(), [&]<typename T>() {
+    const T v = scalar_as<T>(value);
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    fill_bits(out, bits);
+  });
+}
+
 }  // namespace
 
 void register_cuda_factory_kernels(KernelTable& t) {
   t.set(OpId::empty, [](const KernelCall&) {});
-  t.set(OpId::full, [](const KernelCall& c) {
-    visit_device_dtype(c.out().dtype(), [&]<typename T>() {
-      const T v = scalar_as<T>(c.attrs.scalar(1));
-      uint64_t bits = 0;
-      std::memcpy(&bits, &v, sizeof(T));
-      fill_bits(c.out(), bits);
-    });
-  });
+  t.set(OpId::full, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(1)); });
+  t.set(OpId::full_like, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(0)); });
   t.set(OpId::arange, [](const KernelCall& c) {
     const Scalar start = c.attrs.scalar(0), step = c.attrs.scalar(2);
     if (is_floating(c.out().dtype()))

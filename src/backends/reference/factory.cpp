@@ -13,16 +13,21 @@ void each(const Tensor& out, F f) {
   for (int64_t i = 0; i < out.numel(); ++i) ref::write(out, i, f(i));
 }
 
+void fill(const Tensor& out, const Scalar& v) {
+  if (is_floating(out.dtype()))
+    each(out, [&](int64_t) { return v.to_double(); });
+  else if (out.dtype() == kBool)
+    each(out, [&](int64_t) { return v.to<bool>(); });
+  else
+    each(out, [&](int64_t) { return v.to_int(); });
+}
+
 }  // namespace
 
 void register_reference_factory_kernels(KernelTable& t) {
   t.set(OpId::empty, [](const KernelCall&) {});
-  t.set(OpId::full, [](const KernelCall& c) {
-    const Scalar v = c.attrs.scalar(1);
-    if (is_floating(c.out().dtype())) each(c.out(), [&](int64_t) { return v.to_double(); });
-    else if (c.out().dtype() == kBool) each(c.out(), [&](int64_t) { return v.to<bool>(); });
-    else each(c.out(), [&](int64_t) { return v.to_int(); });
-  });
+  t.set(OpId::full, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(1)); });
+  t.set(OpId::full_like, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(0)); });
   t.set(OpId::arange, [](const KernelCall& c) {
     const Scalar start = c.attrs.scalar(0), step = c.attrs.scalar(2);
     if (is_floating(c.out().dtype())) {

@@ -82,9 +82,13 @@ Tensor full(const Shape& sizes, Scalar value, TensorOptions o) {
 Tensor zeros(const Shape& sizes, TensorOptions o) { return full(sizes, 0, {float_dtype(o), o.device}); }
 Tensor ones(const Shape& sizes, TensorOptions o) { return full(sizes, 1, {float_dtype(o), o.device}); }
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), {t.dtype(), t.device()}); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), {t.dtype(), t.device()}); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), {t.dtype(), t.device()}); }
-Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, {t.dtype(), t.device()}); }
+// The *_like factories pass the tensor itself, not its sizes: a traced program
+// does not read them (compiler/capture.h, LayoutRead).
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
+Tensor full_like(const Tensor& t, Scalar v) {
+  return dispatch1(OpId::full_like, {t}, {v, t.dtype()});
+}
 
 Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {

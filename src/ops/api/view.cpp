@@ -55,28 +55,27 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) { return dispatch1(OpId::unsqueez
 Tensor expand(const Tensor& x, const Shape& shape) { return dispatch1(OpId::expand, {x}, {shape}); }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
-  if (x.dim() == 0) return reshape(x, {1});
+  if (x.dim() == 0) return dispatch1(OpId::flatten, {x}, {start_dim, end_dim});  // [1]
   const int64_t s = wrap_dim(start_dim, x.dim(), "flatten");
   const int64_t e = wrap_dim(end_dim, x.dim(), "flatten");
   if (s > e) {
-    throw IndexError(detail::str_cat("flatten: start_dim ", start_dim, " comes after end_dim ", end_dim));
+    throw IndexError(detail::str_cat("flatten: start_dim ", start_dim, " comes after end_dim ",
+                                     end_dim, " (shape ", x.sizes(), ")"));
   }
   if (s == e) return x;
-  // The result's first dim is -1, the rest read one by one: a traced program
-  // reads none of the sizes that make the first dim (the batch, as a rule).
-  const auto merged = [&] {
-    int64_t n = 1;
-    for (int64_t d = s; d <= e; ++d) n *= x.size(d);
-    return n;
-  };
-  Shape shape;
-  for (int64_t d = 0; d < s; ++d) shape.push_back(d == 0 ? -1 : x.size(d));
-  shape.push_back(s == 0 ? -1 : merged());
-  for (int64_t d = e + 1; d < x.dim(); ++d) shape.push_back(x.size(d));
-  // An empty dim leaves the -1 undetermined: the first dim is read too.
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
-    shape[0] = s == 0 ? merged() : x.size(0);
-  return reshape(x, shape);
+  // A traced program reads only whether x is contiguous, not its sizes
+  // (compiler/capture.h, LayoutRead): they stay symbolic in the op's rule.
+  if (x.is_contiguous()) return dispatch1(OpId::flatten, {x}, {s, e});
+  Shape merged(x.sizes().begin(), x.sizes().begin() + s);
+  merged.push_back(1);
+  for (int64_t d = s; d <= e; ++d) merged.back() *= x.size(d);
+  merged.insert(merged.end(), x.sizes().begin() + e + 1, x.sizes().end());
+  const bool viewable = ops::view_possible(x, merged);
+  return dispatch1(OpId::flatten, {viewable ? x : x.contiguous()}, {s, e});
+}
+
+Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes) {
+  return dispatch1(OpId::unflatten, {x}, {dim, sizes});
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {

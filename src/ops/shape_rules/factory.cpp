@@ -1,5 +1,6 @@
 // Shape and dtype rules of the factories: everything comes from attributes, so
-// the output sizes are constants in either context (no input size is involved).
+// the output sizes are constants in either context (no input size is
+// involved), except full_like's, which are its input's.
 #include <cmath>
 
 #include "ops/op_table.h"
@@ -31,6 +32,13 @@ template <class Ctx>
 void infer_factory(Ctx& ctx) {
   const size_t dtype_attr = ctx.schema.id == OpId::full ? 2 : 1;
   push_output(ctx, ctx.attrs.ints(0), dtype_attr);
+}
+
+// full_like: a new contiguous tensor of the input's sizes, on its device.
+template <class Ctx>
+void infer_full_like(Ctx& ctx) {
+  const auto& x = ctx.input(0);
+  ctx.add_output(x.sizes(), ctx.attrs.dtype(1), x.device());
 }
 
 template <class Ctx>
@@ -86,6 +94,7 @@ void infer_eye(Ctx& ctx) {
 }
 
 KILN_SHAPE_RULE_INSTANCES(infer_factory)
+KILN_SHAPE_RULE_INSTANCES(infer_full_like)
 KILN_SHAPE_RULE_INSTANCES(infer_randint)
 KILN_SHAPE_RULE_INSTANCES(infer_arange)
 KILN_SHAPE_RULE_INSTANCES(infer_linspace)

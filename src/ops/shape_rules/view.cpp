@@ -126,6 +126,91 @@ void infer_view(Ctx& ctx) {
   push_view(ctx, shape, *strides, x.storage_offset());
 }
 
+// flatten: start_dim, end_dim. The merged dims must be viewable as one (the
+// public flatten copies first when they are not); sizes outside the merged
+// range stay the input's own, so a traced flatten keeps them symbolic.
+template <class Ctx>
+void infer_flatten(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
+  const int64_t n = std::max<int64_t>(x.dim(), 1);
+  const int64_t s = wrap_dim(ctx.attrs.i(0), n, "flatten");
+  const int64_t e = wrap_dim(ctx.attrs.i(1), n, "flatten");
+  if (s > e) {
+    throw IndexError(detail::str_cat("flatten: start_dim ", ctx.attrs.i(0), " comes after end_dim ",
+                                     ctx.attrs.i(1), " (shape ", x.sizes(), ")"));
+  }
+  ctx.attrs[0] = s;
+  ctx.attrs[1] = e;
+  if (x.dim() == 0) {
+    push_view(ctx, {Int(1)}, {Int(1)}, x.storage_offset());
+    return;
+  }
+  const auto& in_sizes = x.sizes();
+  const auto& in_strides = x.strides();
+  Int merged = 1;
+  for (int64_t d = s; d <= e; ++d) merged *= in_sizes[d];
+  // One run of memory: each merged dim's stride is the next inner one's
+  // stride times its size, dims of size 1 aside (an empty tensor has any).
+  // The merged dim steps as the innermost of them that is not of size 1.
+  Int step = in_strides[e];
+  if (merged != 0) {
+    std::optional<int64_t> inner;
+    for (int64_t d = e; d >= s; --d) {
+      if (in_sizes[d] == 1) continue;
+      if (!inner) {
+        step = in_strides[d];
+      } else if (in_strides[d] != in_strides[*inner] * in_sizes[*inner]) {
+        throw ShapeError(detail::str_cat("flatten: dims ", s, " to ", e, " of sizes ", in_sizes,
+                                         " and strides ", in_strides, " cannot be viewed as one",
+                                         " (kiln::flatten copies such a tensor)"));
+      }
+      inner = d;
+    }
+  }
+  typename Ctx::Sizes sizes(in_sizes.begin(), in_sizes.begin() + s);
+  typename Ctx::Sizes strides(in_strides.begin(), in_strides.begin() + s);
+  sizes.push_back(merged);
+  strides.push_back(step);
+  sizes.insert(sizes.end(), in_sizes.begin() + e + 1, in_sizes.end());
+  strides.insert(strides.end(), in_strides.begin() + e + 1, in_strides.end());
+  push_view(ctx, sizes, strides, x.storage_offset());
+}
+
+// unflatten: dim, sizes. Splits one dim into sizes (one of them may be -1);
+// the other dims stay the input's own.
+template <class Ctx>
+void infer_unflatten(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
+  if (x.dim() == 0) throw IndexError("unflatten: cannot unflatten a 0-dim tensor");
+  const int64_t d = wrap_dim(ctx.attrs.i(0), x.dim(), "unflatten");
+  const Shape& split = ctx.attrs.ints(1);
+  if (split.empty()) throw ShapeError("unflatten: sizes must not be empty");
+  const typename Ctx::Sizes whole{x.sizes()[d]};
+  typename Ctx::Sizes parts;
+  try {
+    parts = infer_view_shape("unflatten", whole, split);
+  } catch (const ShapeError&) {
+    throw ShapeError(detail::str_cat("unflatten: sizes ", split, " do not split dim ", d,
+                                     " of size ", x.sizes()[d], " (shape ", x.sizes(), ")"));
+  }
+  ctx.attrs[0] = d;
+  typename Ctx::Sizes sizes = x.sizes(), strides = x.strides();
+  const Int inner = strides[d];
+  sizes.erase(sizes.begin() + d);
+  strides.erase(strides.begin() + d);
+  typename Ctx::Sizes part_strides(parts.size());
+  Int step = inner;
+  for (size_t k = parts.size(); k-- > 0;) {
+    part_strides[k] = step;
+    step *= parts[k];
+  }
+  sizes.insert(sizes.begin() + d, parts.begin(), parts.end());
+  strides.insert(strides.begin() + d, part_strides.begin(), part_strides.end());
+  push_view(ctx, sizes, strides, x.storage_offset());
+}
+
 template <class Ctx>
 void infer_permute(Ctx& ctx) {
   const auto& x = ctx.input(0);
@@ -279,6 +364,8 @@ void infer_select(Ctx& ctx) {
 }
 
 KILN_SHAPE_RULE_INSTANCES(infer_view)
+KILN_SHAPE_RULE_INSTANCES(infer_flatten)
+KILN_SHAPE_RULE_INSTANCES(infer_unflatten)
 KILN_SHAPE_RULE_INSTANCES(infer_permute)
 KILN_SHAPE_RULE_INSTANCES(infer_squeeze)
 KILN_SHAPE_RULE_INSTANCES(infer_unsqueeze)
