@@ -272,6 +272,13 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
     why = "a symbol's size is 0 or 1, which its expressions do not cover";
     return false;
   }
+  // "s0 = 4, s1 = 9": the values of a guard's symbols.
+  const auto values_of = [&v](const sym::Guard& g) {
+    std::string at;
+    for (int32_t k : g.expr.symbols())
+      at += detail::str_cat(at.empty() ? "" : ", ", "s", k, " = ", v[k]);
+    return at;
+  };
   for (size_t i = 0; i < guards.size(); ++i) {
     const sym::Guard& g = guards[i];
     if (g.holds(v)) continue;
@@ -301,13 +308,16 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
         made.offset = l.offset.expr().eval(v);
         now = observe(made, r);
       }
-      why = detail::str_cat("the function read ", r.describe(), " (now ", shown(r, now),
-                            "): guard ", g.str());
+      const std::string at = values_of(g);
+      // A layout whose symbols a guard fixed keeps the traced value: then
+      // the symbols' values say what changed.
+      why = now == r.observed ? detail::str_cat("the function read ", r.describe(), ": guard ",
+                                                g.str(), " fails for ", at)
+                              : detail::str_cat("the function read ", r.describe(), " (now ",
+                                                shown(r, now), "): guard ", g.str());
       return false;
     }
-    std::string at;
-    for (int32_t k : g.expr.symbols())
-      at += detail::str_cat(at.empty() ? "" : ", ", "s", k, " = ", v[k]);
+    const std::string at = values_of(g);
     why = detail::str_cat("guard ", g.str(), " (", g.origin, ") fails for ", at);
     return false;
   }

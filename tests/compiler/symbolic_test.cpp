@@ -176,6 +176,20 @@ TEST(Symbolic, BroadcastingAndReadsAreGuards) {
   EXPECT_FALSE(shapes->admits({randn({4, 7}), randn({4, 7})}, refused));
   EXPECT_NE(refused.find("the function read size(1) of %"), std::string::npos) << refused;
   EXPECT_NE(refused.find("(now 7): guard s1 == 6"), std::string::npos) << refused;
+  // A read of a shape made inside the program: the guards fix its symbols,
+  // so the refusal says their values.
+  const Program g = [](const TensorList& a) {
+    const Tensor h = a[0].relu();
+    return TensorList{h.view(h.sizes())};
+  };
+  const Traced tg = traced(g, {randn({4, 6})});
+  const std::optional<SymbolicShapes> fixed =
+      symbolize(tg.trace, tg.reads, std::vector<uint64_t>{3}, why);
+  ASSERT_TRUE(fixed) << why;
+  EXPECT_FALSE(fixed->admits({randn({5, 6})}, refused));
+  EXPECT_NE(refused.find("the function read sizes() of %1"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("which gave [4, 6]: guard s0 == 4 fails for s0 = 5"), std::string::npos)
+      << refused;
 }
 
 // The reference models: ResNet over batch and image sizes, BERT over batch
