@@ -277,12 +277,16 @@ BertConfig checked(BertConfig c) {
   return c;
 }
 
-void check_ids(const Tensor& ids, std::string_view what, const Shape& expected, bool allow_1d) {
+// The checks compare sizes with sizes (same_sizes, size_is), so that a
+// compiled forward depends on their outcome rather than on the sizes.
+void check_ids(const Tensor& ids, std::string_view what, const Tensor& input_ids, bool allow_1d) {
   if (ids.dtype() != kInt64) {
     throw DTypeError(str_cat("BertModel: ", what, " must be int64, got ", ids.dtype()));
   }
-  const bool ok = ids.sizes() == expected || (allow_1d && ids.sizes() == Shape{expected.back()});
+  const bool ok = ids.same_sizes(input_ids) ||
+                  (allow_1d && ids.dim() == 1 && ids.size_is(0, SizeCmp::kEq, input_ids, 1));
   if (!ok) {
+    const Shape& expected = input_ids.sizes();
     throw ShapeError(str_cat("BertModel: ", what, " must have the shape of input_ids ", expected,
                              allow_1d ? str_cat(" or [", expected.back(), "]") : "", ", got ",
                              ids.sizes()));
@@ -298,10 +302,9 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
   if (input_ids.dtype() != kInt64) {
     throw DTypeError(str_cat("BertModel: input_ids must be int64, got ", input_ids.dtype()));
   }
-  // The batch is read only where another tensor must match it (a compiled
-  // forward of ids alone serves new batch sizes from its trace).
-  // The checks compare the sequence length (size_is), so that a compiled
-  // forward depends on their outcome rather than on the length itself.
+  // The checks compare sizes (size_is, same_sizes) and never read one, so
+  // that a compiled forward depends on their outcome only, and serves new
+  // batch sizes and lengths from its trace.
   if (input_ids.size_is(1, SizeCmp::kEq, 0)) {
     throw ShapeError(str_cat("BertModel: input_ids ", input_ids.sizes(),
                              " has no tokens (the pooler and ", "every layer need at least one)"));
@@ -310,13 +313,12 @@ void check_inputs(const BertConfig& c, const Tensor& input_ids, const Tensor& at
     throw ValueError(str_cat("BertModel: sequence length ", input_ids.size(1),
                              " exceeds max_position_embeddings ", c.max_position_embeddings));
   }
-  if (attention_mask.defined() && attention_mask.sizes() != input_ids.sizes()) {
+  if (attention_mask.defined() && !attention_mask.same_sizes(input_ids)) {
     throw ShapeError(str_cat("BertModel: attention_mask must have the shape of input_ids ",
                              input_ids.sizes(), ", got ", attention_mask.sizes()));
   }
-  if (token_type_ids.defined())
-    check_ids(token_type_ids, "token_type_ids", input_ids.sizes(), false);
-  if (position_ids.defined()) check_ids(position_ids, "position_ids", input_ids.sizes(), true);
+  if (token_type_ids.defined()) check_ids(token_type_ids, "token_type_ids", input_ids, false);
+  if (position_ids.defined()) check_ids(position_ids, "position_ids", input_ids, true);
 }
 
 // attention_mask [B, S] (1 attend, 0 padding) -> (1 - mask) * lowest as

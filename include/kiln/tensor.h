@@ -103,6 +103,9 @@ void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
 // Notes a traced program's comparison of a proxy's size with a number (Tensor::size_is).
 void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t n, bool result,
                        const std::source_location& where);
+// Notes a comparison of a proxy's size with another tensor's size (Tensor::size_is).
+void note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp, const TensorImpl& other,
+                        int64_t other_dim, bool result, const std::source_location& where);
 }  // namespace detail
 
 // One entry of Tensor::index: an integer, a Slice, kiln::None (new axis) or kiln::Ellipsis.
@@ -149,6 +152,14 @@ class Tensor {
   // arguments (`if (x.size_is(1, SizeCmp::kGt, limit)) throw ...`).
   bool size_is(int64_t dim, SizeCmp cmp, int64_t n,
                const std::source_location& where = std::source_location::current()) const;
+  // size(dim) compared with other.size(other_dim): the guard relates the two
+  // sizes (s1 == s3), so that both may change together.
+  bool size_is(int64_t dim, SizeCmp cmp, const Tensor& other, int64_t other_dim,
+               const std::source_location& where = std::source_location::current()) const;
+  // Whether other has this tensor's sizes, dim by dim as size_is with kEq:
+  // `if (!mask.same_sizes(ids)) throw ...` keeps both dynamic when compiled.
+  bool same_sizes(const Tensor& other,
+                  const std::source_location& where = std::source_location::current()) const;
   const Shape& strides(const std::source_location& where = std::source_location::current()) const {
     const TensorImpl& i = impl();
     if (i.watched) [[unlikely]]

@@ -105,9 +105,15 @@ Shape observe(const Value& v, LayoutField field, int64_t dim) {
   return {};
 }
 
-Shape observe(const Value& v, const LayoutRead& read) {
+Shape observe(const Value& v, const LayoutRead& read, const Value* other) {
   if (!read.cmp) return observe(v, read.field, read.dim);
-  return {compare_size(v.sizes.at(static_cast<size_t>(read.dim)), *read.cmp, read.bound) ? 1 : 0};
+  int64_t bound = read.bound;
+  if (read.other != kNoValue) {
+    if (!other)
+      throw Error(detail::str_cat("observe: ", read.describe(), " needs its other value"));
+    bound = other->sizes.at(static_cast<size_t>(read.other_dim));
+  }
+  return {compare_size(v.sizes.at(static_cast<size_t>(read.dim)), *read.cmp, bound) ? 1 : 0};
 }
 
 std::string shown(LayoutField field, const Shape& observed) {
@@ -158,7 +164,9 @@ std::string LayoutRead::describe() const {
   }
   if (cmp) {
     static constexpr const char* kOps[] = {" == ", " != ", " < ", " <= ", " > ", " >= "};
-    what += detail::str_cat(" of %", value, kOps[static_cast<int>(*cmp)], bound);
+    what += detail::str_cat(" of %", value, kOps[static_cast<int>(*cmp)]);
+    what += other == kNoValue ? detail::str_cat(bound)
+                              : detail::str_cat("size(", other_dim, ") of %", other);
   } else {
     what += detail::str_cat(" of %", value);
   }
@@ -190,10 +198,46 @@ void Tracer::note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp,
     return;
   }
   for (const LayoutRead& r : layout_reads_)
-    if (r.value == it->second && r.dim == dim && r.cmp == cmp && r.bound == bound) return;
+    if (r.value == it->second && r.dim == dim && r.cmp == cmp && r.bound == bound &&
+        r.other == kNoValue)
+      return;
   LayoutRead read{it->second, LayoutField::kSize, dim, {result ? 1 : 0}, where};
   read.cmp = cmp;
   read.bound = bound;
+  layout_reads_.push_back(std::move(read));
+}
+
+void Tracer::note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp,
+                                const TensorImpl& other, int64_t other_dim, bool result,
+                                const std::source_location& where) {
+  const auto a = values_.find(&impl), b = values_.find(&other);
+  const bool known_a = a != values_.end(), known_b = b != values_.end();
+  // A tensor the trace does not hold (not a proxy) has a constant size.
+  if ((!known_a && impl.watched) || (!known_b && other.watched)) {
+    unmapped_read_ = true;
+    return;
+  }
+  if (!known_b) {
+    note_size_compare(impl, dim, cmp, other.sizes.at(static_cast<size_t>(other_dim)), result,
+                      where);
+    return;
+  }
+  if (!known_a) {
+    static constexpr SizeCmp kMirror[] = {SizeCmp::kEq, SizeCmp::kNe, SizeCmp::kGt,
+                                          SizeCmp::kGe, SizeCmp::kLt, SizeCmp::kLe};
+    note_size_compare(other, other_dim, kMirror[static_cast<int>(cmp)],
+                      impl.sizes.at(static_cast<size_t>(dim)), result, where);
+    return;
+  }
+  for (const LayoutRead& r : layout_reads_)
+    if (r.value == a->second && r.dim == dim && r.cmp == cmp && r.other == b->second &&
+        r.other_dim == other_dim)
+      return;
+  LayoutRead read{a->second, LayoutField::kSize, dim, {result ? 1 : 0}, where};
+  read.cmp = cmp;
+  read.bound = other.sizes.at(static_cast<size_t>(other_dim));
+  read.other = b->second;
+  read.other_dim = other_dim;
   layout_reads_.push_back(std::move(read));
 }
 
@@ -579,6 +623,12 @@ void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t
     tracer->note_size_compare(impl, dim, cmp, n, result, where);
 }
 
+void note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp, const TensorImpl& other,
+                        int64_t other_dim, bool result, const std::source_location& where) {
+  if (compiler::Tracer* tracer = compiler::Tracer::active())
+    tracer->note_size_relation(impl, dim, cmp, other, other_dim, result, where);
+}
+
 }  // namespace kiln::detail
 
 namespace kiln::compiler {
@@ -615,18 +665,24 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
     reals[s] = storage;
     return true;
   };
-  // The reads, by value: each checked as soon as its value is made again,
-  // so that a program that read a changed size is refused early.
+  // The reads, by value: each checked as soon as its value (both, for a
+  // comparison of two sizes) is made again, so that a program that read a
+  // changed size is refused early.
+  const auto last_value = [](const LayoutRead* r) { return std::max(r->value, r->other); };
   std::vector<const LayoutRead*> by_value;
   for (const LayoutRead& r : reads) by_value.push_back(&r);
-  std::stable_sort(by_value.begin(), by_value.end(),
-                   [](const LayoutRead* a, const LayoutRead* b) { return a->value < b->value; });
+  std::stable_sort(by_value.begin(), by_value.end(), [&](const LayoutRead* a, const LayoutRead* b) {
+    return last_value(a) < last_value(b);
+  });
   size_t checked = 0;
   const auto reads_hold = [&](size_t made_up_to) {
-    for (; checked < by_value.size() && static_cast<size_t>(by_value[checked]->value) < made_up_to;
+    for (; checked < by_value.size() &&
+           static_cast<size_t>(last_value(by_value[checked])) < made_up_to;
          ++checked) {
       const LayoutRead& r = *by_value[checked];
-      const Shape now = observe(ng.value(map.at(static_cast<size_t>(r.value))), r);
+      const Value* other =
+          r.other == kNoValue ? nullptr : &ng.value(map.at(static_cast<size_t>(r.other)));
+      const Shape now = observe(ng.value(map.at(static_cast<size_t>(r.value))), r, other);
       if (now != r.observed) {
         why = detail::str_cat("the function read ", r.describe(), " (now ", shown(r, now), ")");
         return false;

@@ -107,19 +107,24 @@ struct LayoutRead {
   std::source_location where;
   std::optional<SizeCmp> cmp;  // a comparison of size(dim) with `bound`
   int64_t bound = 0;
+  // A comparison with size(other_dim) of value `other` (then `bound` is that
+  // size as traced).
+  ValueId other = kNoValue;
+  int64_t other_dim = -1;
   // "size(1) of %0 at bert.cpp:40, which gave 16"; "size(1) of %0 > 512 at bert.cpp:303, which gave
   // false"
   std::string describe() const;
 };
-// What `read` gives on a value laid out as `v`.
+// What `read` gives on a value laid out as `v` (and, for a comparison of two
+// sizes, its other value laid out as `other`).
 Shape observe(const Value& v, LayoutField field, int64_t dim);
-Shape observe(const Value& v, const LayoutRead& read);
+Shape observe(const Value& v, const LayoutRead& read, const Value* other = nullptr);
 // A read's value as the program saw it: a shape, one number, or true/false.
 std::string shown(LayoutField field, const Shape& observed);
 std::string shown(const LayoutRead& read, const Shape& observed);
 // The comparison's outcome, on numbers of either kind (int64_t, SymInt).
-template <class I>
-bool compare_size(const I& size, SizeCmp cmp, int64_t bound) {
+template <class I, class B>
+bool compare_size(const I& size, SizeCmp cmp, const B& bound) {
   switch (cmp) {
     case SizeCmp::kEq:
       return size == bound;
@@ -198,6 +203,8 @@ class Tracer {
                         const std::source_location& where);
   void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t bound,
                          bool result, const std::source_location& where);
+  void note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp, const TensorImpl& other,
+                          int64_t other_dim, bool result, const std::source_location& where);
   // The program's reads of its proxies' layouts, each (value, field, dim)
   // once; `unmapped_read`: it read the layout of a proxy the trace cannot
   // name (one of a graph cut earlier), whose reads are not listed.

@@ -183,8 +183,14 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
       };
       const auto d = static_cast<size_t>(r.dim);
       if (r.cmp) {
-        // A comparison: its outcome is the guard (s1 <= 512), not the size.
-        if (compare_size(l.sizes.at(d), *r.cmp, r.bound) != (r.observed.at(0) != 0))
+        // A comparison: its outcome is the guard (s1 <= 512, s1 == s3), not
+        // the size.
+        const bool outcome = r.other == kNoValue
+                                 ? compare_size(l.sizes.at(d), *r.cmp, r.bound)
+                                 : compare_size(l.sizes.at(d), *r.cmp,
+                                                out.values.at(static_cast<size_t>(r.other))
+                                                    .sizes.at(static_cast<size_t>(r.other_dim)));
+        if (outcome != (r.observed.at(0) != 0))
           throw Error(detail::str_cat("the comparison ", r.describe(), " differs"));
       } else {
         switch (r.field) {
@@ -212,11 +218,14 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
         }
       }
       for (sym::Guard& g : read_scope.take()) {
+        if (std::find(out.guards.begin(), out.guards.end(), g) != out.guards.end()) continue;
         out.guards.push_back(std::move(g));
         out.guard_reads.push_back(static_cast<int32_t>(i));
       }
     }
+    // A rule's guard that a read made already is said once, as the read.
     for (sym::Guard& g : rule_guards) {
+      if (std::find(out.guards.begin(), out.guards.end(), g) != out.guards.end()) continue;
       out.guards.push_back(std::move(g));
       out.guard_reads.push_back(-1);
     }
@@ -286,28 +295,31 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
     if (read >= 0) {
       // What the read would give now, as retrace would say it: from the
       // argument itself, or, for one number, from the guard (its value less
-      // the one read); else from the layout's expressions.
+      // the one read); else from the layout's expressions. A comparison of
+      // two sizes is said by the symbols' values.
       const LayoutRead& r = reads.at(static_cast<size_t>(read));
-      Shape now;
-      const auto slot = std::find(input_values.begin(), input_values.end(), r.value);
-      if (slot != input_values.end()) {
-        const Tensor& t = inputs.at(static_cast<size_t>(slot - input_values.begin()));
-        Value real;
-        real.sizes = t.sizes();
-        real.strides = t.strides();
-        real.offset = t.storage_offset();
-        now = observe(real, r);
-      } else if (!r.cmp && r.observed.size() == 1 && r.field != LayoutField::kSizes &&
-                 r.field != LayoutField::kStrides) {
-        now = {g.expr.eval(v) + r.observed[0]};
-      } else {
+      const auto now_of = [&]() -> Shape {
+        if (r.other != kNoValue) return r.observed;
+        const auto slot = std::find(input_values.begin(), input_values.end(), r.value);
+        if (slot != input_values.end()) {
+          const Tensor& t = inputs.at(static_cast<size_t>(slot - input_values.begin()));
+          Value real;
+          real.sizes = t.sizes();
+          real.strides = t.strides();
+          real.offset = t.storage_offset();
+          return observe(real, r);
+        }
+        if (!r.cmp && r.observed.size() == 1 && r.field != LayoutField::kSizes &&
+            r.field != LayoutField::kStrides)
+          return {g.expr.eval(v) + r.observed[0]};
         const Layout& l = values.at(static_cast<size_t>(r.value));
         Value made;
         for (const SymInt& s : l.sizes) made.sizes.push_back(s.expr().eval(v));
         for (const SymInt& s : l.strides) made.strides.push_back(s.expr().eval(v));
         made.offset = l.offset.expr().eval(v);
-        now = observe(made, r);
-      }
+        return observe(made, r);
+      };
+      const Shape now = now_of();
       const std::string at = values_of(g);
       // A layout whose symbols a guard fixed keeps the traced value: then
       // the symbols' values say what changed.

@@ -363,6 +363,15 @@ void GuardScope::add(Guard g) {
   if (g.rel == Guard::Rel::kGe && lb != kUnknown && lb >= 0) return;
   if (g.rel == Guard::Rel::kNe && lb != kUnknown && lb > 0) return;
   if (g.origin.empty()) g.origin = origin_;
+  // e == 0 and -e == 0 are one guard: its first term that names a symbol
+  // counts up (s0 == s2, not s2 == s0).
+  if (g.rel != Guard::Rel::kGe) {
+    for (const Expr::Term& t : g.expr.terms()) {
+      if (t.factors.empty()) continue;
+      if (t.coeff < 0) g.expr = -g.expr;
+      break;
+    }
+  }
   if (std::find(guards_.begin(), guards_.end(), g) != guards_.end()) return;
   guards_.push_back(std::move(g));
 }

@@ -40,34 +40,55 @@ int64_t Tensor::size(int64_t d, const std::source_location& where) const {
   return layout_entry(i, i.sizes, d, LayoutField::kSize, "size", where);
 }
 
+namespace {
+
+bool compare(int64_t a, SizeCmp cmp, int64_t b) {
+  switch (cmp) {
+    case SizeCmp::kEq:
+      return a == b;
+    case SizeCmp::kNe:
+      return a != b;
+    case SizeCmp::kLt:
+      return a < b;
+    case SizeCmp::kLe:
+      return a <= b;
+    case SizeCmp::kGt:
+      return a > b;
+    case SizeCmp::kGe:
+      return a >= b;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool Tensor::size_is(int64_t d, SizeCmp cmp, int64_t n, const std::source_location& where) const {
   const TensorImpl& i = impl();
   const int64_t k = wrap_dim(d, static_cast<int64_t>(i.sizes.size()), "size_is");
-  const int64_t s = i.sizes[static_cast<size_t>(k)];
-  bool result = false;
-  switch (cmp) {
-    case SizeCmp::kEq:
-      result = s == n;
-      break;
-    case SizeCmp::kNe:
-      result = s != n;
-      break;
-    case SizeCmp::kLt:
-      result = s < n;
-      break;
-    case SizeCmp::kLe:
-      result = s <= n;
-      break;
-    case SizeCmp::kGt:
-      result = s > n;
-      break;
-    case SizeCmp::kGe:
-      result = s >= n;
-      break;
-  }
+  const bool result = compare(i.sizes[static_cast<size_t>(k)], cmp, n);
   if (i.watched) [[unlikely]]
     detail::note_size_compare(i, k, cmp, n, result, where);
   return result;
+}
+
+bool Tensor::size_is(int64_t d, SizeCmp cmp, const Tensor& other, int64_t other_dim,
+                     const std::source_location& where) const {
+  const TensorImpl& i = impl();
+  const TensorImpl& o = other.impl();
+  const int64_t k = wrap_dim(d, static_cast<int64_t>(i.sizes.size()), "size_is");
+  const int64_t ko = wrap_dim(other_dim, static_cast<int64_t>(o.sizes.size()), "size_is");
+  const bool result =
+      compare(i.sizes[static_cast<size_t>(k)], cmp, o.sizes[static_cast<size_t>(ko)]);
+  if (i.watched || o.watched) [[unlikely]]
+    detail::note_size_relation(i, k, cmp, o, ko, result, where);
+  return result;
+}
+
+bool Tensor::same_sizes(const Tensor& other, const std::source_location& where) const {
+  if (dim() != other.dim()) return false;  // ranks are part of every compiled program's key
+  bool same = true;
+  for (int64_t d = 0; d < dim() && same; ++d) same = size_is(d, SizeCmp::kEq, other, d, where);
+  return same;
 }
 
 int64_t Tensor::stride(int64_t d, const std::source_location& where) const {

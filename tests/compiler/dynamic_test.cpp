@@ -380,6 +380,39 @@ TEST(Dynamic, BertMakesNewBatchSizesAndLengthsFromItsTrace) {
       {"BertModel", "sequence length 65", "max_position_embeddings 64"});
 }
 
+// BERT with an attention mask, as a server pads its batches: the mask is
+// checked against the ids with same_sizes, a guard on the relation (the
+// mask's dims equal the ids'), so new sizes of both are made from the trace.
+TEST(Dynamic, BertWithAMaskMakesNewSizesFromItsTrace) {
+  const auto net = compiler::testing::small_bert();
+  NoGradGuard no_grad;
+  const auto forward = [net](const Tensor& ids, const Tensor& mask) {
+    return net->forward(ids, mask).last_hidden_state;
+  };
+  const auto fast = compile(forward, {.name = "bert_masked"});
+  const auto padded = [](int64_t batch, int64_t seq) {
+    Tensor mask = ones({batch, seq}, {.dtype = kInt64});
+    mask.narrow(1, seq / 2, seq - seq / 2).select(0, 0).fill_(0);  // the first row half padding
+    return std::pair{randint(0, 100, {batch, seq}), mask};
+  };
+  for (const auto& [batch, seq] : std::vector<std::pair<int64_t, int64_t>>{
+           {2, 16}, {3, 16}, {3, 20}, {5, 9}, {4, 33}, {2, 16}}) {
+    const auto [ids, mask] = padded(batch, seq);
+    EXPECT_TRUE(same(fast(ids, mask), forward(ids, mask))) << batch << " x " << seq;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;    // (2, 16), (3, 16), (3, 20)
+  EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;  // (5, 9), (4, 33)
+  EXPECT_NE(r.symbolic_graph.find("guard s0 == s2"), std::string::npos) << r.symbolic_graph;
+  EXPECT_NE(r.symbolic_graph.find("guard s1 == s3"), std::string::npos) << r.symbolic_graph;
+  // A mask of another length: the guard fails, and the model's own error.
+  kiln::testing::expect_error_with<ShapeError>(
+      [&] {
+        (void)fast(randint(0, 100, {4, 33}), ones({4, 32}, {.dtype = kInt64}));
+      },
+      {"BertModel", "attention_mask", "[4, 33]", "[4, 32]"});
+}
+
 TEST(Dynamic, ResetForgetsDynamicDims) {
   const auto fast = compile(rows_program);
   for (int64_t batch : {2, 3}) (void)fast(randn({batch, 2, 2}));

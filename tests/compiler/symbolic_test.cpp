@@ -441,6 +441,51 @@ TEST(Symbolic, AComparedSizeIsAGuardOnTheComparison) {
   EXPECT_THROW((void)head(randn({2, 2})), IndexError);
 }
 
+// Comparing two tensors' sizes (size_is with another tensor, same_sizes)
+// relates them (s0 == s2) and fixes neither: eager answers the same, and a
+// compiled check holds for every pair of sizes that compares the same.
+TEST(Symbolic, SizesComparedWithSizesAreGuardsOnTheRelation) {
+  const Tensor a = zeros({2, 3}), b = zeros({2, 3}), row = zeros({3});
+  EXPECT_TRUE(a.same_sizes(b));
+  EXPECT_FALSE(a.same_sizes(zeros({2, 4})));
+  EXPECT_FALSE(a.same_sizes(row));
+  EXPECT_TRUE(row.size_is(0, SizeCmp::kEq, a, -1));
+  EXPECT_TRUE(a.size_is(0, SizeCmp::kLt, a, 1));
+  EXPECT_FALSE(a.size_is(1, SizeCmp::kLe, a, 0));
+  EXPECT_THROW((void)a.size_is(2, SizeCmp::kEq, b, 0), IndexError);
+  EXPECT_THROW((void)a.size_is(0, SizeCmp::kEq, row, 1), IndexError);
+
+  int calls = 0;
+  const auto f = [&](const Tensor& x, const Tensor& mask) {
+    ++calls;
+    if (!mask.same_sizes(x)) throw ShapeError("masked: the mask does not match");
+    // A longer second dim than first takes the other branch.
+    if (x.size_is(1, SizeCmp::kGt, x, 0)) return x * mask;
+    return x + mask;
+  };
+  const auto fast = compile(f, {.name = "masked"});
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{2, 3}, {3, 4}, {5, 9}, {9, 5}, {4, 7}};
+  for (const auto& [rows, cols] : sizes) {
+    const Tensor x = randn({rows, cols}), mask = rand({rows, cols});
+    EXPECT_TRUE(testing::same(fast(x, mask), f(x, mask))) << rows << " x " << cols;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;    // (2, 3); (3, 4): dynamic; (9, 5): the branch
+  EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;  // (5, 9) and (4, 7)
+  std::vector<std::string> guards;
+  for (const std::string& g : r.symbolic_guards) guards.push_back(g.substr(0, g.find("  (")));
+  // The latest dynamic program, (9, 5)'s: the branch's other outcome.
+  EXPECT_EQ(guards, (std::vector<std::string>{"s0 == s2", "s1 == s3", "s0 >= s1"}))
+      << r.symbolic_graph;
+  EXPECT_NE(r.symbolic_graph.find("size(1) of %0 > size(0) of %0 at symbolic_test.cpp:"),
+            std::string::npos)
+      << r.symbolic_graph;
+  // A mask that does not match: the guard fails, the function is traced and
+  // throws its own error, as eager.
+  EXPECT_THROW((void)fast(randn({4, 7}), rand({4, 6})), ShapeError);
+  EXPECT_EQ(calls, 5 + 3 + 1);  // eager's five, three traces, and the mismatched one
+}
+
 // compile(): the dynamic program's symbolic graph and guards in explain();
 // a size the guards refuse is traced, with the read named.
 TEST(Symbolic, ExplainShowsTheDynamicProgramsSymbolicShapes) {
