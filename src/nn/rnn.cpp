@@ -119,18 +119,29 @@ Tensor zero_state(const Tensor& like, const Shape& shape) {
 // --- cells ------------------------------------------------------------------
 
 // Checks a cell's input [B, I] or [I] and its state (zeros when undefined)
-// against [B, H] or [H]; returns the state to use.
+// against [B, H] or [H]; returns the state to use. The checks compare sizes
+// (size_is) and the zeros take the input's batch from its shape (zeros_like
+// of a view), so a compiled program reads no batch size and serves every
+// batch from one trace.
 Tensor cell_state(const char* name, const Tensor& input, int64_t input_size, int64_t hidden_size,
                   const Tensor& state, const char* which) {
   KILN_CHECK(input.dim() == 1 || input.dim() == 2, ShapeError, name,
              ": expected a 1-D (unbatched) or 2-D input, got shape ", input.sizes());
-  KILN_CHECK(input.size(-1) == input_size, ShapeError, name, ": input has ", input.size(-1),
-             " features in its last dim, expected ", input_size);
-  Shape expected = {hidden_size};
-  if (input.dim() == 2) expected.insert(expected.begin(), input.size(0));
-  if (!state.defined()) return zero_state(input, expected);
-  KILN_CHECK(state.sizes() == expected, ShapeError, name, ": expected ", which, " of shape ",
-             expected, ", got ", state.sizes());
+  KILN_CHECK(input.size_is(-1, SizeCmp::kEq, input_size), ShapeError, name, ": input has ",
+             input.size(-1), " features in its last dim, expected ", input_size);
+  const bool batched = input.dim() == 2;
+  if (!state.defined()) {
+    const Tensor column = input.narrow(-1, 0, 1);  // [B, 1] or [1]: a view
+    return zeros_like(column.expand(batched ? Shape{-1, hidden_size} : Shape{hidden_size}));
+  }
+  const bool fits = state.dim() == input.dim() && state.size_is(-1, SizeCmp::kEq, hidden_size) &&
+                    (!batched || state.size_is(0, SizeCmp::kEq, input, 0));
+  if (!fits) {
+    Shape expected = {hidden_size};
+    if (batched) expected.insert(expected.begin(), input.size(0));
+    throw ShapeError(detail::str_cat(name, ": expected ", which, " of shape ", expected, ", got ",
+                                     state.sizes()));
+  }
   return state;
 }
 

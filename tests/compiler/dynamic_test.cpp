@@ -413,6 +413,31 @@ TEST(Dynamic, BertWithAMaskMakesNewSizesFromItsTrace) {
       {"BertModel", "attention_mask", "[4, 33]", "[4, 32]"});
 }
 
+// The LSTM loop over changing batch sizes: its cells make their zero
+// states from the input's shape, so each new batch is made from the trace.
+// A new number of steps is a new program (the loop unrolls over them).
+TEST(Dynamic, LstmLoopMakesNewBatchSizesFromItsTrace) {
+  manual_seed(6);
+  models::LSTMCellLoop net(
+      {.input_size = 16, .hidden_size = 32, .num_layers = 2, .num_classes = 10});
+  net.eval();
+  NoGradGuard no_grad;
+  const auto forward = [&net](const Tensor& x) { return net.forward(x); };
+  const auto fast = compile(forward, {.name = "lstm_loop"});
+  for (int64_t batch : {2, 3, 7, 4, 2}) {
+    const Tensor x = randn({batch, 5, 16});
+    EXPECT_TRUE(same(fast(x), forward(x))) << batch;
+  }
+  ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;
+  EXPECT_TRUE(r.symbolic_guards.empty()) << r.symbolic_graph;
+  const Tensor longer = randn({3, 6, 16});
+  EXPECT_TRUE(same(fast(longer), forward(longer)));
+  r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;
+}
+
 TEST(Dynamic, ResetForgetsDynamicDims) {
   const auto fast = compile(rows_program);
   for (int64_t batch : {2, 3}) (void)fast(randn({batch, 2, 2}));

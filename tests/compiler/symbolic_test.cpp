@@ -360,17 +360,17 @@ TEST(Symbolic, EveryRuleGroupAgreesWithItsEagerInstance) {
        [&](const TensorList& x) {
          return TensorList{F::nll_loss(log_softmax(x[0], 1), x[1]), F::cross_entropy(x[0], x[1])};
        }},
-      // An LSTM cell checks its state against the input's batch, a read:
-      // tied to its sizes, and only soundness is checked.
+      // An LSTM cell makes its zero state from the input's shape and checks
+      // a given state against the input's batch by comparison: no read.
       {"cells",
        [&](int64_t a, int64_t) {
          return TensorList{randn({a, 8})};
        },
        [&](const TensorList& x) {
-         const nn::LSTMState st = cell(x[0]);
-         return TensorList{st.h, st.c};
-       },
-       true},
+         const nn::LSTMState first = cell(x[0]);
+         const nn::LSTMState second = cell(x[0] * 2.0, first);
+         return TensorList{second.h, second.c};
+       }},
   };
   NoGradGuard no_grad;
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{3, 7},  {9, 12}, {4, 20},
