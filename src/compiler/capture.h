@@ -122,25 +122,6 @@ Shape observe(const Value& v, const LayoutRead& read, const Value* other = nullp
 // A read's value as the program saw it: a shape, one number, or true/false.
 std::string shown(LayoutField field, const Shape& observed);
 std::string shown(const LayoutRead& read, const Shape& observed);
-// The comparison's outcome, on numbers of either kind (int64_t, SymInt).
-template <class I, class B>
-bool compare_size(const I& size, SizeCmp cmp, const B& bound) {
-  switch (cmp) {
-    case SizeCmp::kEq:
-      return size == bound;
-    case SizeCmp::kNe:
-      return size != bound;
-    case SizeCmp::kLt:
-      return size < bound;
-    case SizeCmp::kLe:
-      return size <= bound;
-    case SizeCmp::kGt:
-      return size > bound;
-    case SizeCmp::kGe:
-      return size >= bound;
-  }
-  return false;
-}
 
 class Tracer {
  public:

@@ -37,6 +37,27 @@ bool contiguous_layout(const std::vector<I>& sizes, const std::vector<I>& stride
   return true;
 }
 
+// A size compared with a bound (Tensor::size_is), on numbers of either kind:
+// plain, or SymInt, where the comparison is a guard.
+template <class I, class B>
+bool compare_size(const I& size, SizeCmp cmp, const B& bound) {
+  switch (cmp) {
+    case SizeCmp::kEq:
+      return size == bound;
+    case SizeCmp::kNe:
+      return size != bound;
+    case SizeCmp::kLt:
+      return size < bound;
+    case SizeCmp::kLe:
+      return size <= bound;
+    case SizeCmp::kGt:
+      return size > bound;
+    case SizeCmp::kGe:
+      return size >= bound;
+  }
+  return false;
+}
+
 // Row-major strides of sizes (an empty dim counts as 1).
 template <class I>
 std::vector<I> contiguous_strides(const std::vector<I>& sizes) {

@@ -40,32 +40,10 @@ int64_t Tensor::size(int64_t d, const std::source_location& where) const {
   return layout_entry(i, i.sizes, d, LayoutField::kSize, "size", where);
 }
 
-namespace {
-
-bool compare(int64_t a, SizeCmp cmp, int64_t b) {
-  switch (cmp) {
-    case SizeCmp::kEq:
-      return a == b;
-    case SizeCmp::kNe:
-      return a != b;
-    case SizeCmp::kLt:
-      return a < b;
-    case SizeCmp::kLe:
-      return a <= b;
-    case SizeCmp::kGt:
-      return a > b;
-    case SizeCmp::kGe:
-      return a >= b;
-  }
-  return false;
-}
-
-}  // namespace
-
 bool Tensor::size_is(int64_t d, SizeCmp cmp, int64_t n, const std::source_location& where) const {
   const TensorImpl& i = impl();
   const int64_t k = wrap_dim(d, static_cast<int64_t>(i.sizes.size()), "size_is");
-  const bool result = compare(i.sizes[static_cast<size_t>(k)], cmp, n);
+  const bool result = compare_size(i.sizes[static_cast<size_t>(k)], cmp, n);
   if (i.watched) [[unlikely]]
     detail::note_size_compare(i, k, cmp, n, result, where);
   return result;
@@ -78,7 +56,7 @@ bool Tensor::size_is(int64_t d, SizeCmp cmp, const Tensor& other, int64_t other_
   const int64_t k = wrap_dim(d, static_cast<int64_t>(i.sizes.size()), "size_is");
   const int64_t ko = wrap_dim(other_dim, static_cast<int64_t>(o.sizes.size()), "size_is");
   const bool result =
-      compare(i.sizes[static_cast<size_t>(k)], cmp, o.sizes[static_cast<size_t>(ko)]);
+      compare_size(i.sizes[static_cast<size_t>(k)], cmp, o.sizes[static_cast<size_t>(ko)]);
   if (i.watched || o.watched) [[unlikely]]
     detail::note_size_relation(i, k, cmp, o, ko, result, where);
   return result;

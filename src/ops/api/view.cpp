@@ -58,20 +58,14 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   if (x.dim() == 0) return dispatch1(OpId::flatten, {x}, {start_dim, end_dim});  // [1]
   const int64_t s = wrap_dim(start_dim, x.dim(), "flatten");
   const int64_t e = wrap_dim(end_dim, x.dim(), "flatten");
-  if (s > e) {
-    throw IndexError(detail::str_cat("flatten: start_dim ", start_dim, " comes after end_dim ",
-                                     end_dim, " (shape ", x.sizes(), ")"));
-  }
   if (s == e) return x;
-  // A traced program reads only whether x is contiguous, not its sizes
-  // (compiler/capture.h, LayoutRead): they stay symbolic in the op's rule.
-  if (x.is_contiguous()) return dispatch1(OpId::flatten, {x}, {s, e});
-  Shape merged(x.sizes().begin(), x.sizes().begin() + s);
-  merged.push_back(1);
-  for (int64_t d = s; d <= e; ++d) merged.back() *= x.size(d);
-  merged.insert(merged.end(), x.sizes().begin() + e + 1, x.sizes().end());
-  const bool viewable = ops::view_possible(x, merged);
-  return dispatch1(OpId::flatten, {viewable ? x : x.contiguous()}, {s, e});
+  // The rule checks that s <= e. A traced program reads only whether x is
+  // contiguous, not its sizes (compiler/capture.h, LayoutRead): they stay
+  // symbolic in the rule. Merged dims that are not one run of memory are
+  // copied first, as reshape does.
+  const bool copy =
+      s < e && !x.is_contiguous() && !ops::merged_stride(x.sizes(), x.strides(), s, e);
+  return dispatch1(OpId::flatten, {copy ? x.contiguous() : x}, {start_dim, end_dim});
 }
 
 Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes) {

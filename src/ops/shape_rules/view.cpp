@@ -102,6 +102,29 @@ std::vector<I> infer_view_shape(std::string_view op, const std::vector<I>& from,
 template Shape infer_view_shape(std::string_view, const Shape&, const Shape&);
 template SymShape infer_view_shape(std::string_view, const SymShape&, const Shape&);
 
+template <class I>
+std::optional<I> merged_stride(const std::vector<I>& sizes, const std::vector<I>& strides,
+                               int64_t s, int64_t e) {
+  I merged = 1;
+  for (int64_t d = s; d <= e; ++d) merged *= sizes[d];
+  I step = strides[e];
+  if (merged == 0) return step;
+  std::optional<int64_t> inner;  // the next inner dim not of size 1
+  for (int64_t d = e; d >= s; --d) {
+    if (sizes[d] == 1) continue;
+    if (!inner) {
+      step = strides[d];
+    } else if (strides[d] != strides[*inner] * sizes[*inner]) {
+      return std::nullopt;
+    }
+    inner = d;
+  }
+  return step;
+}
+
+template std::optional<int64_t> merged_stride(const Shape&, const Shape&, int64_t, int64_t);
+template std::optional<SymInt> merged_stride(const SymShape&, const SymShape&, int64_t, int64_t);
+
 bool view_possible(const Tensor& x, const Shape& shape) {
   return view_strides(x.sizes(), x.strides(), shape).has_value();
 }
@@ -148,30 +171,18 @@ void infer_flatten(Ctx& ctx) {
   }
   const auto& in_sizes = x.sizes();
   const auto& in_strides = x.strides();
+  const std::optional<Int> step = merged_stride(in_sizes, in_strides, s, e);
+  if (!step) {
+    throw ShapeError(detail::str_cat("flatten: dims ", s, " to ", e, " of sizes ", in_sizes,
+                                     " and strides ", in_strides, " cannot be viewed as one",
+                                     " (kiln::flatten copies such a tensor)"));
+  }
   Int merged = 1;
   for (int64_t d = s; d <= e; ++d) merged *= in_sizes[d];
-  // One run of memory: each merged dim's stride is the next inner one's
-  // stride times its size, dims of size 1 aside (an empty tensor has any).
-  // The merged dim steps as the innermost of them that is not of size 1.
-  Int step = in_strides[e];
-  if (merged != 0) {
-    std::optional<int64_t> inner;
-    for (int64_t d = e; d >= s; --d) {
-      if (in_sizes[d] == 1) continue;
-      if (!inner) {
-        step = in_strides[d];
-      } else if (in_strides[d] != in_strides[*inner] * in_sizes[*inner]) {
-        throw ShapeError(detail::str_cat("flatten: dims ", s, " to ", e, " of sizes ", in_sizes,
-                                         " and strides ", in_strides, " cannot be viewed as one",
-                                         " (kiln::flatten copies such a tensor)"));
-      }
-      inner = d;
-    }
-  }
   typename Ctx::Sizes sizes(in_sizes.begin(), in_sizes.begin() + s);
   typename Ctx::Sizes strides(in_strides.begin(), in_strides.begin() + s);
   sizes.push_back(merged);
-  strides.push_back(step);
+  strides.push_back(*step);
   sizes.insert(sizes.end(), in_sizes.begin() + e + 1, in_sizes.end());
   strides.insert(strides.end(), in_strides.begin() + e + 1, in_strides.end());
   push_view(ctx, sizes, strides, x.storage_offset());

@@ -3,6 +3,7 @@
 // (SymTensor, SymInt sizes) alike; view.cpp instantiates both.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -20,6 +21,16 @@ std::vector<I> infer_view_shape(std::string_view op, const std::vector<I>& from,
                                 const Shape& shape);
 extern template Shape infer_view_shape(std::string_view, const Shape&, const Shape&);
 extern template SymShape infer_view_shape(std::string_view, const SymShape&, const Shape&);
+
+// The stride of dims s..e of a layout merged into one, when they are one run
+// of memory: each dim's stride is the next inner one's stride times its size,
+// dims of size 1 aside (an empty tensor's always are). nullopt otherwise.
+template <class I>
+std::optional<I> merged_stride(const std::vector<I>& sizes, const std::vector<I>& strides,
+                               int64_t s, int64_t e);
+extern template std::optional<int64_t> merged_stride(const Shape&, const Shape&, int64_t, int64_t);
+extern template std::optional<SymInt> merged_stride(const SymShape&, const SymShape&, int64_t,
+                                                    int64_t);
 
 // Whether x can be viewed as shape without copying.
 bool view_possible(const Tensor& x, const Shape& shape);
