@@ -13,20 +13,29 @@ namespace {
 SymShape constants(const Shape& s) { return SymShape(s.begin(), s.end()); }
 
 // Row-major strides over symbolic sizes where the traced strides are
-// row-major (a size-1 dim keeps the stride it had); the traced strides as
-// constants otherwise.
+// row-major; the traced strides as constants otherwise. A size-1 dim whose
+// stride is not the row-major one keeps it: its stride never matters (only
+// index 0 exists), and layouts are compared without it (same_strides).
 SymShape input_strides(const Value& v, const SymShape& sizes) {
   if (!contiguous_layout(v.sizes, v.strides)) return constants(v.strides);
   SymShape out(sizes.size());
   SymInt expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
-    out[i] = v.sizes[i] == 1 ? SymInt(v.strides[i]) : expected;
+    out[i] = v.sizes[i] == 1 && v.strides[i] != expected.hint() ? SymInt(v.strides[i]) : expected;
     expected *= sizes[i].hint() < 1 ? SymInt(1) : sizes[i];
   }
   return out;
 }
 
 bool same_hints(const SymShape& s, const Shape& h) { return sym::hints(s) == h; }
+
+// Strides equal where they matter: in every dim whose size is not 1.
+bool same_strides(const Shape& sizes, const Shape& a, const Shape& b) {
+  if (a.size() != b.size() || sizes.size() != a.size()) return false;
+  for (size_t d = 0; d < a.size(); ++d)
+    if (sizes[d] != 1 && a[d] != b[d]) return false;
+  return true;
+}
 
 // The layout printed: "[s0, 64]", with "{strides+offset}" where it is not
 // the default one.
@@ -52,7 +61,8 @@ bool each_layout_entry(const SymbolicShapes::Layout& l, const Value& v,
   for (size_t d = 0; d < l.sizes.size(); ++d)
     if (l.sizes[d].expr().eval(values) != v.sizes[d]) return differs("sizes");
   for (size_t d = 0; d < l.strides.size(); ++d)
-    if (l.strides[d].expr().eval(values) != v.strides[d]) return differs("strides");
+    if (v.sizes[d] != 1 && l.strides[d].expr().eval(values) != v.strides[d])
+      return differs("strides");
   if (l.offset.expr().eval(values) != v.offset) return differs("offset");
   return true;
 }
@@ -154,7 +164,8 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
           ol = {ctx.outputs[k].sizes, contiguous_strides(ctx.outputs[k].sizes), SymInt(0)};
         }
         const Value& ov = g.value(n.outputs[k]);
-        if (!same_hints(ol.sizes, ov.sizes) || !same_hints(ol.strides, ov.strides) ||
+        if (!same_hints(ol.sizes, ov.sizes) ||
+            !same_strides(ov.sizes, sym::hints(ol.strides), ov.strides) ||
             ol.offset.hint() != ov.offset) {
           why = detail::str_cat(schema.name, " (%", n.outputs[k], "): its rule on symbols gives ",
                                 ol.sizes, "{", ol.strides, "+", ol.offset, "}, the trace has ",
@@ -341,7 +352,7 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
                 l.offset.expr().eval(v) == t.storage_offset();
     for (size_t d = 0; same && d < l.sizes.size(); ++d)
       same = l.sizes[d].expr().eval(v) == t.sizes()[d] &&
-             l.strides[d].expr().eval(v) == t.strides()[d];
+             (t.sizes()[d] == 1 || l.strides[d].expr().eval(v) == t.strides()[d]);
     if (!same) {
       why = detail::str_cat("argument ", slot, " is laid out as ", t.sizes(), "{", t.strides(), "+",
                             t.storage_offset(), "}, not as ", layout_text(l));

@@ -12,6 +12,9 @@ namespace {
 
 constexpr int64_t kUnknown = std::numeric_limits<int64_t>::min();
 constexpr int64_t kSymbolMin = 2;  // every symbol is at least 2
+// ... and at most 2^62: no tensor of more elements can be made, so no larger
+// size is admitted (a guard that holds up to it holds for every size).
+constexpr int64_t kSymbolMax = int64_t{1} << 62;
 
 void check_overflow(bool overflow) {
   if (overflow) throw ValueError("symbolic sizes: an expression's coefficient overflows int64");
@@ -167,22 +170,31 @@ int64_t Expr::eval(std::span<const int64_t> values) const {
 }
 
 int64_t Expr::lower_bound() const {
-  int64_t sum = 0;
+  // In 128 bits: a constant near 2^63 less a symbol's largest value stays exact.
+  __int128 sum = 0;
   for (const Term& t : terms_) {
     if (t.factors.empty()) {
-      sum = add(sum, t.coeff);
+      sum += t.coeff;
       continue;
     }
-    if (t.coeff < 0) return kUnknown;
-    int64_t p = t.coeff;
+    if (t.coeff < 0) {
+      // -c*s is at least -c*kSymbolMax; products and quotients are not bounded here.
+      if (t.factors.size() != 1 || t.factors[0]->kind != Atom::Kind::kSymbol) return kUnknown;
+      sum += static_cast<__int128>(t.coeff) * kSymbolMax;
+      continue;
+    }
+    __int128 p = t.coeff;
     for (const auto& f : t.factors) {
       const int64_t b = atom_lower_bound(*f);
       if (b == kUnknown) return kUnknown;
-      p = mul(p, b);
+      p *= b;
+      if (p > std::numeric_limits<int64_t>::max()) p = std::numeric_limits<int64_t>::max();
     }
-    sum = add(sum, p);
+    sum += p;
   }
-  return sum;
+  if (sum > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();
+  if (sum <= kUnknown) return kUnknown;
+  return static_cast<int64_t>(sum);
 }
 
 std::string Expr::str() const {
@@ -358,9 +370,29 @@ GuardScope::GuardScope() noexcept : previous_(t_scope) { t_scope = this; }
 GuardScope::~GuardScope() { t_scope = previous_; }
 GuardScope* GuardScope::active() noexcept { return t_scope; }
 
+namespace {
+
+// Whether e >= 0 for every symbol value: its lower bound, or e is a
+// remainder a - k*(a//k) (k > 0, at least 0) plus what is at least 0.
+bool always_nonnegative(const Expr& e) {
+  const int64_t lb = e.lower_bound();
+  if (lb != kUnknown && lb >= 0) return true;
+  for (const Expr::Term& t : e.terms()) {
+    for (const auto& f : t.factors) {
+      if (f->kind != Atom::Kind::kFloorDiv || !f->den->is_constant() || f->den->constant() <= 0)
+        continue;
+      const int64_t rest = (e - mod(*f->num, *f->den)).lower_bound();
+      if (rest != kUnknown && rest >= 0) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void GuardScope::add(Guard g) {
   const int64_t lb = g.expr.lower_bound();
-  if (g.rel == Guard::Rel::kGe && lb != kUnknown && lb >= 0) return;
+  if (g.rel == Guard::Rel::kGe && always_nonnegative(g.expr)) return;
   if (g.rel == Guard::Rel::kNe && lb != kUnknown && lb > 0) return;
   if (g.origin.empty()) g.origin = origin_;
   // e == 0 and -e == 0 are one guard: its first term that names a symbol

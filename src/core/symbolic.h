@@ -51,7 +51,7 @@ class Expr {
 
   // Its value for symbol values `values` (by id); floor division as in Python.
   int64_t eval(std::span<const int64_t> values) const;
-  // A lower bound given that every symbol is at least 2; nullopt-like
+  // A lower bound given that every symbol is in [2, 2^62]; nullopt-like
   // INT64_MIN when none is known (a negative coefficient, say).
   int64_t lower_bound() const;
 

@@ -438,6 +438,47 @@ TEST(Dynamic, LstmLoopMakesNewBatchSizesFromItsTrace) {
   EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;
 }
 
+// A size-1 dim's stride never matters (only index 0 exists): at batch 1, a
+// new size of another dim is made from the trace as at batch 2.
+TEST(Dynamic, BatchOneMakesNewSizesFromTheTrace) {
+  for (const int64_t batch : {1, 2}) {
+    const auto fast = compile([](const Tensor& x) { return x * 2.0; });
+    for (int64_t s = 8; s <= 12; ++s) {
+      const Tensor x = randn({batch, 4, s, 64});
+      EXPECT_TRUE(same(fast(x), x * 2.0)) << batch << " " << s;
+    }
+    const ExplainReport r = fast.explain();
+    EXPECT_EQ(r.stats.traces, 2) << "batch " << batch << ": " << r.dynamic_sizes;
+    EXPECT_EQ(r.stats.retraces, 3) << "batch " << batch << ": " << r.dynamic_sizes;
+  }
+}
+
+// Generation's common case: a cache grown by cat at batch 1, one token per call.
+TEST(Dynamic, ACacheGrownByCatAtBatchOneIsMadeFromOneTrace) {
+  manual_seed(4);
+  NoGradGuard no_grad;  // generation: the cache's tensors record no autograd
+  nn::Linear proj(16, 16);
+  const auto step = [&](const Tensor& cache, const Tensor& token) {
+    Tensor grown = cat({cache, proj(token).unsqueeze(1)}, 1);  // [1, t + 1, 16]
+    Tensor scores = softmax(matmul(proj(token).unsqueeze(1), grown.transpose(1, 2)) * 0.25, -1);
+    return std::make_pair(grown, matmul(scores, grown).squeeze(1));
+  };
+  const auto fast = compile(step);
+  Tensor cache = randn({1, 3, 16}), eager_cache = cache;
+  for (int i = 0; i < 6; ++i) {
+    const Tensor token = randn({1, 16});
+    auto [grown, out] = fast(cache, token);
+    auto [want_grown, want_out] = step(eager_cache, token);
+    EXPECT_TRUE(same(grown, want_grown)) << i;
+    EXPECT_TRUE(same(out, want_out)) << i;
+    cache = grown;
+    eager_cache = want_grown;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.retraces, 4) << r.dynamic_sizes;
+}
+
 TEST(Dynamic, ResetForgetsDynamicDims) {
   const auto fast = compile(rows_program);
   for (int64_t batch : {2, 3}) (void)fast(randn({batch, 2, 2}));
