@@ -7,9 +7,9 @@
 //   auto step = kiln::compile([&](Tensor a, Tensor b, double s) { return (a * s + b).relu(); });
 //   Tensor z = step(x, y, 0.5);                                  // traced on the first call
 //
-// Arguments may be tensors, numbers (int, int64_t, float, double, bool) and
-// std::vector<Tensor>; results tensors, std::vector<Tensor> and std::tuple or
-// std::pair of those. The guard key of a call: each tensor's sizes, strides,
+// Arguments and results may be tensors, and optionals, vectors, string-keyed
+// maps, tuples and aggregates (structs) of them; arguments also numbers,
+// enums and strings (kiln/compile_args.h). The guard key of a call: each tensor's sizes, strides,
 // dtype, device and requires_grad, each number's value, each list's length,
 // grad mode and the TF32 policy; captured tensors (module parameters and
 // buffers, tensors of a closure) are bound by reference and guarded on their
@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/compile_args.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -116,6 +117,13 @@ struct CompileOptions {
   // with new guards run eagerly, with one warning, and a call that reads a
   // value not seen before at a graph break finishes without keeping graphs.
   int recompile_limit = 8;
+  // What the cache keeps: graphs for at most this many guard keys (each
+  // size of a dynamic dim is a key), and at most this many bytes of device
+  // memory held by their CUDA graphs. Past either, the keys used least
+  // recently are let go (KILN_LOGS=recompiles logs each); a call with one
+  // later compiles it again, as an instance where its program is known.
+  int cache_limit = 64;
+  size_t cache_bytes_limit = size_t{1} << 30;
   // For logs and explain(): defaults to "compiled function".
   std::string name = {};
   // Replay and Eager take no mode but Default, and no freeze (a ValueError).
@@ -124,6 +132,11 @@ struct CompileOptions {
 
 struct CompileStats {
   int64_t calls = 0;
+  int64_t graphs = 0;  // graphs compiled (numbered from 1 in explain())
+  // Of those, the graphs kept now (the cache's bounds let go of the least recently used).
+  int64_t graphs_kept = 0;
+  // Traces that compiled graphs after the first (explain().recompiles says why).
+  int64_t recompiles = 0;
   int64_t replays = 0;      // calls served by graphs (a tracing call that kept its graphs included)
   // Times the function was traced: the first, for new guards, and for values
   // not seen before at a graph break.
@@ -137,6 +150,16 @@ struct CompileStats {
   // Of those, the graphs made from a kept trace for the new sizes without
   // calling the function (the program read no size that changed).
   int64_t retraces = 0;
+  // Calls made while another compiled function was tracing: the function
+  // ran inline, its ops recorded into the caller's graph.
+  int64_t inlined_calls = 0;
+  // Traces made because a graph break read a value not seen there before
+  // (a float that differs on every call traces every call: compare it on
+  // the device and read the outcome, docs/compile.md, "Graph breaks").
+  int64_t new_value_traces = 0;
+  // Guard keys whose graphs the cache let go (least recently used first),
+  // to stay within CompileOptions::cache_limit and cache_bytes_limit.
+  int64_t evictions = 0;
 };
 
 // What a compiled function recorded: its graphs with their ops and guards,
@@ -214,17 +237,6 @@ uint64_t dynamic_marks(const Tensor& t);
 
 namespace internal {
 
-// A call's arguments flattened: its tensors, and a key of everything else the
-// trace depends on (numbers, list lengths).
-struct FlatArgs {
-  TensorList tensors;
-  std::vector<int64_t> key;
-};
-
-// Runs the user's function on the given tensors (proxies or real ones) and
-// returns its results flattened; `structure` describes their nesting.
-using Runner = std::function<TensorList(const TensorList& tensors, std::vector<int64_t>& structure)>;
-
 // The type-erased cache of a compiled function.
 class Core {
  public:
@@ -241,86 +253,6 @@ class Core {
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
-
-// --- flattening arguments ------------------------------------------------------
-
-template <typename T>
-inline constexpr bool kIsNumber = std::is_arithmetic_v<T>;
-
-template <typename A>
-void flatten_arg(const A& a, FlatArgs& out) {
-  using T = std::remove_cvref_t<A>;
-  if constexpr (std::is_same_v<T, Tensor>) {
-    out.key.push_back(1);
-    out.tensors.push_back(a);
-  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-    out.key.push_back(2);
-    out.key.push_back(static_cast<int64_t>(a.size()));
-    out.tensors.insert(out.tensors.end(), a.begin(), a.end());
-  } else if constexpr (std::is_floating_point_v<T>) {
-    out.key.push_back(3);
-    out.key.push_back(std::bit_cast<int64_t>(static_cast<double>(a)));
-  } else if constexpr (kIsNumber<T>) {
-    out.key.push_back(4);
-    out.key.push_back(static_cast<int64_t>(a));
-  } else {
-    static_assert(sizeof(T) == 0,
-                  "kiln::compile: arguments must be Tensor, std::vector<Tensor> or numbers");
-  }
-}
-
-// The argument as the function sees it: tensors from `tensors` (proxies while
-// tracing), numbers as they are.
-template <typename A>
-decltype(auto) rebuild_arg(A&& a, const TensorList& tensors, size_t& next) {
-  using T = std::remove_cvref_t<A>;
-  if constexpr (std::is_same_v<T, Tensor>) {
-    return Tensor(tensors[next++]);
-  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-    std::vector<Tensor> v(tensors.begin() + static_cast<std::ptrdiff_t>(next),
-                          tensors.begin() + static_cast<std::ptrdiff_t>(next + a.size()));
-    next += a.size();
-    return v;
-  } else {
-    return std::forward<A>(a);
-  }
-}
-
-// --- flattening results ----------------------------------------------------------
-
-template <typename R>
-void flatten_result(const R& r, TensorList& out, std::vector<int64_t>& structure) {
-  if constexpr (std::is_same_v<R, Tensor>) {
-    out.push_back(r);
-  } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
-    structure.push_back(static_cast<int64_t>(r.size()));
-    out.insert(out.end(), r.begin(), r.end());
-  } else if constexpr (requires { std::tuple_size<R>::value; }) {
-    std::apply([&](const auto&... parts) { (flatten_result(parts, out, structure), ...); }, r);
-  } else {
-    static_assert(sizeof(R) == 0,
-                  "kiln::compile: results must be Tensor, std::vector<Tensor>, or tuples of them");
-  }
-}
-
-template <typename R>
-R unflatten_result(const TensorList& flat, const std::vector<int64_t>& structure, size_t& next,
-                   size_t& shape_at) {
-  if constexpr (std::is_same_v<R, Tensor>) {
-    return flat[next++];
-  } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
-    const auto n = static_cast<size_t>(structure[shape_at++]);
-    std::vector<Tensor> v(flat.begin() + static_cast<std::ptrdiff_t>(next),
-                          flat.begin() + static_cast<std::ptrdiff_t>(next + n));
-    next += n;
-    return v;
-  } else {
-    return [&]<size_t... I>(std::index_sequence<I...>) {
-      // Braced initialization evaluates the parts in order.
-      return R{unflatten_result<std::tuple_element_t<I, R>>(flat, structure, next, shape_at)...};
-    }(std::make_index_sequence<std::tuple_size_v<R>>{});
-  }
-}
 
 }  // namespace internal
 }  // namespace compiler

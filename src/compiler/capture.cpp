@@ -78,9 +78,20 @@ void Tracer::alias(const Tensor& proxy, const Tensor& alias) {
   aliases_.push_back(alias);
 }
 
-void Tracer::add_host_guard(std::string what, std::function<double()> read) {
+void Tracer::add_host_guard(std::string what, std::function<double()> read, const void* source,
+                            bool flag) {
+  if (source != nullptr && std::any_of(host_guards_.begin(), host_guards_.end(),
+                                       [&](const HostGuard& h) { return h.source == source; }))
+    return;
   const double value = read();
-  host_guards_.push_back({std::move(what), std::move(read), value});
+  host_guards_.push_back({std::move(what), std::move(read), value, source, flag});
+}
+
+std::string HostGuard::changed(double now) const {
+  if (flag)
+    return detail::str_cat(what, " was ", value != 0 ? "true" : "false", ", now ",
+                           now != 0 ? "true" : "false");
+  return detail::str_cat(what, " was ", value, ", now ", now);
 }
 
 Tracer* Tracer::active() noexcept { return t_active; }

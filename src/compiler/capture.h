@@ -69,6 +69,11 @@ struct HostGuard {
   std::string what;
   std::function<double()> read;
   double value = 0;
+  // What the number belongs to (a module's state): a trace notes it once.
+  const void* source = nullptr;
+  bool flag = false;  // a true/false value (a module's training flag), printed so
+  // "was true, now false", "was 0.1, now 0.01".
+  std::string changed(double now) const;
 };
 
 // A gradient the traced program left in a real tensor's grad() (backward()
@@ -171,8 +176,10 @@ class Tracer {
   void note_grad_owner(const Tensor& real);
   // `alias` (a detach() of a proxy) stands for the same value as `proxy`.
   void alias(const Tensor& proxy, const Tensor& alias);
-  // A host number the graph being traced depends on (HostGuard).
-  void add_host_guard(std::string what, std::function<double()> read);
+  // A host number the graph being traced depends on (HostGuard). With a
+  // source, a second guard of the same source in the graph is not added.
+  void add_host_guard(std::string what, std::function<double()> read, const void* source = nullptr,
+                      bool flag = false);
   // The host guards of the graph being traced, handed over.
   std::vector<HostGuard> take_host_guards() { return std::exchange(host_guards_, {}); }
   // Ends the trace with these results (proxies, or real tensors the program

@@ -39,9 +39,9 @@ namespace {
 // A graph break's tree keeps at most this many values per read; a value
 // read past it runs the rest of its call from a trace, unkept.
 constexpr size_t kMaxValuesPerRead = 256;
-// A family of dynamic dims keeps the graphs of at most this many sizes; the
-// oldest are forgotten first.
-constexpr size_t kMaxSizesPerFamily = 64;
+// A read that has given this many values is said once: each new value
+// traces the function again.
+constexpr size_t kWarnValuesPerRead = 16;
 
 // One call's way through an entry's graphs.
 struct Walk {
@@ -60,6 +60,7 @@ struct Core::Impl {
   CompileStats stats;
   std::vector<std::string> recompiles, graph_breaks;
   bool warned_limit = false;
+  bool said_autograd = false;  // the slower path for autograd was logged
   uint64_t epoch = 0;
   int64_t compiling_traces = 0;  // traces that compiled a graph: what recompile_limit bounds
   int64_t graphs = 0;            // graphs compiled, which numbers them
@@ -75,7 +76,23 @@ struct Core::Impl {
   // `shapeless`: the call's key with every size and stride left out.
   std::shared_ptr<Family> family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
                                     const std::vector<std::string>& names, bool& known);
-  void forget_old_sizes(Family& family);
+  CompileStats current_stats() const;  // under mutex
+  uint64_t tick = 0;                   // counts lookups: an entry's last_used (under mutex)
+  // Lets go of the least recently used keys (not `keep`) until the cache is
+  // within its bounds. Under mutex.
+  void evict(const std::vector<int64_t>& keep);
+
+  // A read that keeps giving new values: each traces the function again.
+  void warn_values(const Segment& reader) {  // under mutex
+    const std::string message = detail::str_cat(
+        options.name, ": graph ", reader.order, " ends at a read that has given ",
+        kWarnValuesPerRead, " different values (", reader.read_description,
+        "); each new value traces the function again (stats().new_value_traces). Where the "
+        "program only compares the value, compare it on the device and read the outcome, which "
+        "has two values: `if ((x > t).item<bool>())`, not `if (x.item<float>() > t)`");
+    std::fprintf(stderr, "kiln: %s\n", message.c_str());
+    log(LogChannel::kGraphBreaks, message);
+  }
 
   void warn_limit() {  // under mutex
     if (warned_limit) return;
@@ -104,6 +121,12 @@ struct Core::Impl {
                                      const FlatArgs& args, std::vector<int64_t>& structure,
                                      CallState* state, std::vector<std::shared_ptr<Segment>>& path,
                                      std::string& why);
+  // A first graph of the entry kept for other host values whose guards hold
+  // now (made the root), or null.
+  std::shared_ptr<Segment> other_root(Entry& entry);
+  // Makes `seg` the entry's first graph; the one it replaces is kept for its
+  // host values when only a host guard failed. Under mutex.
+  void set_root(Entry& entry, const std::shared_ptr<Segment>& seg);
   // A call of a key seen before, from its first graph (root).
   TensorList serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
                    std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path);
@@ -158,11 +181,86 @@ std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::v
   return family;
 }
 
-void Core::Impl::forget_old_sizes(Family& family) {
-  while (family.keys.size() > kMaxSizesPerFamily) {
-    cache.erase(family.keys.front());
-    family.keys.pop_front();
+namespace {
+
+// The distinct graphs of an entry's trees.
+std::vector<const Segment*> segments_of(const Entry& e) {
+  std::vector<const Segment*> out;
+  std::vector<const Segment*> stack;
+  if (e.root) stack.push_back(e.root.get());
+  for (const auto& other : e.other_roots) stack.push_back(other.get());
+  while (!stack.empty()) {
+    const Segment* seg = stack.back();
+    stack.pop_back();
+    if (std::find(out.begin(), out.end(), seg) != out.end()) continue;
+    out.push_back(seg);
+    for (const auto& [bytes, link] : seg->next) stack.push_back(link.next.get());
   }
+  return out;
+}
+
+// The device memory an entry's graphs hold between calls (their CUDA graphs' pools).
+size_t held_bytes(const Entry& e) {
+  size_t bytes = 0;
+  for (const Segment* seg : segments_of(e)) {
+    std::lock_guard lock(seg->graph_mutex);
+    if (seg->graphed) bytes += seg->graphed->pool_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void Core::Impl::evict(const std::vector<int64_t>& keep) {
+  size_t bytes = 0;
+  for (const auto& [k, e] : cache) bytes += held_bytes(*e);
+  while (cache.size() > 1 && (cache.size() > static_cast<size_t>(options.cache_limit) ||
+                              bytes > options.cache_bytes_limit)) {
+    auto oldest = cache.end();
+    for (auto it = cache.begin(); it != cache.end(); ++it)
+      if (it->first != keep &&
+          (oldest == cache.end() || it->second->last_used < oldest->second->last_used))
+        oldest = it;
+    if (oldest == cache.end()) return;
+    const size_t freed = held_bytes(*oldest->second);
+    log(LogChannel::kRecompiles,
+        detail::str_cat(options.name, ": the cache holds ", cache.size(), " keys and ", bytes,
+                        " bytes of CUDA graphs (limits ", options.cache_limit, " and ",
+                        options.cache_bytes_limit,
+                        "): letting go of the graphs of the least "
+                        "recently used key (",
+                        oldest->second->described.empty()
+                            ? std::string("no arguments")
+                            : detail::str_cat(oldest->second->described[0].first, " ",
+                                              oldest->second->described[0].second),
+                        ", ", freed, " bytes)"));
+    bytes -= freed;
+    cache.erase(oldest);
+    ++stats.evictions;
+  }
+}
+
+std::shared_ptr<Segment> Core::Impl::other_root(Entry& entry) {
+  std::lock_guard lock(mutex);
+  for (const std::shared_ptr<Segment>& other : entry.other_roots) {
+    if (!other->stale().empty()) continue;
+    std::shared_ptr<Segment> found = other;
+    set_root(entry, found);
+    return found;
+  }
+  return nullptr;
+}
+
+void Core::Impl::set_root(Entry& entry, const std::shared_ptr<Segment>& seg) {
+  std::erase(entry.other_roots, seg);
+  if (entry.root && entry.root != seg) {
+    bool by_host = false;
+    if (!entry.root->stale(&by_host).empty() && by_host) {
+      entry.other_roots.insert(entry.other_roots.begin(), entry.root);
+      if (entry.other_roots.size() > Entry::kMaxOtherRoots) entry.other_roots.pop_back();
+    }
+  }
+  entry.root = seg;
 }
 
 // A traced graph made ready to run: verified, rewritten by the passes and
@@ -188,6 +286,7 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, TraceSignatur
   seg->passes_ms = ms_since(passes_start);
   for (const Tensor& t : seg->trace->captured)
     seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));
+  seg->slots = slot_guards(seg->trace->captured);
   return seg;
 }
 
@@ -198,12 +297,22 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
   for (const Tensor& t : seg.trace->captured) needs_grad = needs_grad || t.requires_grad();
   for (const Tensor& t : inputs) needs_grad = needs_grad || t.requires_grad();
   // A training step's graph holds its backward ops: it records no autograd.
-  if (options.backend == CompileBackend::Default &&
-      (!(needs_grad && is_grad_enabled()) || seg.ran_backward))
+  const bool records_autograd = needs_grad && is_grad_enabled() && !seg.ran_backward;
+  if (options.backend == CompileBackend::Default && !records_autograd)
     seg.executable = std::make_shared<const Executable>(seg.trace);
   seg.lower_ms = ms_since(lower_start);
   {
     std::lock_guard lock(mutex);
+    if (records_autograd && options.backend == CompileBackend::Default && !said_autograd) {
+      said_autograd = true;
+      log(LogChannel::kPerf,
+          detail::str_cat(
+              options.name,
+              ": its arguments or captured tensors require grad and grad mode "
+              "is on, so its calls replay through dispatch to record autograd, without the "
+              "executable's plan (slower); for inference, call it under NoGradGuard or "
+              "InferenceModeGuard"));
+    }
     seg.order = ++graphs;
     if (seg.instance_of) ++stats.dynamic_instances;
     if (family) family->programs.emplace(program, seg.order);
@@ -231,6 +340,12 @@ std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Gener
                                                std::vector<std::shared_ptr<Segment>>& path,
                                                std::string& why) {
   const auto start = std::chrono::steady_clock::now();
+  why = slots_changed(generic.slots, generic.traced->captured);
+  if (why.empty()) why = host_guards_changed(generic.host_guards);
+  if (!why.empty()) {
+    why = "its trace depends on what changed since: " + why;
+    return std::nullopt;
+  }
   // The guards decide, from the sizes alone, whether the program is the
   // same, where the expressions cover the sizes (no symbol's is 0 or 1:
   // those are left to retrace's checks of each read).
@@ -260,6 +375,7 @@ std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Gener
   seg->sources.resize(args.tensors.size());
   for (size_t i = 0; i < seg->sources.size(); ++i) seg->sources[i] = static_cast<int32_t>(i);
   seg->structure = generic.structure;
+  seg->host_guards = generic.host_guards;
   seg->instance_of = generic.order;
   seg->retraced = true;
   for (size_t k = 0; shapes && k < values.size(); ++k)
@@ -293,7 +409,15 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
   std::string reason;
   int64_t launches = 0;
   while (true) {
-    reason = seg->stale();
+    bool by_host = false;
+    reason = seg->stale(&by_host);
+    if (!reason.empty() && first && by_host) {
+      // A module's training flag changed: a first graph kept for the new value serves.
+      if (std::shared_ptr<Segment> other = other_root(entry)) {
+        seg = std::move(other);
+        reason.clear();
+      }
+    }
     if (!reason.empty()) break;
     if (state) {
       fill_env();
@@ -323,6 +447,10 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
       if (it != seg->next.end()) child = it->second.next;
     }
     if (!child) {
+      {
+        std::lock_guard lock(mutex);
+        ++stats.new_value_traces;
+      }
       walk.last_value = read_value_text(outs[static_cast<size_t>(seg->read)]);
       reason = detail::str_cat("graph ", seg->order, " ended at a graph break where ", seg->read_description,
                                " and read ", walk.last_value, ", a value not seen there before");
@@ -379,8 +507,9 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
       std::vector<std::shared_ptr<Segment>> candidates;
       if (parent) {
         for (const auto& [key, link] : parent->next) candidates.push_back(link.next);
-      } else if (entry.root) {
-        candidates.push_back(entry.root);
+      } else {
+        if (entry.root) candidates.push_back(entry.root);
+        candidates.insert(candidates.end(), entry.other_roots.begin(), entry.other_roots.end());
       }
       const auto same_writes = [&](const Segment& c) {
         if (c.grad_writes.size() != grad_writes.size() || c.host_guards.size() != host_guards.size()) return false;
@@ -440,13 +569,14 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     if (keep) {
       std::lock_guard lock(mutex);
       if (!parent) {
-        entry.root = seg;
+        set_root(entry, seg);
       } else {
         auto it = parent->next.find(walk.keys.back());
         if (it != parent->next.end()) {
           it->second.next = seg;  // it was stale
         } else if (parent->next.size() < kMaxValuesPerRead) {
           parent->next.emplace(walk.keys.back(), Link{seg, walk.last_value});
+          if (parent->next.size() == kWarnValuesPerRead) warn_values(*parent);
         }
       }
     }
@@ -516,14 +646,15 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   }
   // A family's one-graph trace: later sizes are made from it (retrace).
   std::shared_ptr<Family::Generic> generic;
-  if (entry.family && cuts == 0 && !ran_backward && grad_writes.empty() && host_guards.empty() &&
-      !unmapped_read &&
+  if (entry.family && cuts == 0 && !ran_backward && grad_writes.empty() && !unmapped_read &&
       std::none_of(last.graph.nodes().begin(), last.graph.nodes().end(),
                    [](const Node& n) { return n.draw_count >= 0; })) {
     generic = std::make_shared<Family::Generic>();
     generic->traced = std::make_shared<const Trace>(last);
     generic->reads = std::move(layout_reads);
     generic->structure = structure;
+    generic->host_guards = host_guards;
+    generic->slots = slot_guards(generic->traced->captured);
     std::vector<uint64_t> dims;
     {
       std::lock_guard lock(mutex);
@@ -554,7 +685,10 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
     if (kept.size() > Family::kMaxGenerics) kept.pop_back();
   }
   stats.graph_launches += launches;
-  if (unguarded) entry.root.reset();  // later calls with this key run eagerly
+  if (unguarded) {  // later calls with this key run eagerly
+    entry.root.reset();
+    entry.other_roots.clear();
+  }
   if (kept_all) {
     ++stats.replays;
   } else {
@@ -575,6 +709,10 @@ Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_s
                                      ": strict and freeze: freezing folds batch norms into convolutions, which "
                                      "rounds differently from eager"));
   }
+  if (options.cache_limit < 1) {
+    throw ValueError(
+        detail::str_cat("compile: cache_limit must be at least 1, got ", options.cache_limit));
+  }
   if (options.recompile_limit < 1) {
     throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ", options.recompile_limit));
   }
@@ -590,9 +728,22 @@ Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_s
 
 Core::~Core() = default;
 
+CompileStats Core::Impl::current_stats() const {
+  CompileStats s = stats;
+  s.graphs = graphs;
+  s.recompiles = static_cast<int64_t>(recompiles.size());
+  std::vector<const Segment*> kept;
+  for (const auto& [key, e] : cache)
+    for (const Segment* seg : segments_of(*e))
+      if (seg->order > 0 && std::find(kept.begin(), kept.end(), seg) == kept.end())
+        kept.push_back(seg);
+  s.graphs_kept = static_cast<int64_t>(kept.size());
+  return s;
+}
+
 CompileStats Core::stats() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->stats;
+  return impl_->current_stats();
 }
 
 const CompileOptions& Core::options() const { return impl_->options; }
@@ -601,7 +752,7 @@ ExplainReport Core::explain() const {
   std::lock_guard lock(impl_->mutex);
   ExplainReport r;
   r.name = impl_->options.name;
-  r.stats = impl_->stats;
+  r.stats = impl_->current_stats();
   r.recompiles = impl_->recompiles;
   r.graph_breaks = impl_->graph_breaks;
   r.dynamic_dims = impl_->dynamic_reasons;
@@ -618,6 +769,7 @@ ExplainReport Core::explain() const {
   for (const auto& [key, e] : impl_->cache) {
     if (!e->root) continue;
     std::vector<std::pair<std::shared_ptr<Segment>, std::pair<std::string, std::string>>> stack{{e->root, {}}};
+    for (const auto& other : e->other_roots) stack.push_back({other, {}});
     while (!stack.empty()) {
       auto [seg, via] = std::move(stack.back());
       stack.pop_back();
@@ -648,6 +800,9 @@ ExplainReport Core::explain() const {
       }
     }
     g.guards = f.guards;
+    for (const HostGuard& h : s.host_guards)
+      g.guards.emplace_back(h.what,
+                            h.flag ? (h.value != 0 ? "true" : "false") : detail::str_cat(h.value));
     g.captured = static_cast<int64_t>(graph.captured().size());
     g.executable = s.executable != nullptr;
     if (s.executable) {
@@ -682,6 +837,16 @@ ExplainReport Core::explain() const {
 
 TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure) {
   Impl& m = *impl_;
+  if (Tracer::active() != nullptr) {
+    // Called by a function being traced: inlined, as torch.compile does;
+    // its ops go into the caller's graph.
+    {
+      std::lock_guard lock(m.mutex);
+      ++m.stats.calls;
+      ++m.stats.inlined_calls;
+    }
+    return run(args.tensors, structure);
+  }
   std::vector<int64_t> key = build_key(args);
   std::shared_ptr<Entry> entry;
   std::shared_ptr<Segment> root;
@@ -707,6 +872,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       ++m.stats.eager_calls;
     } else if (const auto it = m.cache.find(key); it != m.cache.end()) {
       entry = it->second;
+      entry->last_used = ++m.tick;
       root = entry->root;
       if (!root) ++m.stats.eager_calls;  // a graph break that cannot resume
     }
@@ -799,11 +965,9 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       return m.trace(*entry, walk, args, run, structure, state, path, reason, true, instance);
     }();
     std::lock_guard lock(m.mutex);
-    const bool added = m.cache.insert_or_assign(key, entry).second;
-    if (entry->family && added) {
-      entry->family->keys.push_back(key);
-      m.forget_old_sizes(*entry->family);
-    }
+    entry->last_used = ++m.tick;
+    m.cache.insert_or_assign(key, entry);
+    m.evict(key);
     return out;
   };
   if (m.options.check) return checked_call(args.tensors, run, m.options, traced);

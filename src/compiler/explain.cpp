@@ -14,6 +14,8 @@ std::string ExplainReport::to_string() const {
      << (recompiles.size() == 1 ? "" : "s") << "; " << stats.calls << " calls: " << stats.replays << " replayed, "
      << stats.eager_calls << " eager";
   if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
+  if (stats.new_value_traces) os << "; " << stats.new_value_traces << " traces for new values read";
+  if (stats.evictions) os << "; " << stats.evictions << " keys let go by the cache's bounds";
   os << "\n";
   for (const auto& d : dynamic_dims) os << "dynamic: " << d << "\n";
   if (!dynamic_sizes.empty()) os << "dynamic sizes: " << dynamic_sizes << "\n";
@@ -61,7 +63,13 @@ std::string ExplainReport::to_json() const {
                 {"graph_breaks", stats.graph_breaks},
                 {"graph_launches", stats.graph_launches},
                 {"dynamic_instances", stats.dynamic_instances},
-                {"retraces", stats.retraces}};
+                {"retraces", stats.retraces},
+                {"graphs", stats.graphs},
+                {"graphs_kept", stats.graphs_kept},
+                {"recompiles", stats.recompiles},
+                {"inlined_calls", stats.inlined_calls},
+                {"new_value_traces", stats.new_value_traces},
+                {"evictions", stats.evictions}};
   j["graphs"] = nlohmann::json::array();
   for (const Graph& g : graphs) {
     nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();

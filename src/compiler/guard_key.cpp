@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -128,71 +129,121 @@ std::string str(const Shape& s) {
   return os.str();
 }
 
-// Each tensor argument's name: "argument 2", or "argument 2[0]" in a list.
-std::vector<std::string> tensor_names(const internal::FlatArgs& args) {
-  std::vector<std::string> out;
-  size_t position = 0;
-  for (size_t k = 0; k < args.key.size(); ++position) {
-    const int64_t tag = args.key[k];
-    const std::string arg = "argument " + std::to_string(position);
-    if (tag == 1) {
-      out.push_back(arg);
-      k += 1;
-    } else if (tag == 2) {
-      for (int64_t i = 0; i < args.key[k + 1]; ++i)
-        out.push_back(arg + "[" + std::to_string(i) + "]");
-      k += 2;
-    } else {
-      k += 2;
+namespace {
+
+// Walks a call's key (compile_args.h's grammar) value by value, naming each:
+// "argument 2", "argument 2[0]" in a vector, "argument 2.1" for a member of a
+// tuple or aggregate, "argument 2['mask']" in a map.
+class KeyWalk {
+ public:
+  struct Visitor {
+    std::function<void(const std::string& name, const Tensor* t)> tensor;  // null: undefined
+    std::function<void(const std::string& name, const std::string& value)> other;
+  };
+  KeyWalk(const internal::FlatArgs& args, Visitor visit) : args_(args), visit_(std::move(visit)) {}
+
+  void all() {
+    for (size_t position = 0; k_ < args_.key.size(); ++position)
+      value("argument " + std::to_string(position));
+  }
+
+ private:
+  int64_t next() { return args_.key.at(k_++); }
+
+  void value(const std::string& name) {
+    switch (next()) {
+      case internal::kKeyTensor:
+        visit_.tensor(name, &args_.tensors.at(tensor_++));
+        break;
+      case internal::kKeyNoTensor:
+        visit_.tensor(name, nullptr);
+        break;
+      case internal::kKeyFloat: {
+        std::ostringstream d;
+        d << std::bit_cast<double>(next());
+        visit_.other(name + " value", d.str());
+        break;
+      }
+      case internal::kKeyInt:
+        visit_.other(name + " value", std::to_string(next()));
+        break;
+      case internal::kKeyText:
+        visit_.other(name + " value", '"' + internal::read_text(args_.key, k_) + '"');
+        break;
+      case internal::kKeyOptional: {
+        const bool present = next() != 0;
+        visit_.other(name + " present", present ? "true" : "false");
+        if (present) value(name);
+        break;
+      }
+      case internal::kKeyList: {
+        const int64_t n = next();
+        visit_.other(name + " list length", std::to_string(n));
+        for (int64_t i = 0; i < n; ++i) value(name + "[" + std::to_string(i) + "]");
+        break;
+      }
+      case internal::kKeyMap: {
+        const int64_t n = next();
+        visit_.other(name + " map size", std::to_string(n));
+        for (int64_t i = 0; i < n; ++i) {
+          const std::string item = name + "['" + internal::read_text(args_.key, k_) + "']";
+          visit_.other(item + " key", "present");
+          value(item);
+        }
+        break;
+      }
+      case internal::kKeyFields: {
+        const int64_t n = next();
+        for (int64_t i = 0; i < n; ++i) value(name + "." + std::to_string(i));
+        break;
+      }
+      default:
+        throw Error("compile: a malformed argument key");
     }
   }
+
+  const internal::FlatArgs& args_;
+  Visitor visit_;
+  size_t k_ = 0, tensor_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> tensor_names(const internal::FlatArgs& args) {
+  std::vector<std::string> out;
+  KeyWalk(args, {[&](const std::string& name, const Tensor* t) {
+                   if (t) out.push_back(name);
+                 },
+                 [](const std::string&, const std::string&) {}})
+      .all();
   return out;
 }
 
 // Every guard of a call, named, in a fixed order: what recompile logs compare.
 std::vector<std::pair<std::string, std::string>> describe(const internal::FlatArgs& args) {
   std::vector<std::pair<std::string, std::string>> out;
-  size_t tensor = 0, position = 0;
-  for (size_t k = 0; k < args.key.size(); ++position) {
-    const int64_t tag = args.key[k];
-    const std::string arg = "argument " + std::to_string(position);
-    if (tag == 1) {
-      const Tensor& t = args.tensors[tensor++];
-      out.emplace_back(arg + " sizes", str(t.sizes()));
-      out.emplace_back(arg + " strides", str(t.strides()));
-      out.emplace_back(arg + " dtype", std::string(dtype_name(t.dtype())));
-      std::ostringstream d;
-      d << t.device();
-      out.emplace_back(arg + " device", d.str());
-      out.emplace_back(arg + " requires_grad", t.requires_grad() ? "true" : "false");
-      if (t.requires_grad()) {
-        std::ostringstream g;
-        if (t.grad().defined())
-          g << "a tensor at " << static_cast<const void*>(t.grad().impl_ptr().get());
-        out.emplace_back(arg + " grad", t.grad().defined() ? g.str() : "none");
-      }
-      k += 1;
-    } else if (tag == 2) {
-      out.emplace_back(arg + " list length", std::to_string(args.key[k + 1]));
-      for (int64_t i = 0; i < args.key[k + 1]; ++i) {
-        const Tensor& t = args.tensors[tensor++];
-        const std::string item = arg + "[" + std::to_string(i) + "]";
-        std::ostringstream d;
-        d << t.dtype() << t.sizes() << " strides " << t.strides() << " " << t.device()
-          << (t.requires_grad() ? " requires_grad" : "");
-        out.emplace_back(item, d.str());
-      }
-      k += 2;
-    } else if (tag == 3) {
-      std::ostringstream d;
-      d << std::bit_cast<double>(args.key[k + 1]);
-      out.emplace_back(arg + " value", d.str());
-      k += 2;
-    } else {
-      out.emplace_back(arg + " value", std::to_string(args.key[k + 1]));
-      k += 2;
+  const auto tensor = [&](const std::string& arg, const Tensor* t) {
+    if (!t) {
+      out.emplace_back(arg, "an undefined tensor");
+      return;
     }
-  }
+    out.emplace_back(arg + " sizes", str(t->sizes()));
+    out.emplace_back(arg + " strides", str(t->strides()));
+    out.emplace_back(arg + " dtype", std::string(dtype_name(t->dtype())));
+    std::ostringstream d;
+    d << t->device();
+    out.emplace_back(arg + " device", d.str());
+    out.emplace_back(arg + " requires_grad", t->requires_grad() ? "true" : "false");
+    if (t->requires_grad()) {
+      std::ostringstream g;
+      if (t->grad().defined())
+        g << "a tensor at " << static_cast<const void*>(t->grad().impl_ptr().get());
+      out.emplace_back(arg + " grad", t->grad().defined() ? g.str() : "none");
+    }
+  };
+  KeyWalk(args, {tensor, [&](const std::string& name,
+                             const std::string& value) { out.emplace_back(name, value); }})
+      .all();
   std::string shared;
   const std::vector<std::string> names = tensor_names(args);
   for (size_t i = 1; i < args.tensors.size(); ++i) {

@@ -23,20 +23,66 @@ LayoutGuard layout_of(const Tensor& t, const Tensor& grad, const TensorList& cap
   return l;
 }
 
-std::string Segment::stale() const {
+namespace {
+
+// How a captured tensor differs from its guard, in words.
+std::string layout_change(size_t i, const LayoutGuard& was, const Tensor& now) {
+  const std::string which =
+      detail::str_cat("captured tensor ", i, " (", was.dtype, was.sizes, " ", was.device, ")");
+  if (now.sizes() == was.sizes && now.strides() == was.strides && now.dtype() == was.dtype &&
+      now.device() == was.device) {
+    if (now.requires_grad() != was.requires_grad)
+      return detail::str_cat(
+          which, now.requires_grad() ? " requires grad now" : " no longer requires grad");
+    const Tensor g = now.grad();
+    if (g.defined() != was.has_grad)
+      return detail::str_cat(which, g.defined() ? " has a gradient now (none when traced)"
+                                                : " has no gradient now (it had one when traced)");
+    return detail::str_cat(which, "'s gradient is another tensor than when traced");
+  }
+  if (now.sizes() == was.sizes && now.dtype() == was.dtype && now.device() == was.device)
+    return detail::str_cat(which, " has strides ", now.strides(), " now, ", was.strides,
+                           " when traced");
+  return detail::str_cat(which, " is now ", now.dtype(), now.sizes(), " ", now.device());
+}
+
+}  // namespace
+
+std::vector<SlotGuard> slot_guards(const TensorList& captured) {
+  std::vector<SlotGuard> out;
+  std::vector<std::optional<nn::internal::SlotRef>> found = nn::internal::find_slots(captured);
+  for (size_t i = 0; i < found.size(); ++i)
+    if (found[i]) out.push_back({i, std::move(*found[i])});
+  return out;
+}
+
+std::string slots_changed(const std::vector<SlotGuard>& slots, const TensorList& captured) {
+  for (const SlotGuard& s : slots) {
+    if (!s.ref.owner->alive || s.ref.slot->impl_ptr() == captured[s.captured].impl_ptr()) continue;
+    return detail::str_cat("the ", s.ref.description,
+                           " is another tensor than when traced (the slot was assigned)");
+  }
+  return "";
+}
+
+std::string host_guards_changed(const std::vector<HostGuard>& guards) {
+  for (const HostGuard& h : guards)
+    if (const double now = h.read(); now != h.value) return h.changed(now);
+  return "";
+}
+
+std::string Segment::stale(bool* by_host) const {
+  if (by_host) *by_host = false;
   for (size_t i = 0; i < captured.size(); ++i) {
-    const LayoutGuard& was = captured[i];
-    const Tensor& now = trace->captured[i];
-    if (was.matches(now)) continue;
-    std::string reason = detail::str_cat("captured tensor ", i, " (", was.dtype, was.sizes, " ", was.device,
-                                         ") is now ", now.dtype(), now.sizes(), " ", now.device());
+    if (captured[i].matches(trace->captured[i])) continue;
+    std::string reason = layout_change(i, captured[i], trace->captured[i]);
     if (order > 1) reason += detail::str_cat(" (graph ", order, ")");
     return reason;
   }
-  for (const HostGuard& h : host_guards) {
-    if (const double now = h.read(); now != h.value) return detail::str_cat(h.what, " was ", h.value, ", now ", now);
-  }
-  return "";
+  if (std::string reason = slots_changed(slots, trace->captured); !reason.empty()) return reason;
+  std::string reason = host_guards_changed(host_guards);
+  if (by_host) *by_host = !reason.empty();
+  return reason;
 }
 
 TraceSignature signature_of(const Trace& traced) {

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "compiler/executable.h"
 #include "compiler/symbolic_shapes.h"
 #include "kiln/compile.h"
+#include "nn/module_state.h"
 
 namespace kiln::compiler {
 
@@ -45,6 +45,19 @@ struct LayoutGuard {
 // `grad`: the tensor's gradient as the trace found it; `captured`: the
 // graph's captured tensors.
 LayoutGuard layout_of(const Tensor& t, const Tensor& grad, const TensorList& captured);
+
+// A captured tensor that a live module's registered slot held when traced
+// (a parameter or buffer): while the module lives, a slot given another
+// tensor (net.fc.weight = w) makes the graph stale.
+struct SlotGuard {
+  size_t captured = 0;  // its index among the trace's captured tensors
+  nn::internal::SlotRef ref;
+};
+std::vector<SlotGuard> slot_guards(const TensorList& captured);
+// Why the slots no longer hold the captured tensors (empty while they do).
+std::string slots_changed(const std::vector<SlotGuard>& slots, const TensorList& captured);
+// Why a host guard fails (empty while they all hold).
+std::string host_guards_changed(const std::vector<HostGuard>& guards);
 
 // What a new trace must match to reuse a kept graph: the traced graph's
 // structure (compiler::structural_hash), its captured tensors and the
@@ -74,6 +87,7 @@ struct Segment {
   std::shared_ptr<const Executable> executable;
   std::vector<int32_t> sources;  // graph input i is the call's tensor sources[i] (Tracer::sources)
   std::vector<LayoutGuard> captured;
+  std::vector<SlotGuard> slots;  // the captured tensors that modules' slots held
   TraceSignature signature;  // of the graph as traced, before the passes
   int32_t read = -1;      // the output the program read on the host; -1: the last graph
   bool guarded = true;    // the read can be guarded (else calls with this key run eagerly afterwards)
@@ -100,9 +114,11 @@ struct Segment {
   std::vector<std::string> graph_obstacles;
 
   size_t outputs() const { return trace->graph.outputs().size(); }
-  // Why this graph no longer serves calls (a captured tensor's guard, or a
-  // host guard, fails); empty while it does.
-  std::string stale() const;
+  // Why this graph no longer serves calls (a captured tensor's guard, a
+  // module's slot, or a host guard fails); empty while it does. `by_host`:
+  // set when only a host guard fails (a module's training flag): the graph
+  // may serve again when the flag goes back, so it is kept.
+  std::string stale(bool* by_host = nullptr) const;
 };
 
 // The keys that differ only in the sizes of dynamic dims (CompileOptions::
@@ -110,7 +126,6 @@ struct Segment {
 // guarded exactly; graphs whose program (program_hash) the family already
 // has are instances, not recompiles.
 struct Family {
-  std::deque<std::vector<int64_t>> keys;             // its entries' keys, oldest first (under Impl::mutex)
   std::unordered_map<uint64_t, int64_t> programs;    // program_hash -> the first graph compiled with it
   // The latest traces of the family that made one graph (no graph break, no
   // backward() and no random draws), as traced, with the layout reads the
@@ -125,6 +140,11 @@ struct Family {
     // which sizes it is the program's graph: a new size is checked against
     // them before its graph is made (null where they could not be made).
     std::optional<SymbolicShapes> shapes;
+    // What the trace depended on besides its arguments: the host numbers it
+    // read (training flags), and the modules' slots its captured tensors
+    // were in. A new size is made from it only while they are as traced.
+    std::vector<HostGuard> host_guards;
+    std::vector<SlotGuard> slots;
   };
   static constexpr size_t kMaxGenerics = 4;
   std::vector<std::shared_ptr<const Generic>> generics;
@@ -136,9 +156,15 @@ struct Entry {
   std::vector<Shape> sizes;        // each tensor argument's
   std::shared_ptr<Family> family;  // when some of its tensor arguments' dims are dynamic
   std::vector<std::pair<std::string, std::string>> described;  // (guard, value), for logs
+  uint64_t last_used = 0;  // the cache's count of lookups at its last use (under Impl::mutex)
   // The first graph (under Impl::mutex); none: calls with this key run
   // eagerly (a graph break that cannot resume, or the recompile limit).
   std::shared_ptr<Segment> root;
+  // First graphs kept for other values of their host guards (a module in
+  // the other training mode), latest first: a call whose root is stale
+  // takes the one whose guards hold.
+  std::vector<std::shared_ptr<Segment>> other_roots;
+  static constexpr size_t kMaxOtherRoots = 7;
 };
 
 double ms_since(std::chrono::steady_clock::time_point start);

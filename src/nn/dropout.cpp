@@ -10,7 +10,7 @@ Dropout::Dropout(double p_, Generator* generator) : p(p_), generator_(generator)
 }
 
 Tensor Dropout::forward(const Tensor& input) {
-  return functional::dropout(input, p, training_, generator_);
+  return functional::dropout(input, p, is_training(), generator_);
 }
 
 std::string Dropout::extra_repr() const { return "p=" + repr::number(p); }

@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <typeinfo>
 #include <unordered_set>
 
+#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
+#include "nn/module_state.h"
 
 namespace kiln::nn {
 
@@ -70,7 +73,56 @@ void convert_tensor(const Tensor& t, std::optional<Device> device, std::optional
   impl.view_version = 0;
 }
 
+// Every live module, for internal::find_slots: a module registers itself
+// when made and leaves when destroyed.
+std::mutex g_modules_mutex;
+std::unordered_set<const Module*> g_modules;
+
 }  // namespace
+
+namespace internal {
+
+struct ModuleAccess {
+  // Fills out[i] for each wanted[i] that one of m's slots holds.
+  static void find(const Module& m, const std::unordered_map<const TensorImpl*, size_t>& wanted,
+                   std::vector<std::optional<SlotRef>>& out) {
+    for (const auto* list : {&m.parameters_, &m.buffers_}) {
+      for (const auto& s : *list) {
+        if (!s.slot->defined()) continue;
+        const auto it = wanted.find(s.slot->impl_ptr().get());
+        if (it == wanted.end() || out[it->second]) continue;
+        out[it->second] =
+            SlotRef{m.state_, s.slot,
+                    kiln::detail::str_cat(list == &m.parameters_ ? "parameter '" : "buffer '",
+                                          s.name, "' of a ", m.name())};
+      }
+    }
+  }
+};
+
+std::vector<std::optional<SlotRef>> find_slots(const TensorList& tensors) {
+  std::unordered_map<const TensorImpl*, size_t> wanted;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].defined()) wanted.emplace(tensors[i].impl_ptr().get(), i);
+  std::vector<std::optional<SlotRef>> out(tensors.size());
+  if (wanted.empty()) return out;
+  std::lock_guard lock(g_modules_mutex);
+  for (const Module* m : g_modules) ModuleAccess::find(*m, wanted, out);
+  return out;
+}
+
+}  // namespace internal
+
+Module::Module() : state_(std::make_shared<internal::ModuleState>()) {
+  std::lock_guard lock(g_modules_mutex);
+  g_modules.insert(this);
+}
+
+Module::~Module() {
+  state_->alive = false;
+  std::lock_guard lock(g_modules_mutex);
+  g_modules.erase(this);
+}
 
 std::string type_name(const std::type_info& type) {
   return strip_namespaces(demangle(type.name()));
@@ -216,8 +268,21 @@ TensorList Module::buffers(bool recurse) const { return values_of(named_buffers(
 // --- modes and conversion -------------------------------------------------------------
 
 void Module::train(bool on) {
-  training_ = on;
+  state_->training = on;
   for (const auto& c : children_) c.module->train(on);
+}
+
+bool Module::is_training() const {
+  if (compiler::Tracer* tracer = compiler::Tracer::active()) {
+    // The graph depends on the flag: guarded by the module's state, which
+    // the guard shares (the module may be gone before the graph).
+    std::shared_ptr<const internal::ModuleState> state = state_;
+    tracer->add_host_guard(
+        detail::str_cat("the training flag of a ", name()),
+        [state] { return state->training ? 1.0 : 0.0; }, state.get(),
+        /*flag=*/true);
+  }
+  return state_->training;
 }
 
 void Module::convert(std::optional<Device> device, std::optional<DType> dtype) {

@@ -61,18 +61,19 @@ Tensor BatchNormBase::normalize(const Tensor& input, int64_t min_dim, int64_t ma
              dims, " input, got shape ", input.sizes());
   KILN_CHECK(input.size(1) == num_features, ShapeError, name(), ": input has ", input.size(1),
              " channels in dim 1 (shape ", input.sizes(), "), expected ", num_features);
-  if (training_) {
+  const bool training = is_training();
+  if (training) {
     KILN_CHECK(input.numel() / num_features > 1, ValueError, name(),
                ": training needs more than 1 value per channel, got input shape ", input.sizes());
   }
   double momentum = options.momentum.value_or(0.0);
-  if (training_ && options.track_running_stats) {
+  if (training && options.track_running_stats) {
     NoGradGuard no_grad;
     num_batches_tracked.add_(1);
     if (!options.momentum) momentum = 1.0 / num_batches_tracked.item<double>();
   }
   // Without running statistics even eval() normalizes with the batch's.
-  const bool use_batch_stats = training_ || !options.track_running_stats;
+  const bool use_batch_stats = training || !options.track_running_stats;
   return F::batch_norm(input, running_mean, running_var, weight, bias, use_batch_stats, momentum,
                        options.eps);
 }

@@ -43,6 +43,11 @@
 
 namespace kiln::nn {
 
+namespace internal {
+struct ModuleState;
+struct ModuleAccess;
+}  // namespace internal
+
 // What load_state_dict(..., strict = false) could not match.
 struct LoadResult {
   std::vector<std::string> missing_keys;     // expected by the module, absent from the dict
@@ -51,8 +56,8 @@ struct LoadResult {
 
 class Module {
  public:
-  Module() = default;
-  virtual ~Module() = default;
+  Module();
+  virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
   Module(Module&&) = delete;
@@ -102,7 +107,9 @@ class Module {
   // BatchNorm read it).
   virtual void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const noexcept { return training_; }
+  // The training flag. Inside kiln::compile, a read of it is a guard: a graph
+  // traced in one mode never serves a call in the other (docs/compile.md).
+  bool is_training() const;
 
   // --- conversion -------------------------------------------------------------
   // Moves every parameter and buffer to device and/or converts the floating ones
@@ -138,11 +145,8 @@ class Module {
   // The PyTorch-style tree: name(extra_repr) or name(\n  (child): ...\n).
   virtual std::string repr() const;
 
- protected:
-  // The training flag as set by train().
-  bool training_ = true;
-
  private:
+  friend struct internal::ModuleAccess;
   struct TensorSlot {
     std::string name;
     Tensor* slot;
@@ -164,6 +168,7 @@ class Module {
   std::vector<TensorSlot> parameters_;
   std::vector<TensorSlot> buffers_;
   std::vector<ChildSlot> children_;
+  std::shared_ptr<internal::ModuleState> state_;
 };
 
 // A class's name without its namespaces ("Linear" for kiln::nn::Linear).
