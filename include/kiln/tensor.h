@@ -126,6 +126,35 @@ using TensorIndex = std::variant<int64_t, Slice, NoneIndex, EllipsisIndex>;
 class Tensor;
 using TensorList = std::vector<Tensor>;
 
+// A dim's size that kiln::compile keeps symbolic (as torch's SymInt does;
+// docs/compile.md, "Sizes that stay symbolic"). In a shape given to zeros,
+// ones, full, empty, view, reshape or expand, x.sym_size(0) ties a compiled
+// program to dim 0 of x rather than to the number it had when traced, so
+// new sizes of that dim are made from the trace:
+//
+//   Tensor agg = kiln::zeros({x.sym_size(0), 16});   // not zeros({x.size(0), 16})
+//
+// Plain numbers convert to it; eagerly it is just the size.
+class SymSize {
+ public:
+  SymSize(int64_t size) noexcept : value_(size) {}  // NOLINT(google-explicit-constructor)
+  // The size as a number. Inside kiln::compile this reads the dim, as
+  // Tensor::size does (the program is then tied to its value).
+  int64_t value(const std::source_location& where = std::source_location::current()) const;
+  // The tensor whose dim it is (null for a plain number), and the dim.
+  const std::shared_ptr<TensorImpl>& of() const noexcept { return of_; }
+  int64_t dim() const noexcept { return dim_; }
+
+ private:
+  friend class Tensor;
+  SymSize(std::shared_ptr<TensorImpl> of, int64_t dim, int64_t value) noexcept
+      : value_(value), of_(std::move(of)), dim_(dim) {}
+  int64_t value_ = 0;
+  std::shared_ptr<TensorImpl> of_;
+  int64_t dim_ = -1;
+};
+using SymSizes = std::vector<SymSize>;
+
 class Tensor {
  public:
   Tensor() = default;
@@ -160,6 +189,9 @@ class Tensor {
   // `if (!mask.same_sizes(ids)) throw ...` keeps both dynamic when compiled.
   bool same_sizes(const Tensor& other,
                   const std::source_location& where = std::source_location::current()) const;
+  // size(dim) as a size that kiln::compile keeps symbolic in the shapes of
+  // factories and views (SymSize); reading it is no read of the layout.
+  SymSize sym_size(int64_t dim) const;
   const Shape& strides(const std::source_location& where = std::source_location::current()) const {
     const TensorImpl& i = impl();
     if (i.watched) [[unlikely]]
@@ -235,7 +267,10 @@ class Tensor {
   std::vector<T> to_vector(std::source_location where = std::source_location::current()) const;
 
   // --- conversion and copies -------------------------------------------------
-  Tensor contiguous() const;  // this tensor when already contiguous
+  // This tensor when already contiguous. Inside kiln::compile, whether it is
+  // contiguous is a read of the layout at the caller's line, as the size
+  // reads of reshape, flatten and narrow are.
+  Tensor contiguous(const std::source_location& where = std::source_location::current()) const;
   Tensor clone() const;       // always a new contiguous copy
   Tensor to(DType dtype) const;  // this tensor when dtype already matches
   // A copy on `device` (this tensor when already there), differentiable: the
@@ -255,7 +290,14 @@ class Tensor {
 
   // --- views ------------------------------------------------------------------
   Tensor view(const Shape& shape) const;     // must be expressible as a view
-  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  // A view when possible, else a copy.
+  Tensor reshape(const Shape& shape,
+                 const std::source_location& where = std::source_location::current()) const;
+  // With sizes of other tensors' dims (sym_size) among the entries.
+  Tensor view(const SymSizes& shape) const;
+  Tensor view(std::initializer_list<SymSize> shape) const;
+  Tensor reshape(const SymSizes& shape) const;
+  Tensor reshape(std::initializer_list<SymSize> shape) const;
   Tensor permute(const Shape& dims) const;
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor t() const;  // transpose of a matrix (<= 2 dims)
@@ -263,10 +305,15 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor expand(const Shape& shape) const;
+  Tensor expand(const SymSizes& shape) const;
+  Tensor expand(std::initializer_list<SymSize> shape) const;
+  // Expanded to other's sizes; in a compiled program they stay other's.
   Tensor expand_as(const Tensor& other) const;
-  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1,
+                 const std::source_location& where = std::source_location::current()) const;
   Tensor unflatten(int64_t dim, const Shape& sizes) const;
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length,
+                const std::source_location& where = std::source_location::current()) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop,
                int64_t step = 1) const;

@@ -178,7 +178,9 @@ KILN_INSTANTIATE_ACCESSORS(float)
 KILN_INSTANTIATE_ACCESSORS(double)
 #undef KILN_INSTANTIATE_ACCESSORS
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous(const std::source_location& where) const {
+  return is_contiguous(where) ? *this : clone();
+}
 
 Tensor Tensor::clone() const { return ops::dispatch1(ops::OpId::copy, {*this}, {dtype()}); }
 
@@ -232,7 +234,9 @@ bool Tensor::is_pinned() const {
 }
 
 Tensor Tensor::view(const Shape& shape) const { return kiln::view(*this, shape); }
-Tensor Tensor::reshape(const Shape& shape) const { return kiln::reshape(*this, shape); }
+Tensor Tensor::reshape(const Shape& shape, const std::source_location& where) const {
+  return kiln::reshape(*this, shape, where);
+}
 Tensor Tensor::permute(const Shape& dims) const { return kiln::permute(*this, dims); }
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return kiln::transpose(*this, d0, d1); }
 Tensor Tensor::t() const {
@@ -245,13 +249,16 @@ Tensor Tensor::squeeze() const { return kiln::squeeze(*this); }
 Tensor Tensor::squeeze(int64_t d) const { return kiln::squeeze(*this, {d}); }
 Tensor Tensor::unsqueeze(int64_t d) const { return kiln::unsqueeze(*this, d); }
 Tensor Tensor::expand(const Shape& shape) const { return kiln::expand(*this, shape); }
-Tensor Tensor::expand_as(const Tensor& other) const { return kiln::expand(*this, other.sizes()); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return kiln::flatten(*this, s, e); }
+
+Tensor Tensor::flatten(int64_t s, int64_t e, const std::source_location& where) const {
+  return kiln::flatten(*this, s, e, where);
+}
 Tensor Tensor::unflatten(int64_t d, const Shape& sizes) const {
   return kiln::unflatten(*this, d, sizes);
 }
-Tensor Tensor::narrow(int64_t d, int64_t start, int64_t len) const {
-  return kiln::narrow(*this, d, start, len);
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t len,
+                      const std::source_location& where) const {
+  return kiln::narrow(*this, d, start, len, where);
 }
 Tensor Tensor::select(int64_t d, int64_t i) const { return kiln::select(*this, d, i); }
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> stop,

@@ -45,10 +45,12 @@ Tensor additive_mask(const Tensor& mask, DType dtype, const char* which) {
   return mask;
 }
 
-// The shapes of one call, in the sequence-first layout [L, N, E].
+// One call's layout. Its sizes are compared (size_is), never read, so a
+// compiled program serves every batch size and sequence length from one
+// trace; `seq` is the dim of the query, key and value that runs over tokens.
 struct Dims {
-  int64_t L, S, N;
-  bool batched;
+  int64_t seq = 0;
+  bool batched = false;
 };
 
 Dims check_inputs(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -58,49 +60,63 @@ Dims check_inputs(const MultiheadAttention& m, const Tensor& q, const Tensor& k,
   KILN_CHECK(k.dim() == q.dim() && v.dim() == q.dim(), ShapeError, kName,
              ": key and value must have the query's ", q.dim(), " dims, got key ", k.sizes(),
              " and value ", v.sizes());
-  KILN_CHECK(q.size(-1) == m.embed_dim, ShapeError, kName, ": query has ", q.size(-1),
-             " features in its last dim, expected embed_dim ", m.embed_dim);
-  KILN_CHECK(k.size(-1) == m.kdim, ShapeError, kName, ": key has ", k.size(-1),
+  KILN_CHECK(q.size_is(-1, SizeCmp::kEq, m.embed_dim), ShapeError, kName, ": query has ",
+             q.size(-1), " features in its last dim, expected embed_dim ", m.embed_dim);
+  KILN_CHECK(k.size_is(-1, SizeCmp::kEq, m.kdim), ShapeError, kName, ": key has ", k.size(-1),
              " features in its last dim, expected kdim ", m.kdim);
-  KILN_CHECK(v.size(-1) == m.vdim, ShapeError, kName, ": value has ", v.size(-1),
+  KILN_CHECK(v.size_is(-1, SizeCmp::kEq, m.vdim), ShapeError, kName, ": value has ", v.size(-1),
              " features in its last dim, expected vdim ", m.vdim);
   const bool batched = q.dim() == 3;
   const int64_t seq = batched && batch_first ? 1 : 0;
-  KILN_CHECK(k.size(seq) == v.size(seq), ShapeError, kName,
+  KILN_CHECK(k.size_is(seq, SizeCmp::kEq, v, seq), ShapeError, kName,
              ": key and value have different sequence lengths: key ", k.sizes(), ", value ",
              v.sizes());
-  const int64_t N = batched ? q.size(1 - seq) : 1;
   if (batched) {
-    KILN_CHECK(k.size(1 - seq) == N && v.size(1 - seq) == N, ShapeError, kName,
-               ": query, key and value have different batch sizes: ", q.sizes(), ", ", k.sizes(),
-               ", ", v.sizes());
+    const int64_t b = 1 - seq;
+    KILN_CHECK(k.size_is(b, SizeCmp::kEq, q, b) && v.size_is(b, SizeCmp::kEq, q, b), ShapeError,
+               kName, ": query, key and value have different batch sizes: ", q.sizes(), ", ",
+               k.sizes(), ", ", v.sizes());
   }
-  return {q.size(seq), k.size(seq), N, batched};
+  return {seq, batched};
 }
 
-// The additive mask of a call, broadcastable to scores [N, H, L, S]; undefined when
-// nothing is masked.
-Tensor combined_mask(const AttentionForwardOptions& o, const Dims& d, int64_t heads, DType dtype,
-                     Device device) {
+// The additive mask of a call, broadcastable to scores [N, H, L, S]; undefined
+// when nothing is masked. q and k are the call's query and key as given.
+Tensor combined_mask(const AttentionForwardOptions& o, const Dims& d, const Tensor& q,
+                     const Tensor& k, int64_t heads, DType dtype, Device device) {
+  const int64_t b = 1 - d.seq;
   Tensor mask;
   if (o.attn_mask.defined()) {
     const Tensor& a = o.attn_mask;
-    const bool ok = (a.dim() == 2 && a.sizes() == Shape{d.L, d.S}) ||
-                    (a.dim() == 3 && a.sizes() == Shape{d.N * heads, d.L, d.S});
-    KILN_CHECK(ok, ShapeError, kName, ": attn_mask must be ", Shape{d.L, d.S}, " or ",
-               Shape{d.N * heads, d.L, d.S}, ", got ", a.sizes());
+    // [L, S], or [N * heads, L, S] (then its first dim is read: N * heads is no size of a tensor).
+    const bool ok = (a.dim() == 2 || a.dim() == 3) && a.size_is(-2, SizeCmp::kEq, q, d.seq) &&
+                    a.size_is(-1, SizeCmp::kEq, k, d.seq) &&
+                    (a.dim() == 2 || a.size(0) == (d.batched ? q.size(b) : 1) * heads);
+    if (!ok) {
+      const int64_t L = q.size(d.seq), S = k.size(d.seq), N = d.batched ? q.size(b) : 1;
+      throw ShapeError(detail::str_cat(kName, ": attn_mask must be ", Shape{L, S}, " or ",
+                                       Shape{N * heads, L, S}, ", got ", a.sizes()));
+    }
     mask = additive_mask(a, dtype, "attn_mask");
-    if (a.dim() == 3) mask = mask.reshape({d.N, heads, d.L, d.S});
+    if (a.dim() == 3) mask = mask.unflatten(0, {-1, heads});
   } else if (o.is_causal) {
-    mask = additive_mask(triu(ones({d.L, d.S}, {.dtype = kBool, .device = device}), 1), dtype,
-                         "attn_mask");
+    mask = additive_mask(
+        triu(ones({q.sym_size(d.seq), k.sym_size(d.seq)}, {.dtype = kBool, .device = device}), 1),
+        dtype, "attn_mask");
   }
   if (o.key_padding_mask.defined()) {
     const Tensor& p = o.key_padding_mask;
-    const Shape expected = d.batched ? Shape{d.N, d.S} : Shape{d.S};
-    KILN_CHECK(p.sizes() == expected, ShapeError, kName, ": key_padding_mask must be ", expected,
-               ", got ", p.sizes());
-    const Tensor padding = additive_mask(p, dtype, "key_padding_mask").reshape({d.N, 1, 1, d.S});
+    const bool ok = d.batched ? p.dim() == 2 && p.size_is(0, SizeCmp::kEq, q, b) &&
+                                    p.size_is(1, SizeCmp::kEq, k, d.seq)
+                              : p.dim() == 1 && p.size_is(0, SizeCmp::kEq, k, d.seq);
+    if (!ok) {
+      const Shape expected = d.batched ? Shape{q.size(b), k.size(d.seq)} : Shape{k.size(d.seq)};
+      throw ShapeError(
+          detail::str_cat(kName, ": key_padding_mask must be ", expected, ", got ", p.sizes()));
+    }
+    // [N, S] -> [N, 1, 1, S] ([S] -> [1, 1, 1, S]).
+    Tensor padding = additive_mask(p, dtype, "key_padding_mask").unsqueeze(-2).unsqueeze(-2);
+    if (!d.batched) padding = padding.unsqueeze(0);
     mask = mask.defined() ? mask + padding : padding;
   }
   return mask;
@@ -108,8 +124,7 @@ Tensor combined_mask(const AttentionForwardOptions& o, const Dims& d, int64_t he
 
 // [T, N, E] -> [N, H, T, E / H].
 Tensor split_heads(const Tensor& x, int64_t heads) {
-  const int64_t T = x.size(0), N = x.size(1), E = x.size(2);
-  return x.reshape({T, N, heads, E / heads}).permute({1, 2, 0, 3});
+  return x.unflatten(2, {heads, -1}).permute({1, 2, 0, 3});
 }
 
 }  // namespace
@@ -156,7 +171,7 @@ AttentionResult MultiheadAttention::forward(const Tensor& query, const Tensor& k
   const Tensor q = split_heads(linear(canonical(query), w[0], b[0]), num_heads);
   const Tensor k = split_heads(linear(canonical(key), w[1], b[1]), num_heads);
   const Tensor v = split_heads(linear(canonical(value), w[2], b[2]), num_heads);
-  const Tensor mask = combined_mask(o, d, num_heads, q.dtype(), q.device());
+  const Tensor mask = combined_mask(o, d, query, key, num_heads, q.dtype(), q.device());
 
   const bool drop = is_training() && options_.dropout > 0;
   Tensor heads, weights;
@@ -173,7 +188,7 @@ AttentionResult MultiheadAttention::forward(const Tensor& query, const Tensor& k
     heads = matmul(weights, v);
   }
   // [N, H, L, d] -> [L, N, E]
-  Tensor output = out_proj(heads.permute({2, 0, 1, 3}).reshape({d.L, d.N, embed_dim}));
+  Tensor output = out_proj(heads.permute({2, 0, 1, 3}).contiguous().flatten(2));
   output = d.batched ? (options_.batch_first ? output.transpose(0, 1) : output) : output.squeeze(1);
   if (!o.need_weights) return {std::move(output), Tensor()};
   if (o.average_attn_weights) weights = weights.mean({1});

@@ -59,11 +59,20 @@ Tensor BatchNormBase::normalize(const Tensor& input, int64_t min_dim, int64_t ma
                          : std::to_string(min_dim) + "-D or " + std::to_string(max_dim) + "-D";
   KILN_CHECK(input.dim() >= min_dim && input.dim() <= max_dim, ShapeError, name(), ": expected a ",
              dims, " input, got shape ", input.sizes());
-  KILN_CHECK(input.size(1) == num_features, ShapeError, name(), ": input has ", input.size(1),
-             " channels in dim 1 (shape ", input.sizes(), "), expected ", num_features);
+  KILN_CHECK(input.size_is(1, SizeCmp::kEq, num_features), ShapeError, name(), ": input has ",
+             input.size(1), " channels in dim 1 (shape ", input.sizes(), "), expected ",
+             num_features);
   const bool training = is_training();
   if (training) {
-    KILN_CHECK(input.numel() / num_features > 1, ValueError, name(),
+    // More than 1 value per channel: no dim but the channels' is 0, and one is
+    // over 1. Compared (size_is), not read: the check ties no size.
+    bool empty = false, over_one = false;
+    for (int64_t d = 0; d < input.dim(); ++d) {
+      if (d == 1) continue;
+      empty = empty || input.size_is(d, SizeCmp::kEq, 0);
+      over_one = over_one || input.size_is(d, SizeCmp::kGt, 1);
+    }
+    KILN_CHECK(!empty && over_one, ValueError, name(),
                ": training needs more than 1 value per channel, got input shape ", input.sizes());
   }
   double momentum = options.momentum.value_or(0.0);

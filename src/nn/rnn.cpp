@@ -112,10 +112,6 @@ void register_uniform(Module& module, const std::string& name, Tensor& slot, con
   module.register_parameter(name, slot);
 }
 
-Tensor zero_state(const Tensor& like, const Shape& shape) {
-  return zeros(shape, {.dtype = like.dtype(), .device = like.device()});
-}
-
 // --- cells ------------------------------------------------------------------
 
 // Checks a cell's input [B, I] or [I] and its state (zeros when undefined)
@@ -245,13 +241,13 @@ Tensor RNNBase::sequence_first(const Tensor& input) const {
   KILN_CHECK(input.size(-1) == input_size_, ShapeError, name_, ": input has ", input.size(-1),
              " features in its last dim, expected ", input_size_);
   if (input.dim() == 2) {
-    KILN_CHECK(input.size(0) > 0, ShapeError, name_, ": input has no time steps, shape ",
-               input.sizes());
+    KILN_CHECK(input.size_is(0, SizeCmp::kGt, 0), ShapeError, name_,
+               ": input has no time steps, shape ", input.sizes());
     return input.unsqueeze(1);
   }
   const Tensor sequence = options_.batch_first ? input.transpose(0, 1) : input;
-  KILN_CHECK(sequence.size(0) > 0, ShapeError, name_, ": input has no time steps, shape ",
-             input.sizes());
+  KILN_CHECK(sequence.size_is(0, SizeCmp::kGt, 0), ShapeError, name_,
+             ": input has no time steps, shape ", input.sizes());
   return sequence;
 }
 
@@ -260,17 +256,30 @@ Tensor RNNBase::restore_layout(const Tensor& output, const Tensor& input) const 
   return options_.batch_first ? output.transpose(0, 1) : output;
 }
 
+// The state [layers * directions, B, H] (or [layers * directions, H]
+// unbatched), or zeros of that shape. The batch is the input's as a SymSize
+// and the check compares sizes (size_is), so a compiled program reads no
+// batch size and serves every batch from one trace.
 Tensor RNNBase::initial_state(const Tensor& state, const Tensor& input, const char* which) const {
   const int64_t directions = options_.bidirectional ? 2 : 1;
-  Shape expected = {options_.num_layers * directions, hidden_size_};
+  const int64_t slots = options_.num_layers * directions;
   const bool batched = input.dim() == 3;
-  if (batched) expected.insert(expected.begin() + 1, input.size(options_.batch_first ? 0 : 1));
+  const int64_t batch_dim = options_.batch_first ? 0 : 1;
   if (!state.defined()) {
-    const Tensor zeros_state = zero_state(input, expected);
-    return batched ? zeros_state : zeros_state.unsqueeze(1);
+    if (!batched)
+      return zeros({slots, 1, hidden_size_}, {.dtype = input.dtype(), .device = input.device()});
+    return zeros({slots, input.sym_size(batch_dim), hidden_size_},
+                 {.dtype = input.dtype(), .device = input.device()});
   }
-  KILN_CHECK(state.sizes() == expected, ShapeError, name_, ": expected ", which, " of shape ",
-             expected, ", got ", state.sizes());
+  const bool ok = state.dim() == (batched ? 3 : 2) && state.size_is(0, SizeCmp::kEq, slots) &&
+                  state.size_is(-1, SizeCmp::kEq, hidden_size_) &&
+                  (!batched || state.size_is(1, SizeCmp::kEq, input, batch_dim));
+  if (!ok) {
+    Shape expected = {slots, hidden_size_};
+    if (batched) expected.insert(expected.begin() + 1, input.size(batch_dim));
+    throw ShapeError(detail::str_cat(name_, ": expected ", which, " of shape ", expected, ", got ",
+                                     state.sizes()));
+  }
   return batched ? state : state.unsqueeze(1);
 }
 
@@ -309,7 +318,7 @@ namespace {
 // on the CPU (oneDNN's kernel) or all on one CUDA device (cuDNN's).
 bool can_run_fused(const Tensor& sequence, const LSTMState& initial, const TensorList& weights,
                    const RNNOptions& options, bool training) {
-  if (options.bidirectional || sequence.size(1) == 0) return false;
+  if (options.bidirectional || sequence.size_is(1, SizeCmp::kEq, 0)) return false;
   if (options.dropout > 0 && options.num_layers > 1 && training) return false;
   const bool grad = is_grad_enabled();
   const Device device = sequence.device();

@@ -49,6 +49,24 @@ const CaseRegistration kFactories([](CaseList& c) {
                                        full_like(in[0].slice(0, 0, 0), 1),
                                        full_like(in[0].select(0, 1).select(0, 2), true)};
                    }});
+  // full with sizes of its inputs' dims (SymSize): the inputs give sizes only.
+  c.push_back({.name = "full_sized/sizes_of_dims",
+               .ops = {OpId::full_sized},
+               .dtypes = kAllTypes,
+               .make =
+                   [](DType t, Generator& g) {
+                     return TensorList{uniform({3, 7}, t, g), uniform_transposed({5, 4}, t, g)};
+                   },
+               .run =
+                   [](TensorList& in) {
+                     const Tensor &a = in[0], &b = in[1];
+                     const TensorOptions o = on(in, a.dtype());
+                     return TensorList{zeros({a.sym_size(0), 2}, o),
+                                       ones({b.sym_size(1), a.sym_size(1)}, o),
+                                       full({a.sym_size(1), b.sym_size(0), 3}, true, o),
+                                       zeros({a.sym_size(0), 0}, o),
+                                       full({300, a.sym_size(1)}, 1, on(in, kFloat32))};
+                   }});
   c.push_back({.name = "arange/ranges",
                .ops = {OpId::arange},
                .dtypes = {kFloat32},

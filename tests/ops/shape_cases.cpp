@@ -139,6 +139,22 @@ const CaseRegistration kViews([](CaseList& c) {
   add(c, "expand/large", {OpId::expand}, one({1, 131}, 's'), [](TensorList& in) {
     return TensorList{in[0].expand({300, 131}).clone()};
   });
+  // Shapes with sizes of tensors' dims (SymSize): the sized views.
+  add(c, "view_sized/sizes_of_dims", {OpId::view_sized}, one({6, 35}), [](TensorList& in) {
+    const Tensor& x = in[0];
+    const Tensor other = x.t();
+    return TensorList{x.view({x.sym_size(0), 5, -1}).clone(),
+                      x.view({other.sym_size(0), -1}).clone(),
+                      x.reshape({x.sym_size(1), x.sym_size(0)}).clone(),
+                      x.t().reshape({x.sym_size(1), -1}).clone()};
+  });
+  add(c, "expand_sized/sizes_of_dims", {OpId::expand_sized}, one({5, 1}), [](TensorList& in) {
+    const Tensor& x = in[0];
+    const Tensor big = x.expand({5, 4});
+    return TensorList{x.expand({x.sym_size(0), big.sym_size(1)}).clone(),
+                      x.expand({2, -1, big.sym_size(1)}).clone(), x.expand_as(big).clone(),
+                      x.select(1, 0).expand_as(x.t()).clone()};
+  });
   add(c, "slice/steps_and_bounds", {OpId::slice}, one({7, 13}), [](TensorList& in) {
     return TensorList{
         in[0].slice(1, 1, 10, 3).clone(),   in[0].slice(0, -3, std::nullopt).clone(),

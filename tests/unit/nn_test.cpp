@@ -442,7 +442,7 @@ TEST(Interpolate, RejectsBadModesAndAlignCornersWithNearest) {
   expect_error<ValueError>(
       [] {
         ops::dispatch1(OpId::interpolate, {ones({1, 1, 3})},
-                       {std::vector<int64_t>{4}, std::string("nearest"), true});
+                       {std::vector<int64_t>{4}, std::string("nearest"), true, std::monostate{}});
       },
       "interpolate");
 }

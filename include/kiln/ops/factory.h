@@ -45,6 +45,16 @@ Tensor empty(const Shape& sizes, TensorOptions options = {});
 Tensor zeros(const Shape& sizes, TensorOptions options = {});
 Tensor ones(const Shape& sizes, TensorOptions options = {});
 Tensor full(const Shape& sizes, Scalar value, TensorOptions options = {});
+// With sizes of tensors' dims (Tensor::sym_size) among the sizes: in a
+// compiled program they stay those dims' sizes (docs/compile.md).
+Tensor empty(const SymSizes& sizes, TensorOptions options = {});
+Tensor empty(std::initializer_list<SymSize> sizes, TensorOptions options = {});
+Tensor zeros(const SymSizes& sizes, TensorOptions options = {});
+Tensor zeros(std::initializer_list<SymSize> sizes, TensorOptions options = {});
+Tensor ones(const SymSizes& sizes, TensorOptions options = {});
+Tensor ones(std::initializer_list<SymSize> sizes, TensorOptions options = {});
+Tensor full(const SymSizes& sizes, Scalar value, TensorOptions options = {});
+Tensor full(std::initializer_list<SymSize> sizes, Scalar value, TensorOptions options = {});
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

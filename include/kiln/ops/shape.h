@@ -14,20 +14,30 @@
 namespace kiln {
 
 Tensor view(const Tensor& x, const Shape& shape);
-Tensor reshape(const Tensor& x, const Shape& shape);
+// What a compiled program reads of x's layout (its contiguity, and its sizes
+// when it is not contiguous) is noted at `where`, the caller's line.
+Tensor reshape(const Tensor& x, const Shape& shape,
+               const std::source_location& where = std::source_location::current());
 Tensor permute(const Tensor& x, const Shape& dims);
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor squeeze(const Tensor& x);
 Tensor squeeze(const Tensor& x, const Shape& dims);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor expand(const Tensor& x, const Shape& shape);  // -1 keeps a dim
+// With sizes of tensors' dims (Tensor::sym_size) among the entries: in a
+// compiled program they stay those dims' sizes (docs/compile.md).
+Tensor view(const Tensor& x, const SymSizes& shape);
+Tensor reshape(const Tensor& x, const SymSizes& shape);
+Tensor expand(const Tensor& x, const SymSizes& shape);
 // Dims start_dim..end_dim merged into one: a view when their strides allow
 // it, else a copy (as reshape). A compiled program keeps the other sizes
 // symbolic: flatten reads none of them.
-Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1,
+               const std::source_location& where = std::source_location::current());
 // Dim dim split into sizes (one may be -1), as torch.unflatten; always a view.
 Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes);
-Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length,
+              const std::source_location& where = std::source_location::current());
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start,
              std::optional<int64_t> stop, int64_t step = 1);
@@ -38,10 +48,14 @@ std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Pieces of split_size along dim (the last may be smaller); views.
-std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
-std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// The size of dim is read (the pieces' sizes follow it), noted at `where`.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0,
+                          const std::source_location& where = std::source_location::current());
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0,
+                          const std::source_location& where = std::source_location::current());
 // chunks pieces of equal size (the last may be smaller), as torch.chunk; views.
-std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0,
+                          const std::source_location& where = std::source_location::current());
 // The slices of x along dim named by a 1-D int64/int32 index (negative values are errors).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // out[i][j] = x[index[i][j]][j] for dim 0, and so on; index is int64 with x's rank.

@@ -135,7 +135,7 @@ TensorList grad_interpolate_backward(const BackwardCtx& ctx, const TensorList& g
   const auto& a = ctx.attrs();
   const Shape& out = ctx.input_sizes(0);
   return {ops::dispatch1(OpId::interpolate, {g[0]},
-                         {Shape(out.begin() + 2, out.end()), a.str(1), a.b(2)})};
+                         {Shape(out.begin() + 2, out.end()), a.str(1), a.b(2), std::monostate{}})};
 }
 
 // pad: pad, mode, value.

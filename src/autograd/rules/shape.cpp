@@ -30,6 +30,17 @@ TensorList grad_unsqueeze(const BackwardCtx& ctx, const TensorList& g) {
   return {g[0].reshape(ctx.input_sizes(0))};
 }
 TensorList grad_expand(const BackwardCtx&, const TensorList& g) { return {g[0]}; }
+// The inputs after the first give sizes only: no gradient.
+TensorList grad_view_sized(const BackwardCtx& ctx, const TensorList& g) {
+  TensorList out(ctx.num_inputs());
+  out[0] = g[0].reshape(ctx.input_sizes(0));
+  return out;
+}
+TensorList grad_expand_sized(const BackwardCtx& ctx, const TensorList& g) {
+  TensorList out(ctx.num_inputs());
+  out[0] = g[0];
+  return out;
+}
 
 TensorList grad_permute(const BackwardCtx& ctx, const TensorList& g) {
   const Shape& dims = ctx.attrs().ints(0);

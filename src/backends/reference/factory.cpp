@@ -27,6 +27,7 @@ void fill(const Tensor& out, const Scalar& v) {
 void register_reference_factory_kernels(KernelTable& t) {
   t.set(OpId::empty, [](const KernelCall&) {});
   t.set(OpId::full, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(1)); });
+  t.set(OpId::full_sized, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(1)); });
   t.set(OpId::full_like, [](const KernelCall& c) { fill(c.out(), c.attrs.scalar(0)); });
   t.set(OpId::arange, [](const KernelCall& c) {
     const Scalar start = c.attrs.scalar(0), step = c.attrs.scalar(2);

@@ -32,7 +32,7 @@ Tensor class_weights_for(const Tensor& weight, const Tensor& input, int64_t clas
 
 Tensor cross_entropy_probabilities(const Tensor& logp, const Tensor& target, int64_t class_dim,
                                    const CrossEntropyOptions& o) {
-  if (target.sizes() != logp.sizes()) {
+  if (!target.same_sizes(logp)) {
     throw ShapeError(detail::str_cat("cross_entropy: probability targets must have the input's shape ",
                                      logp.sizes(), ", got ", target.sizes()));
   }
@@ -42,7 +42,7 @@ Tensor cross_entropy_probabilities(const Tensor& logp, const Tensor& target, int
   Tensor per_class = logp * t;
   if (o.weight.defined()) per_class = per_class * class_weights_for(o.weight, logp, class_dim);
   Tensor loss = neg(sum(per_class, {class_dim}));
-  if (o.reduction == "mean") return sum(loss) / (logp.numel() / std::max<int64_t>(classes, 1));
+  // The mean over the batch (and spatial) dims: loss has no class dim.
   return reduce(loss, o.reduction);
 }
 
@@ -90,14 +90,14 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   check_reduction("mse_loss", reduction);
-  if (input.sizes() != target.sizes()) broadcast_shapes(input.sizes(), target.sizes(), "mse_loss");
+  if (!input.same_sizes(target)) broadcast_shapes(input.sizes(), target.sizes(), "mse_loss");
   return reduce(square(input - target), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BceWithLogitsOptions& o) {
   check_reduction("binary_cross_entropy_with_logits", o.reduction);
-  if (input.sizes() != target.sizes()) {
+  if (!input.same_sizes(target)) {
     throw ShapeError(detail::str_cat("binary_cross_entropy_with_logits: target shape ", target.sizes(),
                                      " must equal the input shape ", input.sizes()));
   }

@@ -1,6 +1,7 @@
 // The public network functions (kiln::nn::functional).
 #include "kiln/ops/nn.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "compiler/capture.h"
@@ -117,8 +118,21 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& o) {
     throw ValueError(detail::str_cat("interpolate: align_corners can only be set with mode ",
                                      "'bilinear', got mode '", o.mode, "'"));
   }
-  return dispatch1(OpId::interpolate, {input},
-                   {resolve_size(input, o), o.mode, o.align_corners.value_or(false)});
+  // One scale for every spatial dim: the rule computes the sizes from it,
+  // so a compiled program keeps them symbolic. Otherwise they are read here.
+  if (o.scale_factor && !o.size && input.dim() > 2) {
+    const std::vector<double>& s = *o.scale_factor;
+    const bool one =
+        !s.empty() && std::all_of(s.begin(), s.end(), [&](double v) { return v == s[0]; });
+    if (one && (s.size() == 1 || static_cast<int64_t>(s.size()) == input.dim() - 2) && s[0] > 0 &&
+        std::isfinite(s[0])) {
+      return dispatch1(OpId::interpolate, {input},
+                       {Shape{}, o.mode, o.align_corners.value_or(false), s[0]});
+    }
+  }
+  return dispatch1(
+      OpId::interpolate, {input},
+      {resolve_size(input, o), o.mode, o.align_corners.value_or(false), std::monostate{}});
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& o) {

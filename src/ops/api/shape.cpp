@@ -44,9 +44,10 @@ std::vector<Tensor> slices_of(const Tensor& x, int64_t d, const std::vector<int6
 
 }  // namespace
 
-std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim,
+                          const std::source_location& where) {
   const int64_t d = split_dim("split", x, dim);
-  const int64_t n = x.size(d);
+  const int64_t n = x.size(d, where);
   if (split_size < 0 || (split_size == 0 && n > 0)) {
     throw ValueError(detail::str_cat("split: split_size must be positive (0 only for an empty ",
                                      "dim), got ", split_size, " for dim ", d, " of size ", n));
@@ -58,14 +59,15 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   return slices_of(x, d, sizes);
 }
 
-std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim,
+                          const std::source_location& where) {
   const int64_t d = split_dim("split", x, dim);
   int64_t total = 0;
   for (int64_t s : sizes) {
     if (s < 0) throw ValueError(detail::str_cat("split: sizes must be non-negative, got ", sizes));
     total += s;
   }
-  if (total != x.size(d)) {
+  if (!x.size_is(d, SizeCmp::kEq, total, where)) {
     throw ShapeError(detail::str_cat("split: sizes ", sizes, " sum to ", total, " but dim ", d,
                                      " has size ", x.size(d), " (shape ", x.sizes(), ")"));
   }
@@ -74,13 +76,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 
 // As torch.chunk: pieces of ceil(n / chunks), so there may be fewer than
 // chunks of them; an empty dim still gives chunks empty pieces.
-std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim,
+                          const std::source_location& where) {
   if (chunks <= 0)
     throw ValueError(detail::str_cat("chunk: chunks must be positive, got ", chunks));
   const int64_t d = split_dim("chunk", x, dim);
-  const int64_t n = x.size(d);
+  const int64_t n = x.size(d, where);
   if (n == 0) return slices_of(x, d, std::vector<int64_t>(static_cast<size_t>(chunks), 0));
-  return split(x, (n + chunks - 1) / chunks, d);
+  return split(x, (n + chunks - 1) / chunks, d, where);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {

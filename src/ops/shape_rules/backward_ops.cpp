@@ -176,7 +176,7 @@ void infer_interpolate_backward(Ctx& ctx) {
   KILN_CHECK(grad.dim() >= 3, ShapeError, ctx.name(),
              ": grad_output must have at least 3 dims, got ", grad.sizes());
   Attrs forward{plain_sizes(grad.sizes().begin() + 2, grad.sizes().end()), ctx.attrs[1],
-                ctx.attrs[2]};
+                ctx.attrs[2], std::monostate{}};
   const auto out =
       forward_output(ctx, OpId::interpolate, {meta_like<Ctx>(ctx.attrs.ints(0), grad)}, forward);
   check_grad_output(ctx, out, "input_size");

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/op_table.h"
+#include "ops/shape_rules/sized.h"
 
 namespace kiln::ops {
 namespace {
@@ -32,6 +33,22 @@ template <class Ctx>
 void infer_factory(Ctx& ctx) {
   const size_t dtype_attr = ctx.schema.id == OpId::full ? 2 : 1;
   push_output(ctx, ctx.attrs.ints(0), dtype_attr);
+}
+
+// full_sized: sizes:ints (constants, or sizes of its inputs: shape_rules/
+// sized.h), value, dtype, device. Its inputs give sizes only.
+template <class Ctx>
+void infer_full_sized(Ctx& ctx) {
+  typename Ctx::Sizes sizes;
+  for (const int64_t entry : ctx.attrs.ints(0)) {
+    std::optional<typename Ctx::Int> s = sized_entry(ctx, entry);
+    if (!s) {
+      throw ShapeError(
+          detail::str_cat(ctx.name(), ": sizes must be non-negative, got ", ctx.attrs.ints(0)));
+    }
+    sizes.push_back(*s);
+  }
+  ctx.add_output(std::move(sizes), ctx.attrs.dtype(2), ctx.attrs.device(3));
 }
 
 // full_like: a new contiguous tensor of the input's sizes, on its device.
@@ -95,6 +112,7 @@ void infer_eye(Ctx& ctx) {
 
 KILN_SHAPE_RULE_INSTANCES(infer_factory)
 KILN_SHAPE_RULE_INSTANCES(infer_full_like)
+KILN_SHAPE_RULE_INSTANCES(infer_full_sized)
 KILN_SHAPE_RULE_INSTANCES(infer_randint)
 KILN_SHAPE_RULE_INSTANCES(infer_arange)
 KILN_SHAPE_RULE_INSTANCES(infer_linspace)

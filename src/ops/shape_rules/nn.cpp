@@ -12,6 +12,23 @@
 namespace kiln::ops {
 namespace {
 
+// floor(size * scale) as PyTorch computes it (in double). On a symbolic size
+// the scale must be p / 2^k (k <= 20): then it is (size * p) // 2^k, equal to
+// the double's floor for every size below 2^32.
+int64_t scaled_size(int64_t size, double scale) {
+  return static_cast<int64_t>(std::floor(static_cast<double>(size) * scale));
+}
+SymInt scaled_size(const SymInt& size, double scale) {
+  if (!size.is_symbolic()) return scaled_size(size.hint(), scale);
+  for (int k = 0; k <= 20; ++k) {
+    const double p = std::ldexp(scale, k);
+    if (p == std::floor(p) && p < 4294967296.0)
+      return size * SymInt(static_cast<int64_t>(p)) / SymInt(int64_t{1} << k);
+  }
+  throw ShapeError(detail::str_cat("interpolate: scale_factor ", scale,
+                                   " is not a multiple of 2^-20, so its sizes cannot be symbolic"));
+}
+
 // float32 for the 16-bit floats and float32, float64 for float64.
 DType accumulation_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
@@ -290,6 +307,18 @@ void infer_interpolate(Ctx& ctx) {
                                      x.sizes()));
   }
   if (bilinear) require_floating(ctx, 0);
+  if (size.empty() && ctx.attrs.has(3) && x.dim() > 2) {
+    typename Ctx::Sizes out = x.sizes();
+    for (int64_t d = 2; d < x.dim(); ++d) {
+      out[d] = scaled_size(x.sizes()[d], ctx.attrs.f(3));
+      if (out[d] <= 0) {
+        throw ShapeError(detail::str_cat("interpolate: input ", x.sizes(), " and scale_factor ",
+                                         ctx.attrs.f(3), " give an empty output"));
+      }
+    }
+    ctx.add_output(out, x.dtype(), ctx.common_device());
+    return;
+  }
   if (static_cast<int64_t>(size.size()) != x.dim() - 2) {
     throw ShapeError(detail::str_cat("interpolate: size ", size, " must have one entry per ",
                                      "spatial dim of input ", x.sizes()));

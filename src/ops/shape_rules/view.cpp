@@ -8,6 +8,7 @@
 
 #include "core/shape_util.h"
 #include "ops/op_table.h"
+#include "ops/shape_rules/sized.h"
 #include "ops/shape_rules/view.h"
 
 namespace kiln::ops {
@@ -326,6 +327,83 @@ void infer_expand(Ctx& ctx) {
   push_view(ctx, sizes, strides, x.storage_offset());
 }
 
+// view_sized: x, then the inputs whose sizes its shape names (sized.h): a
+// view whose sizes in a compiled program are those inputs' sizes.
+template <class Ctx>
+void infer_view_sized(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
+  const Shape& spec = ctx.attrs.ints(0);
+  typename Ctx::Sizes shape(spec.size(), Int(1));
+  int64_t infer_at = -1;
+  Int known = 1;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    if (std::optional<Int> s = sized_entry(ctx, spec[i])) {
+      shape[i] = *s;
+      known *= *s;
+    } else if (infer_at >= 0) {
+      throw ShapeError("view: only one dim can be -1");
+    } else {
+      infer_at = static_cast<int64_t>(i);
+    }
+  }
+  const Int numel = shape_numel(x.sizes());
+  if (infer_at >= 0) {
+    if (known == 0 || numel % known != 0) {
+      throw ShapeError(detail::str_cat("view: shape ", shape, " (-1 at dim ", infer_at,
+                                       ") is invalid for an input of shape ", x.sizes()));
+    }
+    shape[static_cast<size_t>(infer_at)] = numel / known;
+  }
+  if (numel != shape_numel(shape)) {
+    throw ShapeError(
+        detail::str_cat("view: shape ", shape, " is invalid for an input of shape ", x.sizes()));
+  }
+  auto strides = view_strides(x.sizes(), x.strides(), shape);
+  if (!strides) {
+    throw ShapeError(detail::str_cat("view: shape ", shape, " is not compatible with the input's ",
+                                     "sizes ", x.sizes(), " and strides ", x.strides(),
+                                     "; use reshape"));
+  }
+  push_view(ctx, shape, *strides, x.storage_offset());
+}
+
+// expand_sized: x, then the inputs whose sizes its shape names (sized.h);
+// -1 keeps x's size. expand_as is every dim of the other tensor's.
+template <class Ctx>
+void infer_expand_sized(Ctx& ctx) {
+  using Int = typename Ctx::Int;
+  const auto& x = ctx.input(0);
+  const Shape& spec = ctx.attrs.ints(0);
+  if (static_cast<int64_t>(spec.size()) < x.dim()) {
+    throw ShapeError(detail::str_cat("expand: the target has ", spec.size(),
+                                     " dims, fewer than the input's ", x.sizes()));
+  }
+  const int64_t lead = static_cast<int64_t>(spec.size()) - x.dim();
+  typename Ctx::Sizes sizes(spec.size(), Int(0)), strides(spec.size(), Int(0));
+  for (int64_t i = 0; i < static_cast<int64_t>(spec.size()); ++i) {
+    const int64_t d = i - lead;
+    std::optional<Int> want = sized_entry(ctx, spec[static_cast<size_t>(i)]);
+    if (d < 0) {
+      if (!want) {
+        throw ShapeError(
+            detail::str_cat("expand: size -1 is not allowed for the new leading dim ", i));
+      }
+      sizes[i] = *want;
+      continue;
+    }
+    const Int have = x.sizes()[d];
+    sizes[i] = want ? *want : have;
+    if (have == sizes[i]) {
+      strides[i] = x.strides()[d];
+    } else if (have != 1) {
+      throw ShapeError(detail::str_cat("expand: the size ", have, " of dim ", d, " (shape ",
+                                       x.sizes(), ") must match ", sizes[i], " or be 1"));
+    }
+  }
+  push_view(ctx, sizes, strides, x.storage_offset());
+}
+
 template <class Ctx>
 void infer_slice(Ctx& ctx) {
   using Int = typename Ctx::Int;
@@ -381,6 +459,8 @@ KILN_SHAPE_RULE_INSTANCES(infer_permute)
 KILN_SHAPE_RULE_INSTANCES(infer_squeeze)
 KILN_SHAPE_RULE_INSTANCES(infer_unsqueeze)
 KILN_SHAPE_RULE_INSTANCES(infer_expand)
+KILN_SHAPE_RULE_INSTANCES(infer_view_sized)
+KILN_SHAPE_RULE_INSTANCES(infer_expand_sized)
 KILN_SHAPE_RULE_INSTANCES(infer_slice)
 KILN_SHAPE_RULE_INSTANCES(infer_select)
 
