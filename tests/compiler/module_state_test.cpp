@@ -208,5 +208,32 @@ TEST(ModuleState, UpdatesInPlaceNeedNoRetrace) {
   EXPECT_EQ(fast.stats().traces, 1);
 }
 
+// On a GPU under ReduceOverhead, each mode keeps its CUDA graph: switching
+// replays the other one, and running statistics are written where they live.
+TEST(ModuleState, TrainAndEvalEachKeepTheirCudaGraph) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  auto [net, eager] = twins();
+  net->to(Device::cuda());
+  eager->to(Device::cuda());
+  const auto fast = compile(*net, {.mode = Mode::ReduceOverhead});
+  Generator data(6);
+  for (int round = 0; round < 3; ++round) {
+    for (const bool training : {true, false}) {
+      net->train(training);
+      eager->train(training);
+      const Tensor x = randn({4, 3, 6, 6}, {}, &data).to(Device::cuda());
+      manual_seed(40 + round);
+      const Tensor y = fast(x);
+      manual_seed(40 + round);
+      EXPECT_TRUE(same(y.to(Device::cpu()), eager->forward(x).to(Device::cpu())))
+          << round << " " << training;
+      expect_same_buffers(*net, *eager, "after a call");
+    }
+  }
+  const CompileStats s = fast.stats();
+  EXPECT_EQ(s.traces, 2);
+  EXPECT_GE(s.graph_launches, 4);
+}
+
 }  // namespace
 }  // namespace kiln
