@@ -124,5 +124,19 @@ TEST(CompileCache, TheSlowerAutogradPathIsLoggedOnce) {
   EXPECT_TRUE(fast.explain().graphs.back().executable);
 }
 
+// A size that a kiln function must read (chunk's parts follow it) is blamed
+// on the line that called the function, not on kiln's own source.
+TEST(CompileCache, ASizeReadInsideKilnIsBlamedOnTheCallersLine) {
+  const int line = __LINE__ + 1;
+  const auto f = [](const Tensor& x) { return chunk(x.t().contiguous().t(), 2, 0)[0] * 2.0; };
+  const auto fast = compile(f);
+  for (int64_t n : {4, 6, 8}) (void)fast(randn({n, 3}));
+  const std::string note = fast.explain().dynamic_sizes;
+  EXPECT_NE(note.find(detail::str_cat("the function read size(0) of %3 at cache_test.cpp:", line)),
+            std::string::npos)
+      << note;
+  EXPECT_EQ(note.find("shape.cpp"), std::string::npos) << note;
+}
+
 }  // namespace
 }  // namespace kiln
