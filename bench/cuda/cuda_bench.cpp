@@ -85,6 +85,19 @@ int run(int iters) {
                                   {.mode = Mode::ReduceOverhead});
     emit("host_us_per_compiled_call", host_us([&] { (void)compiled(a, b); }), "us");
     emit("host_us_per_compiled_call_in_bursts", host_us([&] { (void)compiled(a, b); }, 50, 200), "us");
+    // A module's call also checks its parameters' slots and its modules'
+    // training flags (4 batch norms, 8 parameters, 12 buffers here).
+    nn::Sequential net(std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::BatchNorm1d>(16),
+                       std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::BatchNorm1d>(16),
+                       std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::BatchNorm1d>(16),
+                       std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::BatchNorm1d>(16));
+    net.eval();
+    net.to(dev);
+    NoGradGuard no_grad;
+    const Tensor x = ones({2, 16}, {.dtype = kFloat32, .device = dev});
+    const auto module = compile(net, {.mode = Mode::ReduceOverhead});
+    emit("host_us_per_compiled_module_call_in_bursts", host_us([&] { (void)module(x); }, 50, 200),
+         "us");
   }
   for (DType t : {kFloat32, kBFloat16}) {
     const int64_t n = 4096;
