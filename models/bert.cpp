@@ -12,8 +12,10 @@
 #include <string_view>
 #include <utility>
 
+#include "core/state_dict_diff.h"
 #include "kiln/autograd.h"
 #include "kiln/error.h"
+#include "kiln/models/checkpoint.h"
 #include "kiln/nn/init.h"
 #include "kiln/ops/factory.h"
 #include "kiln/ops/linalg.h"
@@ -368,12 +370,6 @@ std::string model_key(std::string_view key) {
   return name;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 }  // namespace
 
 nn::LoadResult BertModel::load_hf_state_dict(const StateDict& dict, bool strict) {
@@ -388,15 +384,69 @@ nn::LoadResult BertModel::load_hf_state_dict(const StateDict& dict, bool strict)
     else
       result.unexpected_keys.push_back(key);
   }
-  for (const auto& [name, tensor] : own) {
-    if (!mapped.contains(name)) result.missing_keys.push_back(name);
-  }
-  if (strict && !result.missing_keys.empty()) {
-    throw ValueError(str_cat("BertModel.load_hf_state_dict: ", result.missing_keys.size(),
-                             " missing keys: ", joined(result.missing_keys)));
+  // A checkpoint of another size differs in most tensors: it says which
+  // sizes it holds, and a few of the keys.
+  StateDictDiff diff = diff_state_dicts(mapped, own);
+  result.missing_keys = diff.missing_keys;
+  if (!strict) diff.missing_keys.clear();
+  if (!diff.empty()) {
+    const std::string holds = describe_checkpoint(dict), is = describe_checkpoint(own);
+    throw ValueError(str_cat(
+        "BertModel.load_hf_state_dict: ",
+        holds == is ? "" : str_cat("the state dict holds ", holds, ", this model is ", is, ": "),
+        diff.summary("the dict", holds == is ? 3 : 1)));
   }
   load_state_dict(mapped, /*strict=*/false);
   return result;
+}
+
+// --- BertConfig::from_state_dict ---------------------------------------------------
+
+BertConfig BertConfig::from_state_dict(const StateDict& dict, const BertConfig& rest) {
+  constexpr std::string_view kWho = "BertConfig.from_state_dict";
+  StateDict own;  // the tensors under this model's names
+  for (const auto& [key, tensor] : dict) own.set(model_key(key), tensor);
+  auto table_rows = [&](const char* name) {  // of an embedding table [rows, hidden]
+    const Tensor* t = own.find(name);
+    if (!t || t->dim() != 2) {
+      throw ValueError(str_cat(kWho, ": '", name, "' (with or without 'bert.') is ",
+                               t ? str_cat("of shape ", t->sizes()) : std::string("absent"),
+                               ": the dict holds ", describe_checkpoint(dict), ", not a BERT"));
+    }
+    return t->size(0);
+  };
+  BertConfig c = rest;
+  c.vocab_size = table_rows("embeddings.word_embeddings.weight");
+  c.hidden_size = own.at("embeddings.word_embeddings.weight").size(1);
+  c.max_position_embeddings = table_rows("embeddings.position_embeddings.weight");
+  c.type_vocab_size = table_rows("embeddings.token_type_embeddings.weight");
+  if (own.contains("encoder.layer.0.attention.self.distance_embedding.weight")) {
+    throw ValueError(str_cat(kWho,
+                             ": the dict holds relative position embeddings "
+                             "(distance_embedding); only absolute positions are supported"));
+  }
+  c.num_hidden_layers = 0;
+  while (own.contains(str_cat("encoder.layer.", c.num_hidden_layers, ".output.dense.weight")))
+    ++c.num_hidden_layers;
+  if (c.num_hidden_layers > 0) {
+    const Tensor* up = own.find("encoder.layer.0.intermediate.dense.weight");
+    if (!up || up->dim() != 2)
+      throw ValueError(str_cat(kWho, ": encoder layer 0 has no 2-D intermediate.dense.weight"));
+    c.intermediate_size = up->size(0);
+  }
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    throw ValueError(str_cat(kWho, ": the hidden size ", c.hidden_size,
+                             " is not divisible by num_attention_heads ", c.num_attention_heads,
+                             ", and the tensors cannot say the number of heads (query, key and "
+                             "value are [hidden, hidden] for any): take it from the model's "
+                             "config.json"));
+  }
+  check_config(c, kWho);
+  return c;
+}
+
+BertConfig BertConfig::from_state_dict(const StateDict& dict) {
+  return from_state_dict(dict, BertConfig{});
 }
 
 // --- BertConfig::from_json_file ----------------------------------------------------

@@ -6,5 +6,6 @@
 #pragma once
 
 #include "kiln/models/bert.h"
+#include "kiln/models/checkpoint.h"
 #include "kiln/models/lstm.h"
 #include "kiln/models/resnet.h"

@@ -400,6 +400,50 @@ TEST(BertModel, LoadRejectsWrongShapes) {
   EXPECT_THROW(target.load_hf_state_dict(source.state_dict()), ValueError);
 }
 
+TEST(BertModel, CheckpointOfAnotherSizeSaysBothSizesInOneShortLine) {
+  BertConfig other = tiny_config();
+  other.hidden_size = 12;
+  other.num_hidden_layers = 3;
+  other.intermediate_size = 24;
+  BertModel source(other);
+  BertModel target(tiny_config());
+  try {
+    target.load_hf_state_dict(pretraining_checkpoint(source));
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 400u) << what;
+    EXPECT_NE(what.find("holds a 12-wide, 3-layer BERT (intermediate 24, vocab 50, 12 positions)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("this model is an 8-wide, 2-layer BERT"), std::string::npos) << what;
+    EXPECT_NE(what.find(" expected and 38 more"), std::string::npos) << what;
+  }
+}
+
+TEST(BertModel, StrictLoadListsAFewOfManyMissingKeys) {
+  BertModel source(tiny_config());
+  StateDict dict;
+  for (const auto& [name, t] : source.state_dict())
+    if (name.starts_with("embeddings.")) dict.set(name, t);
+  BertModel target(tiny_config());
+  try {
+    target.load_hf_state_dict(dict);
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 300u) << what;
+    EXPECT_NE(what.find("the state dict holds an 8-wide, 0-layer BERT (vocab 50, 12 positions), "
+                        "this model is an 8-wide, 2-layer BERT"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("34 missing keys ('encoder.layer.0.attention.self.query.weight' and 33 "
+                        "more)"),
+              std::string::npos)
+        << what;
+  }
+}
+
 // --- config.json -----------------------------------------------------------------
 
 // A file in the temporary directory, removed at the end of the test.
@@ -479,6 +523,47 @@ TEST(BertConfig, RejectsBadFilesAndValuesNamingFileAndKey) {
 }
 
 // --- errors ----------------------------------------------------------------------
+
+// --- BertConfig::from_state_dict ------------------------------------------------
+
+TEST(BertConfig, ReadsTheSizesOfAPrefixedCheckpoint) {
+  BertConfig want = tiny_config();
+  want.vocab_size = 40;
+  want.num_hidden_layers = 3;
+  want.intermediate_size = 20;
+  want.type_vocab_size = 3;
+  BertModel source(want);
+  BertConfig rest;
+  rest.num_attention_heads = 4;
+  rest.hidden_act = "relu";
+  const BertConfig c = BertConfig::from_state_dict(pretraining_checkpoint(source), rest);
+  EXPECT_EQ(c.vocab_size, 40);
+  EXPECT_EQ(c.hidden_size, 8);
+  EXPECT_EQ(c.num_hidden_layers, 3);
+  EXPECT_EQ(c.intermediate_size, 20);
+  EXPECT_EQ(c.max_position_embeddings, 12);
+  EXPECT_EQ(c.type_vocab_size, 3);
+  // What no tensor says comes from rest.
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.hidden_act, "relu");
+  BertModel target(c);
+  EXPECT_TRUE(target.load_hf_state_dict(pretraining_checkpoint(source)).missing_keys.empty());
+}
+
+TEST(BertConfig, FromStateDictSaysWhatItCannotRead) {
+  BertConfig odd = tiny_config();
+  odd.hidden_size = 10;
+  testing::expect_error_with<ValueError>(
+      [&] { BertConfig::from_state_dict(BertModel(odd).state_dict()); },
+      {"BertConfig.from_state_dict", "hidden size 10 is not divisible by num_attention_heads 12",
+       "config.json"});
+  StateDict lstm;
+  lstm.set("lstm.weight_ih_l0", zeros({8, 3}));
+  lstm.set("lstm.weight_hh_l0", zeros({8, 2}));
+  testing::expect_error_with<ValueError>([&] { BertConfig::from_state_dict(lstm); },
+                                         {"'embeddings.word_embeddings.weight'", "absent",
+                                          "a 1-layer LSTM (3 inputs, 2 hidden)", "not a BERT"});
+}
 
 TEST(BertModel, RejectsConfigsItCannotBuild) {
   BertConfig c = tiny_config();

@@ -45,6 +45,18 @@ struct BertConfig {
   // wrong type or range, or for a variant this model does not implement
   // (position_embedding_type other than "absolute", is_decoder).
   static BertConfig from_json_file(const std::string& path);
+
+  // The sizes a Hugging Face or PyTorch state dict (keys with or without
+  // "bert.") fixes: vocab_size, hidden_size, max_position_embeddings and
+  // type_vocab_size from the embeddings, num_hidden_layers and
+  // intermediate_size from the encoder's layers. No tensor says
+  // num_attention_heads (query, key and value are [hidden, hidden] for any
+  // number of heads), hidden_act, layer_norm_eps, pad_token_id or the dropout
+  // rates: those are rest's (transformers' defaults without it). ValueError
+  // saying what the dict holds when it is no BERT's, or when rest's heads do
+  // not divide its hidden size.
+  static BertConfig from_state_dict(const StateDict& dict, const BertConfig& rest);
+  static BertConfig from_state_dict(const StateDict& dict);
 };
 
 struct BertOutput {
