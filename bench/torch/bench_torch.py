@@ -9,7 +9,7 @@ JOB.json (written by kiln):
      "dtype": "fp32|bf16|fp16", "device": "cpu|cuda", "iters": 50, "warmup": 5, "threads": 2,
      "modes": ["eager", "default", "reduce-overhead", "max-autotune"],
      "weights": "W.safetensors", "inputs": "I.safetensors", "outputs_dir": "DIR",
-     "first_call_timeout_s": 300}
+     "first_call_timeout_s": 300, "model_options": {}}
 
 - weights: kiln's model.state_dict() under PyTorch's names (torchvision ResNet,
   transformers BertModel without "bert.", tests/parity/reference_models.LSTMNet;
@@ -26,6 +26,10 @@ JOB.json (written by kiln):
   torchvision resnet50/resnet18(weights=None); BertModel(BertConfig()) with its
   default attention; LSTMNet(); lstm_loop: the same network as a Python loop
   over nn.LSTMCells (bench/models/models_vs_torch.py's LSTMCellLoop).
+- model_options (optional): what the model is beyond its name. BERT:
+  {"config": {BertConfig's fields}, "add_pooling_layer": bool}, the config of
+  the checkpoint kiln loaded (a BertModel without the pooling layer outputs
+  last_hidden_state alone).
 
 What is measured, per mode ("eager": the module itself; any other:
 torch.compile(model, mode=MODE) after torch._dynamo.reset()), in eval mode
@@ -120,6 +124,8 @@ def read_job(path):
     field("outputs_dir", str, lambda v: v != "", "must be a directory path")
     job.setdefault("first_call_timeout_s", 0)
     field("first_call_timeout_s", (int, float), lambda v: v >= 0, "must be a non-negative number")
+    job.setdefault("model_options", {})
+    field("model_options", dict, why="must be an object")
     return job
 
 
@@ -188,14 +194,19 @@ def cell_name_to_lstm(key):
     return re.sub(r"^cells\.(\d+)\.(weight|bias)_(ih|hh)$", r"lstm.\2_\3_l\1", key)
 
 
-def build_model(name):
-    """The PyTorch module for a job's model, with kiln's default options."""
+def build_model(name, options):
+    """The PyTorch module for a job's model, with kiln's default options
+    unless the job's model_options say otherwise."""
     if name in ("resnet50", "resnet18"):
         import torchvision
         return getattr(torchvision.models, name)(weights=None)
     if name == "bert":
         from transformers import BertConfig, BertModel
-        return BertModel(BertConfig())
+        try:
+            config = BertConfig(**options.get("config", {}))
+        except (TypeError, ValueError) as e:
+            raise JobError(f"model_options.config is no BertConfig: {one_line(e)}") from None
+        return BertModel(config, add_pooling_layer=options.get("add_pooling_layer", True))
     if name == "lstm":
         sys.path.insert(0, os.path.join(SCRIPT_DIR, "..", "..", "tests", "parity"))
         import reference_models
@@ -383,7 +394,7 @@ def set_up(job):
     device = torch.device(job["device"])
     if device.index is not None:
         torch.cuda.set_device(device)  # so the allocator statistics and events are this device's
-    model = build_model(job["model"])
+    model = build_model(job["model"], job["model_options"])
     load_weights(model, job["model"], job["weights"])
     model = model.eval().to(device=device, dtype=dtype)
     inputs = [t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)

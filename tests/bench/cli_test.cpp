@@ -95,13 +95,138 @@ TEST(Cli, MalformedWeightsNameTheFile) {
   std::ofstream(bad) << "this is not a safetensors file";
   expect_usage_error("bench --model lstm_loop --device cpu --weights " + bad.string(), bad.string(),
                      1);
-  // Weights of another model: the missing names are reported.
+  // Weights of another model: the file's model and --model's are named.
   const fs::path other = scratch("resnet.safetensors");
   kiln::manual_seed(0);
   kiln::save_safetensors(
       other.string(),
       kiln::models::resnet18({.num_classes = 10, .widths = {8, 8, 8, 8}})->state_dict());
   expect_usage_error("bench --model lstm_loop --device cpu --weights " + other.string(), "lstm", 1);
+}
+
+// A small BERT as Hugging Face saves a BertForPreTraining: "bert." before
+// every name, the position_ids buffer and a head kiln's BertModel lacks;
+// with its config.json beside it when asked.
+kiln::models::BertConfig small_bert_config() {
+  kiln::models::BertConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 48;
+  c.max_position_embeddings = 32;
+  return c;
+}
+
+fs::path write_hf_bert(const std::string& dir_name, bool with_config) {
+  const fs::path dir = scratch(dir_name);
+  fs::create_directories(dir);
+  kiln::manual_seed(3);
+  kiln::models::BertModel bert(small_bert_config());
+  kiln::StateDict dict;
+  for (const auto& [name, t] : bert.state_dict()) dict.set("bert." + name, t);
+  dict.set("bert.embeddings.position_ids", kiln::arange(32, {.dtype = kiln::kInt64}).unsqueeze(0));
+  dict.set("cls.predictions.bias", kiln::zeros({64}));
+  const fs::path weights = dir / "model.safetensors";
+  kiln::save_safetensors(weights.string(), dict);
+  if (with_config) {
+    std::ofstream(dir / "config.json")
+        << R"({"architectures": ["BertForPreTraining"], "model_type": "bert", "vocab_size": 64,
+              "hidden_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 48, "max_position_embeddings": 32, "type_vocab_size": 2,
+              "hidden_act": "gelu", "layer_norm_eps": 1e-12, "pad_token_id": 0})";
+  }
+  return weights;
+}
+
+int64_t bytes_of(const kiln::nn::Module& m) {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : m.state_dict())
+    bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  return bytes;
+}
+
+TEST(Cli, BenchBuildsBertFromAHuggingFaceCheckpointOfAnySize) {
+  const std::string run =
+      "bench --model bert --device cpu --mode eager,default --iters 1 --warmup 0 --quiet ";
+  const fs::path json = scratch("hf_bert.json");
+  // Its config.json says the heads: nothing to note but the head it skips.
+  const fs::path with_config = write_hf_bert("hf_bert_config", true);
+  Outcome o =
+      kiln_cli(run + "--seq-len 8 --weights " + with_config.string() + " --json " + json.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.err, "kiln bench: --weights '" + with_config.string() +
+                       "': skipped 1 key BertModel does not have: 'cls.predictions.bias'\n");
+  kiln::bench::Report r = kiln::bench::Report::from_json(slurp(json));
+  ASSERT_EQ(r.cases.size(), 1u);
+  EXPECT_EQ(r.cases[0].weights_bytes, bytes_of(kiln::models::BertModel(small_bert_config())));
+  EXPECT_EQ(r.cases[0].seq_len, 8);
+  ASSERT_NE(r.cases[0].find("kiln", "default"), nullptr);
+  EXPECT_LE(r.cases[0].find("kiln", "default")->max_rel_error, 1e-5);
+
+  // Without config.json: the sizes come from the tensors, and a note says
+  // what they cannot say.
+  const fs::path bare = write_hf_bert("hf_bert_bare", false);
+  o = kiln_cli(run + "--seq-len 8 --weights " + bare.string() + " --json " + json.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("no config.json beside it: its tensors give a 24-wide, 2-layer BERT "
+                       "(intermediate 48, vocab 64, 32 positions)"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("the number of attention heads (12), hidden_act (gelu) and layer_norm_eps "
+                       "(1e-12), which tensors cannot say, are transformers' defaults"),
+            std::string::npos)
+      << o.err;
+  r = kiln::bench::Report::from_json(slurp(json));
+  EXPECT_EQ(r.cases[0].weights_bytes, bytes_of(kiln::models::BertModel(small_bert_config())));
+
+  expect_usage_error(run + "--seq-len 40 --weights " + with_config.string(),
+                     "--seq-len 40 is longer than the 32 positions of the weights' BERT");
+}
+
+// The file's model and sizes against --model's, in one short line, for every
+// model: never the list of every key.
+TEST(Cli, WeightsOfAnotherModelOrSizeSayWhatTheFileHoldsAndWhatWasExpected) {
+  auto expect_short = [](const std::string& args, const std::vector<std::string>& says) {
+    const Outcome o = kiln_cli("bench --device cpu --mode eager --iters 1 --warmup 0 " + args);
+    EXPECT_EQ(o.status, 1) << args << "\n" << o.err;
+    EXPECT_EQ(lines(o.err), 1u) << o.err;
+    EXPECT_LT(o.err.size(), 400u) << o.err;
+    for (const std::string& s : says) EXPECT_NE(o.err.find(s), std::string::npos) << o.err;
+  };
+  const fs::path resnet = scratch("small_resnet.safetensors");
+  kiln::save_safetensors(
+      resnet.string(),
+      kiln::models::resnet18({.num_classes = 10, .widths = {8, 8, 8, 8}})->state_dict());
+  expect_short("--model lstm --seq-len 2 --weights " + resnet.string(),
+               {"holds a ResNet-18 (10 classes, widths [8, 8, 8, 8]); --model lstm is a 2-layer "
+                "LSTM (256 inputs, 512 hidden, 10 classes)"});
+  const fs::path bert = write_hf_bert("hf_bert_other", true);
+  expect_short("--model resnet18 --weights " + bert.string(),
+               {"holds a 24-wide, 2-layer BERT (intermediate 48, vocab 64, 32 positions); "
+                "--model resnet18 is a ResNet-18 (1000 classes)"});
+  expect_short("--model bert --weights " + resnet.string(),
+               {"no config.json beside it", "a ResNet-18 (10 classes", "not a BERT"});
+
+  const fs::path narrow = scratch("narrow_lstm.safetensors");
+  kiln::save_safetensors(narrow.string(), kiln::models::LSTMNet({.hidden_size = 64}).state_dict());
+  expect_short("--model lstm_loop --seq-len 2 --weights " + narrow.string(),
+               {"holds a 2-layer LSTM (256 inputs, 64 hidden, 10 classes); --model lstm_loop is "
+                "a 2-layer LSTM (256 inputs, 512 hidden, 10 classes)"});
+  kiln::StateDict partial = kiln::models::LSTMNet().state_dict();
+  partial.erase("head.bias");
+  kiln::save_safetensors(narrow.string(), partial);
+  expect_short("--model lstm --seq-len 2 --weights " + narrow.string(),
+               {"1 missing key ('head.bias')"});
+
+  // A config.json that does not fit the tensors beside it.
+  std::ofstream(bert.parent_path() / "config.json")
+      << R"({"hidden_size": 24, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "intermediate_size": 48, "vocab_size": 64, "max_position_embeddings": 32})";
+  expect_short("--model bert --seq-len 8 --weights " + bert.string(),
+               {"and its config.json: BertModel.load_hf_state_dict: the state dict holds a "
+                "24-wide, 2-layer BERT",
+                "this model is a 24-wide, 3-layer BERT", "16 missing keys"});
 }
 
 TEST(Cli, ASmallRunOnTheCpuWritesEveryFormat) {
@@ -201,6 +326,32 @@ TEST(Cli, VsTorchAddsPyTorchsRowsOnTheSameWeights) {
     EXPECT_DOUBLE_EQ(kiln_eager->max_abs_error_vs_torch, torch_eager->max_abs_error) << model;
     EXPECT_GT(kiln_eager->speedup_vs_torch_eager, 0);
   }
+}
+
+// PyTorch's side builds transformers' BertModel of the checkpoint's config
+// (4 heads, from its config.json), not BERT-base.
+TEST(Cli, VsTorchBuildsTheHuggingFaceCheckpointsBert) {
+  const char* python = std::getenv("KILN_PYTHON");
+  const std::string py = python && *python ? python : "python3";
+  if (std::system(
+          (py + " -c 'import torch, torchvision, transformers, safetensors' >/dev/null 2>&1")
+              .c_str()) != 0) {
+    GTEST_SKIP() << py << " cannot import torch, torchvision, transformers and safetensors";
+  }
+  const fs::path weights = write_hf_bert("hf_bert_vs_torch", true);
+  const fs::path json = scratch("hf_bert_vs_torch.json");
+  const Outcome o = kiln_cli(
+      "bench --model bert --seq-len 8 --device cpu --mode eager --iters 2 "
+      "--warmup 0 --quiet --vs-torch --weights " +
+      weights.string() + " --json " + json.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  const kiln::bench::Report r = kiln::bench::Report::from_json(slurp(json));
+  ASSERT_EQ(r.cases.size(), 1u);
+  const kiln::bench::Result* torch_eager = r.cases[0].find("pytorch", "eager");
+  ASSERT_NE(torch_eager, nullptr) << o.err;
+  EXPECT_EQ(torch_eager->note, "");
+  EXPECT_GE(torch_eager->max_rel_error, 0);
+  EXPECT_LE(torch_eager->max_rel_error, 1e-4);
 }
 
 TEST(Cli, VsTorchWithoutPyTorchSaysSoAndGoesOn) {

@@ -4,9 +4,11 @@
 // (docs/bench.md). `kiln report` merges saved JSON reports and writes them
 // again in any format.
 //
-//   kiln bench                                   # resnet50, batch 1, fp32, every mode of the
-//   device kiln bench --model all --batch 1,8 --html report.html kiln bench --model bert --device
-//   cuda --mode eager,reduce-overhead --vs-torch kiln report resnet.json bert.json --html both.html
+//   kiln bench                        # resnet50, batch 1, fp32, every mode of the device
+//   kiln bench --model all --batch 1,8 --html report.html
+//   kiln bench --model bert --weights all-MiniLM-L6-v2/model.safetensors --seq-len 16
+//   kiln bench --model bert --device cuda --mode eager,reduce-overhead --vs-torch
+//   kiln report resnet.json bert.json --html both.html
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -17,10 +19,13 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/state_dict_diff.h"
 #include "kiln/bench.h"
 #include "kiln/kiln.h"
 #include "tools/kiln/progress.h"
@@ -29,6 +34,8 @@
 namespace {
 
 using namespace kiln;
+using detail::str_cat;
+namespace fs = std::filesystem;
 
 const std::vector<std::string> kModels = {"resnet50", "resnet18", "bert", "lstm", "lstm_loop"};
 
@@ -66,12 +73,94 @@ int64_t default_seq(const std::string& model) {
   return 0;
 }
 
+// The --weights file, read once: its tensors and, for BERT, the model they
+// are of.
+struct Weights {
+  std::string path;
+  StateDict tensors;
+  models::BertConfig bert_config;  // bert: its config.json's, or the sizes its tensors fix
+  bool bert_pooler = true;         // bert: whether it holds the pooling layer
+  bool noted_skipped = false;      // the note on keys BertModel skips is printed once
+};
+
+// A Hugging Face BERT checkpoint's config: its config.json when one lies
+// beside it, else the sizes its tensors fix and transformers' defaults for
+// what they cannot say (a note on stderr tells which).
+models::BertConfig bert_config_of(const Weights& w) {
+  const fs::path config_file = fs::path(w.path).parent_path() / "config.json";
+  if (fs::is_regular_file(config_file))
+    return models::BertConfig::from_json_file(config_file.string());
+  const models::BertConfig defaults;
+  models::BertConfig c;
+  try {
+    c = models::BertConfig::from_state_dict(w.tensors, defaults);
+  } catch (const ValueError& e) {
+    throw ValueError(
+        str_cat("--weights '", w.path, "': ", e.what(), " (no config.json beside it)"));
+  }
+  std::fprintf(stderr,
+               "kiln bench: --weights '%s': no config.json beside it: its tensors give %s; the "
+               "number of attention heads (%lld), hidden_act (%s) and layer_norm_eps (%g), which "
+               "tensors cannot say, are transformers' defaults\n",
+               w.path.c_str(), models::describe_checkpoint(w.tensors).c_str(),
+               static_cast<long long>(c.num_attention_heads), c.hidden_act.c_str(),
+               c.layer_norm_eps);
+  return c;
+}
+
+Weights read_weights(const std::string& path, const std::string& model) {
+  Weights w;
+  w.path = path;
+  w.tensors = load_safetensors(path);
+  if (model == "bert") {
+    w.bert_config = bert_config_of(w);
+    w.bert_pooler =
+        w.tensors.contains("pooler.dense.weight") || w.tensors.contains("bert.pooler.dense.weight");
+  }
+  return w;
+}
+
+// Copies the file's tensors into module, or throws a ValueError saying what
+// the file holds and what the model is (and, when they read alike, which
+// keys or shapes differ), in one short line.
+void load_weights(nn::Module& module, const Weights& w, const std::string& model) {
+  const StateDict own = module.state_dict();
+  const StateDictDiff diff = diff_state_dicts(w.tensors, own);
+  if (!diff.empty()) {
+    const std::string holds = models::describe_checkpoint(w.tensors);
+    const std::string is = models::describe_checkpoint(own);
+    throw ValueError(str_cat("--weights '", w.path, "' holds ", holds, "; --model ", model, " is ",
+                             is, holds == is ? ": " + diff.summary("the file") : ""));
+  }
+  module.load_state_dict(w.tensors);
+}
+
+void load_bert_weights(models::BertModel& bert, Weights& w) {
+  nn::LoadResult result;
+  try {
+    result = bert.load_hf_state_dict(w.tensors);
+  } catch (const ValueError& e) {
+    const bool with_config = fs::is_regular_file(fs::path(w.path).parent_path() / "config.json");
+    throw ValueError(str_cat("--weights '", w.path, "'", with_config ? " and its config.json" : "",
+                             ": ", e.what()));
+  }
+  if (!result.unexpected_keys.empty() && !w.noted_skipped) {
+    w.noted_skipped = true;
+    const size_t n = result.unexpected_keys.size();
+    std::fprintf(stderr, "kiln bench: --weights '%s': skipped %zu %s BertModel does not have: %s\n",
+                 w.path.c_str(), n, n == 1 ? "key" : "keys",
+                 summarize_keys(result.unexpected_keys).c_str());
+  }
+}
+
 // A reference model with random weights (seed 0) or the weights file, on the
 // device in the dtype, its input, and how to measure its forward on it.
 struct Subject {
   std::shared_ptr<nn::Module> module;
   Tensor input;
   int64_t seq_len = 0;
+  // What PyTorch's side builds beyond the model's name (bench/torch/bench_torch.py).
+  nlohmann::json torch_options = nlohmann::json::object();
   std::function<bench::Case(const Tensor& input, const bench::Options&)> measure;
 };
 
@@ -87,8 +176,47 @@ void hold(Subject& s, std::shared_ptr<M> net, Forward forward) {
 
 constexpr auto kForward = [](auto& net, const Tensor& x) { return net.forward(x); };
 
+// BERT of the weights' config (BERT-base without weights); its forward gives
+// the last hidden state and, with the pooling layer, the pooled output.
+void make_bert(Subject& s, int64_t batch, Weights* weights) {
+  const models::BertConfig config = weights ? weights->bert_config : models::BertConfig{};
+  const bool pooler = weights ? weights->bert_pooler : true;
+  if (s.seq_len > config.max_position_embeddings) {
+    throw UsageError{str_cat("--seq-len ", s.seq_len, " is longer than the ",
+                             config.max_position_embeddings, " positions of ",
+                             weights ? "the weights' BERT" : "BERT-base")};
+  }
+  auto bert = std::make_shared<models::BertModel>(config, pooler);
+  if (weights) load_bert_weights(*bert, *weights);
+  if (pooler) {
+    hold(s, bert, [](models::BertModel& net, const Tensor& ids) {
+      models::BertOutput out = net.forward(ids);
+      return std::make_tuple(out.last_hidden_state, out.pooler_output);
+    });
+  } else {
+    hold(s, bert, [](models::BertModel& net, const Tensor& ids) {
+      return net.forward(ids).last_hidden_state;
+    });
+  }
+  s.input = randint(0, config.vocab_size, {batch, s.seq_len});
+  s.torch_options = {
+      {"add_pooling_layer", pooler},
+      {"config",
+       {{"vocab_size", config.vocab_size},
+        {"hidden_size", config.hidden_size},
+        {"num_hidden_layers", config.num_hidden_layers},
+        {"num_attention_heads", config.num_attention_heads},
+        {"intermediate_size", config.intermediate_size},
+        {"max_position_embeddings", config.max_position_embeddings},
+        {"type_vocab_size", config.type_vocab_size},
+        {"pad_token_id",
+         config.pad_token_id >= 0 ? nlohmann::json(config.pad_token_id) : nlohmann::json(nullptr)},
+        {"hidden_act", config.hidden_act},
+        {"layer_norm_eps", config.layer_norm_eps}}}};
+}
+
 Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType dtype,
-                     Device device, const std::string& weights) {
+                     Device device, Weights* weights) {
   manual_seed(0);
   Subject s;
   s.seq_len = default_seq(model) == 0 ? 0 : (seq > 0 ? seq : default_seq(model));
@@ -96,17 +224,7 @@ Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType
     hold(s, model == "resnet50" ? models::resnet50() : models::resnet18(), kForward);
     s.input = randn({batch, 3, 224, 224});
   } else if (model == "bert") {
-    const models::BertConfig config;
-    if (s.seq_len > config.max_position_embeddings) {
-      throw UsageError{detail::str_cat("--seq-len ", s.seq_len, " is longer than BERT's ",
-                                       config.max_position_embeddings, " positions")};
-    }
-    hold(s, std::make_shared<models::BertModel>(config),
-         [](models::BertModel& bert, const Tensor& ids) {
-           models::BertOutput out = bert.forward(ids);
-           return std::make_tuple(out.last_hidden_state, out.pooler_output);
-         });
-    s.input = randint(0, config.vocab_size, {batch, s.seq_len});
+    make_bert(s, batch, weights);
   } else if (model == "lstm") {
     hold(s, std::make_shared<models::LSTMNet>(), kForward);
     s.input = randn({batch, s.seq_len, 256});
@@ -114,7 +232,7 @@ Subject make_subject(const std::string& model, int64_t batch, int64_t seq, DType
     hold(s, std::make_shared<models::LSTMCellLoop>(), kForward);
     s.input = randn({batch, s.seq_len, 256});
   }
-  if (!weights.empty()) s.module->load_state_dict(load_safetensors(weights));
+  if (weights && model != "bert") load_weights(*s.module, *weights, model);
   s.module->eval();
   s.module->to(device, dtype);
   s.input = s.input.to(device);
@@ -141,7 +259,7 @@ void check_args(Args& a, Device device) {
   if (!a.weights.empty() && a.models.size() != 1) {
     throw UsageError{"--weights needs exactly one --model, got " + std::to_string(a.models.size())};
   }
-  if (!a.weights.empty() && !std::filesystem::is_regular_file(a.weights)) {
+  if (!a.weights.empty() && !fs::is_regular_file(a.weights)) {
     throw UsageError{"--weights '" + a.weights + "': no such file"};
   }
   for (const std::string& m : a.modes) {
@@ -164,7 +282,7 @@ void write_outputs(const bench::Report& report, const Args& a) {
   if (!a.csv.empty()) bench::write_file(a.csv, report.to_csv());
   if (!a.html.empty()) bench::write_file(a.html, report.to_html());
   for (const auto* path : {&a.json, &a.csv, &a.html}) {
-    if (!path->empty()) std::cout << "wrote " << std::filesystem::absolute(*path).string() << "\n";
+    if (!path->empty()) std::cout << "wrote " << fs::absolute(*path).string() << "\n";
   }
 }
 
@@ -191,6 +309,9 @@ int run(Args a) {
     }
   }
 
+  std::optional<Weights> weights;
+  if (!a.weights.empty()) weights = read_weights(a.weights, a.models.front());
+
   const size_t n_cases = a.models.size() * a.batches.size() * a.dtypes.size();
   ProgressBar bar(!a.quiet);
   size_t index = 0;
@@ -198,8 +319,9 @@ int run(Args a) {
     for (int64_t batch : a.batches) {
       for (const std::string& dtype_name : a.dtypes) {
         const DType dtype = dtype_of(dtype_name);
-        const Subject s = make_subject(model, batch, a.seq_len, dtype, device, a.weights);
-        const std::string label = detail::str_cat(model, " b", batch, " ", dtype_name);
+        const Subject s =
+            make_subject(model, batch, a.seq_len, dtype, device, weights ? &*weights : nullptr);
+        const std::string label = str_cat(model, " b", batch, " ", dtype_name);
         bench::Options options;
         options.name = model;
         options.modes = a.modes;
@@ -211,9 +333,9 @@ int run(Args a) {
         std::optional<TorchSide::Run> torch_run;
         if (torch) {
           bar.update(label + ": PyTorch (eager and torch.compile)", base);
-          torch_run =
-              torch->run(model, *s.module, s.input, batch, s.seq_len, dtype_name, device,
-                         options.modes, a.iters, a.warmup, get_num_threads(), a.torch_timeout);
+          torch_run = torch->run(model, s.torch_options, *s.module, s.input, batch, s.seq_len,
+                                 dtype_name, device, options.modes, a.iters, a.warmup,
+                                 get_num_threads(), a.torch_timeout);
         }
         options.on_progress = [&](const bench::Progress& p) {
           bar.update(label + ": " + p.stage,

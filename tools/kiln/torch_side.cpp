@@ -114,9 +114,9 @@ TorchSide::TorchSide() {
   version_ = tail(out, 1);
 }
 
-TorchSide::Run TorchSide::run(const std::string& model, const kiln::nn::Module& module,
-                              const Tensor& input, int64_t batch, int64_t seq_len,
-                              const std::string& dtype, kiln::Device device,
+TorchSide::Run TorchSide::run(const std::string& model, const nlohmann::json& model_options,
+                              const kiln::nn::Module& module, const Tensor& input, int64_t batch,
+                              int64_t seq_len, const std::string& dtype, kiln::Device device,
                               const std::vector<std::string>& modes, int iters, int warmup,
                               int threads, double first_call_timeout_s) const {
   TempDir dir;
@@ -130,6 +130,7 @@ TorchSide::Run TorchSide::run(const std::string& model, const kiln::nn::Module& 
   const std::vector<std::string> job_modes =
       modes.empty() ? kiln::bench::default_modes(device) : modes;
   const nlohmann::json job{{"model", model},
+                           {"model_options", model_options},
                            {"batch", batch},
                            {"seq_len", seq_len},
                            {"dtype", dtype},

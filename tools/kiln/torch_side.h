@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,14 @@ class TorchSide {
     std::map<std::string, kiln::bench::detail::Errors> kiln_vs_torch_;  // per kiln mode
   };
 
-  // Runs the script: modes empty means every mode of the device. kiln::Error
-  // naming the script and its last lines of output when it fails.
-  Run run(const std::string& model, const kiln::nn::Module& module, const kiln::Tensor& input,
-          int64_t batch, int64_t seq_len, const std::string& dtype, kiln::Device device,
-          const std::vector<std::string>& modes, int iters, int warmup, int threads,
-          double first_call_timeout_s) const;
+  // Runs the script: modes empty means every mode of the device;
+  // model_options, what the script builds beyond the model's name (BERT: its
+  // config and whether it has the pooling layer). kiln::Error naming the
+  // script and its last lines of output when it fails.
+  Run run(const std::string& model, const nlohmann::json& model_options,
+          const kiln::nn::Module& module, const kiln::Tensor& input, int64_t batch, int64_t seq_len,
+          const std::string& dtype, kiln::Device device, const std::vector<std::string>& modes,
+          int iters, int warmup, int threads, double first_call_timeout_s) const;
 
  private:
   std::string python_;
