@@ -303,7 +303,8 @@ def result_row(mode, latency=None, first_ms=None, peak_bytes=None, batch=1, note
             "peak_bytes": peak_bytes, "graphs": None, "graph_breaks": None, "recompiles": None,
             "launches_per_call": None, "max_abs_error": None, "max_rel_error": None,
             "max_abs_error_vs_torch": None, "max_rel_error_vs_torch": None, "speedup_vs_eager": None,
-            "speedup_vs_torch_eager": None, "speedup_vs_torch_mode": None, "note": note}
+            "speedup_vs_torch_eager": None, "speedup_vs_torch_mode": None,
+            "speedup_vs_torch_best": None, "note": note}
 
 
 def timed_calls(fn, iters, cuda):

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -292,11 +293,25 @@ const Result* Case::find(std::string_view framework, std::string_view mode) cons
   return nullptr;
 }
 
+const Result* Case::fastest(std::string_view framework, bool compiled_only) const {
+  const Result* best = nullptr;
+  for (const Result& r : results) {
+    if (r.framework != framework || (compiled_only && r.mode == "eager") ||
+        r.latency_ms.samples == 0 || !(r.latency_ms.median > 0))
+      continue;
+    if (!best || r.latency_ms.median < best->latency_ms.median) best = &r;
+  }
+  return best;
+}
+
 void Case::compute_speedups() {
   auto median = [this](std::string_view framework, std::string_view mode) {
     const Result* r = find(framework, mode);
     return r && r->latency_ms.median > 0 ? r->latency_ms.median : -1.0;
   };
+  const Result* torch_best = fastest("pytorch");
+  torch_best_mode = torch_best ? torch_best->mode : "";
+  const double torch_best_median = torch_best ? torch_best->latency_ms.median : -1;
   for (Result& r : results) {
     const double m = r.latency_ms.median;
     auto ratio = [m](double ref) { return ref > 0 && m > 0 ? ref / m : -1.0; };
@@ -304,10 +319,32 @@ void Case::compute_speedups() {
     if (r.framework == "kiln") {
       r.speedup_vs_torch_eager = ratio(median("pytorch", "eager"));
       r.speedup_vs_torch_mode = ratio(median("pytorch", r.mode));
+      r.speedup_vs_torch_best = ratio(torch_best_median);
     } else {
-      r.speedup_vs_torch_eager = r.speedup_vs_torch_mode = -1;
+      r.speedup_vs_torch_eager = r.speedup_vs_torch_mode = r.speedup_vs_torch_best = -1;
     }
   }
+}
+
+std::string Case::headline() const {
+  const Result* kiln = fastest("kiln");
+  const Result* torch = fastest("pytorch");
+  if (!kiln || !torch) return "";
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.2fx", torch->latency_ms.median / kiln->latency_ms.median);
+  auto ms = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f ms", v);
+    return std::string(buf);
+  };
+  std::string line = "kiln " + kiln->mode + " " + ms(kiln->latency_ms.median) +
+                     " against PyTorch's fastest, " + torch->mode + " " +
+                     ms(torch->latency_ms.median);
+  // Where eager won, say what torch.compile's fastest mode gave.
+  if (const Result* compiled = torch->mode == "eager" ? fastest("pytorch", true) : nullptr) {
+    line += " (torch.compile " + compiled->mode + ": " + ms(compiled->latency_ms.median) + ")";
+  }
+  return line + ": " + ratio;
 }
 
 void write_file(const std::string& path, std::string_view text) {

@@ -37,6 +37,7 @@ class Reader {
     }
     return *it;
   }
+  bool has(const char* key) const { return j_.contains(key); }
   Reader child(const char* key) const { return Reader(at(key), path_ + "." + key, who_); }
   Reader element(const json& array, size_t i, const char* name) const {
     return Reader(array[i], kiln::detail::str_cat(path_, ".", name, "[", i, "]"), who_);
@@ -134,6 +135,7 @@ json to_json(const Result& r) {
       {"speedup_vs_eager", figure(r.speedup_vs_eager)},
       {"speedup_vs_torch_eager", figure(r.speedup_vs_torch_eager)},
       {"speedup_vs_torch_mode", figure(r.speedup_vs_torch_mode)},
+      {"speedup_vs_torch_best", figure(r.speedup_vs_torch_best)},
       {"note", r.note},
   };
 }
@@ -162,6 +164,9 @@ Result result_from(const Reader& j) {
   r.speedup_vs_eager = j.opt_num("speedup_vs_eager");
   r.speedup_vs_torch_eager = j.opt_num("speedup_vs_torch_eager");
   r.speedup_vs_torch_mode = j.opt_num("speedup_vs_torch_mode");
+  // Reports saved before kiln compared with PyTorch's fastest mode lack it:
+  // from_json computes it from the medians.
+  if (j.has("speedup_vs_torch_best")) r.speedup_vs_torch_best = j.opt_num("speedup_vs_torch_best");
   r.note = j.str("note");
   return r;
 }
@@ -246,14 +251,16 @@ std::string Report::to_json() const {
   for (const Case& c : cases) {
     json rs = json::array();
     for (const Result& r : c.results) rs.push_back(bench::to_json(r));
-    cs.push_back(json{{"model", c.model},
-                      {"batch", c.batch},
-                      {"seq_len", c.seq_len},
-                      {"dtype", c.dtype},
-                      {"device", c.device},
-                      {"weights_bytes", c.weights_bytes},
-                      {"input_bytes", c.input_bytes},
-                      {"results", std::move(rs)}});
+    cs.push_back(json{
+        {"model", c.model},
+        {"batch", c.batch},
+        {"seq_len", c.seq_len},
+        {"dtype", c.dtype},
+        {"device", c.device},
+        {"weights_bytes", c.weights_bytes},
+        {"input_bytes", c.input_bytes},
+        {"torch_best_mode", c.torch_best_mode.empty() ? json(nullptr) : json(c.torch_best_mode)},
+        {"results", std::move(rs)}});
   }
   const json j{{"schema", "kiln-bench"},
                {"schema_version", schema_version},
@@ -292,6 +299,11 @@ Report Report::from_json(std::string_view text) {
     for (size_t k = 0; k < rs.size(); ++k) {
       out.results.push_back(result_from(c.element(rs, k, "results")));
     }
+    if (!c.has("torch_best_mode")) {
+      out.compute_speedups();  // a report saved before the field: the same figures, recomputed
+    } else if (!c.at("torch_best_mode").is_null()) {
+      out.torch_best_mode = c.str("torch_best_mode");
+    }
     r.cases.push_back(std::move(out));
   }
   return r;
@@ -306,7 +318,7 @@ std::string Report::to_csv() const {
          "graphs,graph_breaks,recompiles,launches_per_call,max_abs_error,max_rel_error,max_abs_"
          "error_vs_torch,"
          "max_rel_error_vs_torch,speedup_vs_eager,speedup_vs_torch_eager,speedup_vs_torch_mode,"
-         "note\n";
+         "speedup_vs_torch_best,torch_best_mode,note\n";
   for (const Case& c : cases) {
     for (const Result& r : c.results) {
       const Latency& l = r.latency_ms;
@@ -324,9 +336,9 @@ std::string Report::to_csv() const {
         out << ',' << csv_number(static_cast<double>(v));
       for (double v : {r.launches_per_call, r.max_abs_error, r.max_rel_error,
                        r.max_abs_error_vs_torch, r.max_rel_error_vs_torch, r.speedup_vs_eager,
-                       r.speedup_vs_torch_eager, r.speedup_vs_torch_mode})
+                       r.speedup_vs_torch_eager, r.speedup_vs_torch_mode, r.speedup_vs_torch_best})
         out << ',' << csv_number(v);
-      out << ',' << csv_field(r.note) << '\n';
+      out << ',' << csv_field(c.torch_best_mode) << ',' << csv_field(r.note) << '\n';
     }
   }
   return out.str();
@@ -334,9 +346,10 @@ std::string Report::to_csv() const {
 
 std::string Report::to_table(bool color) const {
   static const std::vector<std::string> header = {
-      "framework",  "mode",     "median ms", "p10-p90 ms", "samples/s",
-      "first call", "peak MiB", "graphs",    "breaks",     "recomp.",
-      "launches",   "max err",  "vs eager",  "vs torch",   "vs torch same mode"};
+      "framework", "mode",           "median ms",          "p10-p90 ms",
+      "samples/s", "first call",     "peak MiB",           "graphs",
+      "breaks",    "recomp.",        "launches",           "max err",
+      "vs eager",  "vs torch eager", "vs torch same mode", "vs torch best"};
   std::ostringstream out;
   for (const Case& c : cases) {
     out << c.model << ", batch " << c.batch;
@@ -362,7 +375,8 @@ std::string Report::to_table(bool color) const {
            r.graph_breaks < 0 ? "-" : std::to_string(r.graph_breaks),
            r.recompiles < 0 ? "-" : std::to_string(r.recompiles), fmt("%.1f", r.launches_per_call),
            fmt_error(r.max_abs_error), fmt_speedup(r.speedup_vs_eager),
-           fmt_speedup(r.speedup_vs_torch_eager), fmt_speedup(r.speedup_vs_torch_mode)});
+           fmt_speedup(r.speedup_vs_torch_eager), fmt_speedup(r.speedup_vs_torch_mode),
+           fmt_speedup(r.speedup_vs_torch_best)});
       speedups.push_back(r.mode == "eager" && r.framework == "kiln" ? -1 : r.speedup_vs_eager);
       if (!r.note.empty()) notes.push_back(r.framework + " " + r.mode + ": " + r.note);
     }
@@ -384,6 +398,7 @@ std::string Report::to_table(bool color) const {
       }
       out << '\n';
     }
+    if (const std::string line = c.headline(); !line.empty()) out << "  " << line << '\n';
     for (const std::string& n : notes) out << "  note: " << n << '\n';
     out << '\n';
   }

@@ -108,6 +108,57 @@ TEST(BenchReport, SpeedupsAreMedianRatiosPerFramework) {
   EXPECT_EQ(c.find("pytorch", "max-autotune"), nullptr);
 }
 
+// ResNet-50 on a CPU: PyTorch eager beats torch.compile, so kiln is held
+// against eager, not against the slower compiled mode.
+Case cpu_case_where_torch_eager_wins() {
+  Case c;
+  c.model = "resnet50";
+  c.batch = 1;
+  c.dtype = "fp32";
+  c.device = "cpu";
+  c.results = {row("kiln", "eager", 60), row("kiln", "default", 52), row("pytorch", "eager", 48),
+               row("pytorch", "default", 410)};
+  c.compute_speedups();
+  return c;
+}
+
+TEST(BenchReport, HeadlineHoldsKilnAgainstPyTorchsFastestModeAndNamesIt) {
+  const Case c = cpu_case_where_torch_eager_wins();
+  EXPECT_EQ(c.torch_best_mode, "eager");
+  const Result* def = c.find("kiln", "default");
+  EXPECT_DOUBLE_EQ(def->speedup_vs_torch_best, 48.0 / 52);
+  EXPECT_DOUBLE_EQ(def->speedup_vs_torch_mode, 410.0 / 52);
+  EXPECT_DOUBLE_EQ(c.find("pytorch", "eager")->speedup_vs_torch_best, -1);
+  EXPECT_EQ(c.headline(),
+            "kiln default 52.000 ms against PyTorch's fastest, eager 48.000 ms (torch.compile "
+            "default: 410.000 ms): 0.92x");
+  Report r;
+  r.cases = {c};
+  const std::string table = r.to_table();
+  EXPECT_NE(table.find("vs torch best"), std::string::npos) << table;
+  EXPECT_NE(table.find("  " + c.headline() + "\n"), std::string::npos) << table;
+  // Where torch.compile wins, it is the reference, and nothing more is said.
+  const Case gpu = sample_report().cases[0];
+  EXPECT_EQ(gpu.torch_best_mode, "reduce-overhead");
+  EXPECT_EQ(gpu.headline(),
+            "kiln reduce-overhead 1.000 ms against PyTorch's fastest, reduce-overhead 1.250 ms: "
+            "1.25x");
+  EXPECT_EQ(Case().headline(), "");
+}
+
+TEST(BenchReport, ReportsSavedBeforeTheFastestModeReadWithItComputed) {
+  Report r;
+  r.cases = {cpu_case_where_torch_eager_wins()};
+  nlohmann::json old = nlohmann::json::parse(r.to_json());
+  EXPECT_EQ(old["cases"][0]["torch_best_mode"], "eager");
+  old["cases"][0].erase("torch_best_mode");
+  for (auto& result : old["cases"][0]["results"]) result.erase("speedup_vs_torch_best");
+  const Report back = Report::from_json(old.dump());
+  EXPECT_EQ(back.cases[0].torch_best_mode, "eager");
+  EXPECT_DOUBLE_EQ(back.cases[0].find("kiln", "default")->speedup_vs_torch_best, 48.0 / 52);
+  EXPECT_EQ(back.to_json(), r.to_json());
+}
+
 TEST(BenchReport, JsonRoundTripKeepsEveryField) {
   const Report r = sample_report();
   const std::string text = r.to_json();
