@@ -92,6 +92,33 @@ TEST(Linear, InferenceSeesInPlaceChangesOfACachedWeight) {
   EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{0});
 }
 
+// Under 16 rows, inference multiplies by a cached contiguous W^T with sgemm
+// (the fast path for a short input: docs/benchmarks.md, "Size thresholds of
+// the CPU backend"). Each row count agrees with float64, the cache holds the
+// one copy for every count, and an in-place change of the weight is seen.
+TEST(Linear, InferenceUnder16RowsUsesOneCachedTransposedWeight) {
+  backend::cpu::clear_weight_cache();
+  manual_seed(5);
+  Tensor w = randn({256, 300});
+  const Tensor b = randn({256});
+  NoGradGuard no_grad;
+  for (const int64_t rows : {1, 2, 8, 15}) {
+    const Tensor x = randn({rows, 300});
+    const Tensor want = matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64);
+    EXPECT_LT((linear(x, w, b).to(kFloat64) - want).abs().max().item<double>(),
+              1e-4 * want.abs().max().item<double>())
+        << rows << " rows";
+    EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{256 * 300 * 4}) << rows << " rows";
+  }
+  const Tensor x = randn({300, 9}).t();  // rows that are not contiguous
+  w.mul_(0.5f);
+  const Tensor want = matmul(x.to(kFloat64), w.to(kFloat64).t());
+  EXPECT_LT((linear(x, w).to(kFloat64) - want).abs().max().item<double>(),
+            1e-4 * want.abs().max().item<double>());
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{256 * 300 * 4});
+  backend::cpu::clear_weight_cache();
+}
+
 TEST(Matmul, TensorMethodMatchesFreeFunction) {
   Tensor a = randn({3, 4}), b = randn({4, 2});
   EXPECT_EQ(a.matmul(b).to_vector<float>(), matmul(a, b).to_vector<float>());

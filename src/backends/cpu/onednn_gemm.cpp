@@ -128,7 +128,8 @@ void gemm_f32(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c, in
   // A transposed right operand (a linear layer's weight [n, k]) with 16 rows or
   // more goes through the matmul primitive: sgemm's kernels read it up to 5x
   // slower there (measured on AVX-512: [128, 3072] @ [3072, 768]^T 2.8 ms
-  // against 1.3 ms). Below 16 rows sgemm is as fast or faster.
+  // against 1.3 ms). Below 16 rows neither wins at every shape
+  // (bench/cpu_paths_bench.cpp); inference reads a cached W^T instead (linalg.cpp).
   if (la->trans == 'N' && lb->trans == 'T' && m >= 16 &&
       gemm_f32_primitive({pa, m, k, la->ld, 1}, {pb, k, n, 1, lb->ld}, c, ldc, alpha, beta)) {
     return;
