@@ -48,6 +48,14 @@ def torch_figures(iters):
     with torch.inference_mode():
         out["host_us_per_compiled_call"] = host_us(lambda: compiled(a, b))
         out["host_us_per_compiled_call_in_bursts"] = host_us(lambda: compiled(a, b), 50, 200)
+        # The same module as kiln's: 4 x (Linear 16 -> 16, BatchNorm1d), eval.
+        layers = []
+        for _ in range(4):
+            layers += [torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16)]
+        net = torch.nn.Sequential(*layers).to(dev).eval()
+        module = torch.compile(net, mode="reduce-overhead")
+        x = torch.ones(2, 16, device=dev)
+        out["host_us_per_compiled_module_call_in_bursts"] = host_us(lambda: module(x), 50, 200)
 
     def device_ms(f):
         f()

@@ -210,12 +210,16 @@ TEST(ModuleState, UpdatesInPlaceNeedNoRetrace) {
 
 // On a GPU under ReduceOverhead, each mode keeps its CUDA graph: switching
 // replays the other one, and running statistics are written where they live.
+// Without gradient recording (as when batch-norm statistics are recalibrated
+// in train mode): a call that records gradients replays through autograd,
+// which launches no CUDA graph.
 TEST(ModuleState, TrainAndEvalEachKeepTheirCudaGraph) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   auto [net, eager] = twins();
   net->to(Device::cuda());
   eager->to(Device::cuda());
   const auto fast = compile(*net, {.mode = Mode::ReduceOverhead});
+  NoGradGuard no_grad;
   Generator data(6);
   for (int round = 0; round < 3; ++round) {
     for (const bool training : {true, false}) {
