@@ -294,16 +294,21 @@ TEST(Cli, ReportMergesSavedReports) {
   expect_usage_error("report", "reports is required");
 }
 
+// Empty when $KILN_PYTHON (default python3) imports what --vs-torch needs,
+// else why not.
+std::string why_no_torch() {
+  const char* python = std::getenv("KILN_PYTHON");
+  const std::string py = python && *python ? python : "python3";
+  const std::string probe =
+      py + " -c 'import torch, torchvision, transformers, safetensors' >/dev/null 2>&1";
+  if (std::system(probe.c_str()) == 0) return "";
+  return py + " cannot import torch, torchvision, transformers and safetensors";
+}
+
 // PyTorch's rows on kiln's weights and inputs agree with kiln eager: the
 // weights' names and the inputs reach PyTorch's models as kiln's.
 TEST(Cli, VsTorchAddsPyTorchsRowsOnTheSameWeights) {
-  const char* python = std::getenv("KILN_PYTHON");
-  const std::string py = python && *python ? python : "python3";
-  if (std::system(
-          (py + " -c 'import torch, torchvision, transformers, safetensors' >/dev/null 2>&1")
-              .c_str()) != 0) {
-    GTEST_SKIP() << py << " cannot import torch, torchvision, transformers and safetensors";
-  }
+  if (const std::string why = why_no_torch(); !why.empty()) GTEST_SKIP() << why;
   for (const std::string model : {"lstm_loop", "resnet18"}) {
     const fs::path json = scratch(model + "_vs_torch.json");
     const std::string seq = model == "lstm_loop" ? " --seq-len 3" : "";
@@ -331,13 +336,7 @@ TEST(Cli, VsTorchAddsPyTorchsRowsOnTheSameWeights) {
 // PyTorch's side builds transformers' BertModel of the checkpoint's config
 // (4 heads, from its config.json), not BERT-base.
 TEST(Cli, VsTorchBuildsTheHuggingFaceCheckpointsBert) {
-  const char* python = std::getenv("KILN_PYTHON");
-  const std::string py = python && *python ? python : "python3";
-  if (std::system(
-          (py + " -c 'import torch, torchvision, transformers, safetensors' >/dev/null 2>&1")
-              .c_str()) != 0) {
-    GTEST_SKIP() << py << " cannot import torch, torchvision, transformers and safetensors";
-  }
+  if (const std::string why = why_no_torch(); !why.empty()) GTEST_SKIP() << why;
   const fs::path weights = write_hf_bert("hf_bert_vs_torch", true);
   const fs::path json = scratch("hf_bert_vs_torch.json");
   const Outcome o = kiln_cli(
