@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kiln/kiln.h"
+#include "ops/dispatch.h"
 #include "unit/expect_error.h"
 
 using kiln::testing::expect_error;
@@ -39,6 +41,34 @@ TEST(TypePromotion, NumbersAndZeroDimTensorsRankBelowTensors) {
 TEST(TypePromotion, WrappedFloatsKeepDoublePrecisionForFloat64) {
   auto d = zeros({1}, {.dtype = kFloat64});
   EXPECT_EQ((d + 0.1).item<double>(), 0.1);
+}
+
+// The type's minimum % -1 overflows the division, which traps (SIGFPE) on
+// x86: remainder gives 0 there, as Python and PyTorch do, on every backend.
+template <typename T>
+void expect_remainder_by_minus_one_is_zero(const char* where) {
+  constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  const Tensor a = from_vector<T>({lo, lo, hi, -7, 7, lo});
+  const Tensor b = from_vector<T>({-1, 3, -1, 3, -1, 1});
+  auto on = [&](const Tensor& x, const Tensor& y) { return remainder(x, y).to(Device::cpu()); };
+  const T lo_mod_3 = static_cast<T>(lo % 3 == 0 ? 0 : lo % 3 + 3);  // Python's sign: of 3
+  const std::vector<T> want{0, lo_mod_3, 0, 2, 0, 0};
+  for (const Device device : {Device::cpu(), Device::cuda()}) {
+    if (device.is_cuda() && !cuda::is_available()) continue;
+    const Tensor x = a.to(device), y = b.to(device);
+    EXPECT_EQ(on(x, y).template to_vector<T>(), want) << where << " on " << device.str();
+    EXPECT_EQ(remainder(x, -1).to(Device::cpu()).template to_vector<T>(), std::vector<T>(6, 0))
+        << where << " on " << device.str();
+  }
+  ops::ReferenceModeGuard reference;
+  EXPECT_EQ(on(a, b).template to_vector<T>(), want) << where << " in the reference kernels";
+}
+
+TEST(Pointwise, RemainderOfTheMinimumByMinusOneIsZero) {
+  expect_remainder_by_minus_one_is_zero<int32_t>("int32");
+  expect_remainder_by_minus_one_is_zero<int64_t>("int64");
+  expect_remainder_by_minus_one_is_zero<int16_t>("int16");
+  expect_remainder_by_minus_one_is_zero<int8_t>("int8");
 }
 
 TEST(Pointwise, MatchesHandComputedValues) {

@@ -40,6 +40,10 @@ C python_remainder(C a, C b) {
     C r = std::fmod(a, b);
     return (r != C(0) && ((r < C(0)) != (b < C(0)))) ? r + b : r;
   } else {
+    // x % -1 is 0; the division itself traps (SIGFPE) for the type's minimum.
+    if constexpr (std::is_signed_v<C>) {
+      if (b == C(-1)) return C(0);
+    }
     C r = static_cast<C>(a % b);
     return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<C>(r + b) : r;
   }

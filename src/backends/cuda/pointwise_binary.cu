@@ -99,6 +99,7 @@ struct Remainder {
     } else if constexpr (std::is_unsigned_v<C>) {
       return static_cast<C>(a % b);
     } else {
+      if (b == C(-1)) return C(0);  // the type's minimum % -1 overflows
       const C r = static_cast<C>(a % b);
       return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<C>(r + b) : r;
     }

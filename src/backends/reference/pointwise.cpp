@@ -47,6 +47,7 @@ double python_fmod(double a, double b) {
 }
 
 int64_t python_imod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 traps
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
