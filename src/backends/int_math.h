@@ -23,13 +23,17 @@ KILN_HOST_DEVICE inline C integer_pow(C base, C exp) {
         return C(0);
       }
     }
-    C result = 1;
+    // The products wrap in an unsigned type of at least int's width (a signed
+    // product that overflows, or a narrow one promoted to int, is undefined
+    // behaviour); the result keeps the low bits, as the type's own wrapping.
+    using U = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
+    U result = 1, b = static_cast<U>(base);
     while (exp) {
-      if (exp & 1) result = static_cast<C>(result * base);
-      base = static_cast<C>(base * base);
+      if (exp & 1) result = static_cast<U>(result * b);
+      b = static_cast<U>(b * b);
       exp = static_cast<C>(exp >> 1);
     }
-    return result;
+    return static_cast<C>(result);
   }
 }
 

@@ -71,6 +71,36 @@ TEST(Pointwise, RemainderOfTheMinimumByMinusOneIsZero) {
   expect_remainder_by_minus_one_is_zero<int8_t>("int8");
 }
 
+// Integer pow wraps as the type's arithmetic does (PyTorch's result), with no
+// signed overflow inside the kernel (undefined behaviour: the sanitizer
+// build stops on it).
+TEST(Pointwise, IntegerPowWrapsAsTheTypeDoes) {
+  auto wrapped = [](uint64_t base, int e) {  // the low 64 bits of base^e
+    uint64_t r = 1;
+    for (int i = 0; i < e; ++i) r *= base;
+    return r;
+  };
+  for (const Device device : {Device::cpu(), Device::cuda()}) {
+    if (device.is_cuda() && !cuda::is_available()) continue;
+    const Tensor big = from_vector<int64_t>({3, -7, 1000003}).to(device);
+    EXPECT_EQ(pow(big, 41).to(Device::cpu()).to_vector<int64_t>(),
+              (std::vector<int64_t>{static_cast<int64_t>(wrapped(3, 41)),
+                                    static_cast<int64_t>(wrapped(static_cast<uint64_t>(-7), 41)),
+                                    static_cast<int64_t>(wrapped(1000003, 41))}))
+        << device.str();
+    const Tensor mid = from_vector<int32_t>({65537, -3}).to(device);
+    EXPECT_EQ(
+        pow(mid, 3).to(Device::cpu()).to_vector<int32_t>(),
+        (std::vector<int32_t>{static_cast<int32_t>(static_cast<uint32_t>(wrapped(65537, 3))), -27}))
+        << device.str();
+    const Tensor small = from_vector<int16_t>({-32768, 255}).to(device);
+    EXPECT_EQ(
+        pow(small, 3).to(Device::cpu()).to_vector<int16_t>(),
+        (std::vector<int16_t>{0, static_cast<int16_t>(static_cast<uint16_t>(wrapped(255, 3)))}))
+        << device.str();
+  }
+}
+
 TEST(Pointwise, MatchesHandComputedValues) {
   auto x = from_vector<float>({-2.f, -0.5f, 0.f, 1.5f});
   EXPECT_EQ(relu(x).to_vector<float>(), (std::vector<float>{0, 0, 0, 1.5f}));
