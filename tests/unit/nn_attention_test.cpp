@@ -11,10 +11,13 @@
 
 #include "expect_error.h"
 #include "kiln/autograd.h"
+#include "kiln/cuda.h"
 #include "kiln/nn/attention.h"
 #include "kiln/ops/factory.h"
+#include "kiln/ops/nn.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/shape.h"
+#include "ops/dispatch.h"
 
 namespace kiln {
 namespace {
@@ -364,6 +367,49 @@ TEST(MultiheadAttention, RejectsMasksOfWrongShapeOrDType) {
         m(x, x, x, {.attn_mask = zeros({3, 3}, {.dtype = kInt64})});
       },
       {"MultiheadAttention", "attn_mask", "int64"});
+}
+
+// NaN in, NaN out, as PyTorch: a NaN query row gives a NaN output row (the
+// other rows are untouched), a NaN scale NaN everywhere. Fully masked rows
+// stay zeros. The CPU's row-at-a-time and blocked kernels, the reference
+// kernels and CUDA's.
+TEST(ScaledDotProductAttention, NaNInGivesNaNOut) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto check = [&](const std::string& where, Device device, DType dtype, int64_t l) {
+    manual_seed(8);
+    const TensorOptions o{.dtype = dtype};
+    Tensor q = randn({2, l, 16}, o), k = randn({2, l + 3, 16}, o), v = randn({2, l + 3, 8}, o);
+    q.select(0, 1).select(0, 1).fill_(nan);  // batch 1, query 1
+    q = q.to(device), k = k.to(device), v = v.to(device);
+    const Tensor y = nn::functional::scaled_dot_product_attention(q, k, v).to(Device::cpu());
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t i = 0; i < l; ++i) {
+        const Values row = values(y.select(0, b).select(0, i));
+        const bool want_nan = b == 1 && i == 1;
+        for (const double x : row) {
+          EXPECT_EQ(std::isnan(x), want_nan) << where << ": batch " << b << ", query " << i;
+        }
+      }
+    }
+    const Tensor all = nn::functional::scaled_dot_product_attention(q.select(0, 0), k.select(0, 0),
+                                                                    v.select(0, 0), {.scale = nan});
+    for (const double x : values(all)) EXPECT_TRUE(std::isnan(x)) << where << ": a NaN scale";
+    // Every key of query 0 masked: zeros, NaN elsewhere untouched.
+    Tensor keep = full({l, l + 3}, true, {.dtype = kBool});
+    keep.select(0, 0).fill_(false);
+    const Tensor masked = nn::functional::scaled_dot_product_attention(
+        q.select(0, 0), k.select(0, 0), v.select(0, 0), {.attn_mask = keep.to(device)});
+    for (const double x : values(masked.select(0, 0))) EXPECT_EQ(x, 0.0) << where;
+  };
+  for (const DType dtype : {kFloat32, kFloat64}) {
+    for (const int64_t l : {3, 70}) {
+      const std::string what = std::string(dtype_name(dtype)) + " L=" + std::to_string(l);
+      check("cpu " + what, Device::cpu(), dtype, l);
+      if (cuda::is_available()) check("cuda " + what, Device::cuda(), dtype, l);
+      ops::ReferenceModeGuard reference;
+      check("reference " + what, Device::cpu(), dtype, l);
+    }
+  }
 }
 
 }  // namespace

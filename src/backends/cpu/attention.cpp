@@ -55,6 +55,14 @@ struct AttentionShape {
   int64_t batches, l, s, e, ev;
 };
 
+// The larger of a running maximum and x, where a NaN sticks: a NaN score (a
+// NaN query, key or scale) must reach the row's output as NaN, not make the
+// row look fully masked (std::max never lets a NaN in after -inf).
+template <typename C>
+C nan_max(C top, C x) {
+  return x > top || x != x ? x : top;
+}
+
 // The mask row of one query: bool (false = masked) or added to the scores.
 template <typename C>
 struct MaskRow {
@@ -77,7 +85,7 @@ void attend_row(const C* qi, const C* kb, const C* vb, int64_t keys, const Atten
     for (int64_t j = 0; j < keys; ++j) p[j] += mask.add[j * mask.stride];
   }
   C top = kNegInf;
-  for (int64_t j = 0; j < keys; ++j) top = std::max(top, p[j]);
+  for (int64_t j = 0; j < keys; ++j) top = nan_max(top, p[j]);
   std::fill(acc, acc + sh.ev, C(0));
   // A row with every key masked attends to nothing: zeros, as PyTorch 2.11's CPU kernel.
   if (top == kNegInf) return;
@@ -183,7 +191,7 @@ void softmax_row_f32(float* p, int64_t keys, int64_t width, const MaskRow<float>
   }
   std::fill(p + keys, p + width, 0.0f);
   float top = kNegInf;
-  for (int64_t j = 0; j < keys; ++j) top = std::max(top, p[j]);
+  for (int64_t j = 0; j < keys; ++j) top = nan_max(top, p[j]);
   if (top == kNegInf) {  // attends to nothing: zeros, as PyTorch 2.11's CPU kernel
     std::fill(p, p + keys, 0.0f);
     return;

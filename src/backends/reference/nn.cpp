@@ -202,7 +202,7 @@ void sdpa(const KernelCall& c) {
           score += mask[mi];
         if (causal && j > i) score = -std::numeric_limits<double>::infinity();
         p[j] = score;
-        top = std::max(top, score);
+        if (score > top || std::isnan(score)) top = score;  // a NaN sticks: NaN in, NaN out
       }
       // A row with every key masked attends to nothing: zeros, as PyTorch 2.11's CPU kernel.
       if (top == -std::numeric_limits<double>::infinity()) continue;
