@@ -26,7 +26,9 @@ namespace {
 class FileMapping {
  public:
   explicit FileMapping(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would wait for a writer; the check below
+    // refuses it (for a regular file the flag changes nothing).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw_errno(path, "open it");
     struct stat st {};
     if (::fstat(fd, &st) != 0) {

@@ -1,6 +1,7 @@
 // The kiln command line (tools/kiln): bad arguments give one clear line and a
 // non-zero status; a small run on the CPU writes a table, JSON, CSV and HTML.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -67,6 +68,17 @@ void expect_usage_error(const std::string& args, const std::string& says, int st
   EXPECT_EQ(lines(o.err), 1u) << args << "\n" << o.err;
   EXPECT_NE(o.err.find(says), std::string::npos) << args << "\n" << o.err;
   EXPECT_EQ(o.out, "") << args;
+}
+
+// kiln report reads regular files only: a FIFO would block it and /dev/zero
+// never ends (it used to abort with an uncaught std::bad_alloc).
+TEST(Cli, ReportRefusesWhatIsNotARegularFile) {
+  const fs::path fifo = scratch("report.fifo");
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_usage_error("report " + fifo.string(), "not a regular file");
+  expect_usage_error("report /dev/zero", "not a regular file");
+  fs::remove(fifo);
 }
 
 TEST(Cli, BadArgumentsGiveOneLineAndAStatus) {

@@ -502,6 +502,16 @@ TEST_F(Safetensors, RejectsWhatIsNotAReadableFile) {
   expect_error_with<IOError>([&] { SafetensorsFile f(dir_); }, {dir_, "not a regular file"});
 }
 
+// A FIFO is refused at once (opening it used to wait for a writer forever),
+// as is a device that would read without end.
+TEST_F(Safetensors, RefusesAFifoAndADeviceWithoutBlocking) {
+  const std::string fifo = path("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error_with<IOError>([&] { load_safetensors(fifo); }, {fifo, "not a regular file"});
+  expect_error_with<IOError>([&] { load_safetensors("/dev/zero"); },
+                             {"/dev/zero", "not a regular file"});
+}
+
 // The parser on its own: the header length is checked before anything is read
 // or allocated, so a tiny input claiming a near-2^64-byte header is just rejected.
 TEST(SafetensorsFormat, ChecksTheHeaderLengthBeforeReading) {

@@ -13,12 +13,14 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -365,6 +367,17 @@ int run(Args a) {
 int run_report(const std::vector<std::string>& inputs, const Args& a) {
   bench::Report merged;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    // A FIFO or a device would block or never end: only regular files, and
+    // none larger than a report can be.
+    constexpr std::uintmax_t kMaxReportBytes = std::uintmax_t{256} << 20;
+    std::error_code ec;
+    const fs::file_status status = fs::status(inputs[i], ec);
+    if (fs::exists(status) && !fs::is_regular_file(status))
+      throw UsageError{"'" + inputs[i] + "': not a regular file"};
+    if (fs::exists(status) && fs::file_size(inputs[i], ec) > kMaxReportBytes) {
+      throw UsageError{str_cat("'", inputs[i], "': ", fs::file_size(inputs[i], ec),
+                               " bytes, more than a report can be (", kMaxReportBytes, ")")};
+    }
     std::ifstream in(inputs[i], std::ios::binary);
     if (!in) throw UsageError{"'" + inputs[i] + "': cannot open it"};
     std::ostringstream text;
@@ -466,6 +479,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", who, e.message.c_str());
     return 2;
   } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "%s: %s\n", who, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: out of memory\n", who);
+    return 1;
+  } catch (const std::exception& e) {  // any other failure: one line and a status, never an abort
     std::fprintf(stderr, "%s: %s\n", who, e.what());
     return 1;
   }
