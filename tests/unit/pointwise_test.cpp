@@ -101,6 +101,20 @@ TEST(Pointwise, IntegerPowWrapsAsTheTypeDoes) {
   }
 }
 
+// As PyTorch: an integer tensor to a negative integer power is refused; a
+// tensor of exponents gives 0, 1 or -1 per element, and a float exponent
+// promotes.
+TEST(Pointwise, IntegerToANegativeIntegerPowerIsRefused) {
+  const Tensor a = from_vector<int64_t>({2, 1, -1});
+  expect_error_with<ValueError>([&] { pow(a, -1); },
+                                {"pow", "negative integer powers", "int64", "-1"});
+  expect_error_with<ValueError>([&] { a.to(kInt8).pow(-3); }, {"pow", "int8", "-3"});
+  EXPECT_EQ(pow(a, from_vector<int64_t>({-1, -2, -3})).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 1, -1}));
+  EXPECT_EQ(pow(a, -1.0).to_vector<float>(), (std::vector<float>{0.5f, 1.f, -1.f}));
+  EXPECT_EQ(pow(a, 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1}));
+}
+
 TEST(Pointwise, MatchesHandComputedValues) {
   auto x = from_vector<float>({-2.f, -0.5f, 0.f, 1.5f});
   EXPECT_EQ(relu(x).to_vector<float>(), (std::vector<float>{0, 0, 0, 1.5f}));

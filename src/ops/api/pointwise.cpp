@@ -60,7 +60,16 @@ Tensor mul(const Tensor& a, Scalar b) { return mul(a, wrapped_scalar(b)); }
 Tensor div(const Tensor& a, const Tensor& b) { return dispatch1(OpId::div, {a, b}); }
 Tensor div(const Tensor& a, Scalar b) { return div(a, wrapped_scalar(b)); }
 Tensor pow(const Tensor& a, const Tensor& e) { return dispatch1(OpId::pow, {a, e}); }
-Tensor pow(const Tensor& a, Scalar e) { return pow(a, wrapped_scalar(e)); }
+Tensor pow(const Tensor& a, Scalar e) {
+  // As PyTorch: a negative integer exponent of an integer tensor is refused
+  // (a tensor of exponents gives 0, 1 or -1 per element, as the kernels do).
+  if (e.is_integral() && e.to<int64_t>() < 0 && is_integral(a.dtype())) {
+    throw ValueError(detail::str_cat("pow: integers to negative integer powers are not allowed (",
+                                     dtype_name(a.dtype()), " tensor to the power ",
+                                     e.to<int64_t>(), ")"));
+  }
+  return pow(a, wrapped_scalar(e));
+}
 Tensor pow(Scalar a, const Tensor& e) { return pow(wrapped_scalar(a), e); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return dispatch1(OpId::maximum, {a, b}); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return dispatch1(OpId::minimum, {a, b}); }
