@@ -2,6 +2,7 @@
 // documented behaviour) and every error path of their rules and kernels.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,20 @@ void on_cpu_and_reference(F&& f) {
 }  // namespace
 
 // --- cat and stack --------------------------------------------------------------------
+
+// narrow's bounds: an error naming the start, length and size, also where
+// start + length overflows int64 (the check itself used to overflow).
+TEST(Narrow, RejectsBoundsPastTheDimWithoutOverflow) {
+  const Tensor x = arange(0, 4);
+  EXPECT_EQ(narrow(x, 0, 1, 3).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(narrow(x, 0, -2, 2).to_vector<int64_t>(), (std::vector<int64_t>{2, 3}));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  expect_error_with<IndexError>([&] { narrow(x, 0, kMax, 2); },
+                                {"narrow", "start 9223372036854775807", "length 2", "size 4"});
+  expect_error_with<IndexError>([&] { narrow(x, 0, -1, kMax); }, {"narrow", "size 4"});
+  expect_error_with<IndexError>([&] { narrow(x, 0, 3, 2); }, {"narrow", "start 3", "length 2"});
+  expect_error_with<IndexError>([&] { narrow(x, 0, 5, 0); }, {"narrow", "start 5"});
+}
 
 TEST(Cat, JoinsAlongEitherDim) {
   auto a = ints({1, 2, 3, 4}, {2, 2});

@@ -85,7 +85,7 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length,
     return slice(x, d, start, start + length);
   const int64_t n = x.size(d, where);
   const int64_t s = start < 0 ? start + n : start;
-  if (s < 0 || length < 0 || s + length > n) {
+  if (s < 0 || length < 0 || s > n || length > n - s) {  // s + length could overflow
     throw IndexError(detail::str_cat("narrow: start ", start, " and length ", length,
                                      " exceed dim ", d, " of size ", n));
   }
