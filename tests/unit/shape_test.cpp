@@ -2,6 +2,7 @@
 // documented behaviour) and every error path of their rules and kernels.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -56,6 +57,42 @@ TEST(Narrow, RejectsBoundsPastTheDimWithoutOverflow) {
   expect_error_with<IndexError>([&] { narrow(x, 0, -1, kMax); }, {"narrow", "size 4"});
   expect_error_with<IndexError>([&] { narrow(x, 0, 3, 2); }, {"narrow", "start 3", "length 2"});
   expect_error_with<IndexError>([&] { narrow(x, 0, 5, 0); }, {"narrow", "start 5"});
+}
+
+// A fill value the dtype cannot hold is a ValueError naming the op, the value
+// and the dtype, as PyTorch; NaN and inf stay allowed in floating types and a
+// fractional value truncates into an integer type.
+TEST(FillValue, ThatOverflowsTheDtypeIsRefused) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  expect_error_with<ValueError>([] { full({2}, 1000, {.dtype = kInt8}); },
+                                {"full", "1000", "int8", "overflow"});
+  expect_error_with<ValueError>([] { full({2}, -1, {.dtype = kUInt8}); }, {"full", "-1", "uint8"});
+  expect_error_with<ValueError>([&] { full({2}, nan, {.dtype = kInt32}); }, {"full", "int32"});
+  expect_error_with<ValueError>([&] { full({2}, inf, {.dtype = kInt64}); }, {"full", "int64"});
+  expect_error_with<ValueError>([] { full({2}, 1e39, {.dtype = kFloat32}); }, {"full", "float32"});
+  expect_error_with<ValueError>([] { full({2}, 70000.0, {.dtype = kFloat16}); },
+                                {"full", "float16"});
+  Tensor small = zeros({3}, {.dtype = kInt8});
+  expect_error_with<ValueError>([&] { small.fill_(1000); }, {"fill", "1000", "int8"});
+  EXPECT_EQ(small.to_vector<int8_t>(), (std::vector<int8_t>{0, 0, 0}));  // untouched
+  expect_error_with<ValueError>([&] { full_like(small, 300); }, {"full_like", "300", "int8"});
+  const Tensor x = zeros({4});
+  expect_error_with<ValueError>([&] { full({x.sym_size(0)}, 128, {.dtype = kInt8}); },
+                                {"128", "int8"});
+  // What fits: the ends of the range, truncation, NaN and inf in floats.
+  EXPECT_EQ(full({2}, -128, {.dtype = kInt8}).to_vector<int8_t>(),
+            (std::vector<int8_t>{-128, -128}));
+  EXPECT_EQ(full({1}, 2.7, {.dtype = kInt64}).item<int64_t>(), 2);
+  EXPECT_EQ(full({1}, std::numeric_limits<int64_t>::min(), {.dtype = kInt64}).item<int64_t>(),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_TRUE(std::isnan(full({1}, nan, {.dtype = kFloat16}).to(kFloat32).item<float>()));
+  EXPECT_TRUE(std::isinf(full({1}, -inf, {.dtype = kBFloat16}).to(kFloat32).item<float>()));
+  EXPECT_EQ(full({1}, 65504.0, {.dtype = kFloat16}).to(kFloat32).item<float>(), 65504.f);
+  EXPECT_EQ(full({1}, 1e300, {.dtype = kFloat64}).item<double>(), 1e300);
+  EXPECT_TRUE(full({1}, 7, {.dtype = kBool}).item<bool>());
+  small.fill_(-128);
+  EXPECT_EQ(small.to_vector<int8_t>(), (std::vector<int8_t>{-128, -128, -128}));
 }
 
 TEST(Cat, JoinsAlongEitherDim) {

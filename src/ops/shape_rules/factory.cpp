@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/op_table.h"
+#include "ops/shape_rules/scalar_fit.h"
 #include "ops/shape_rules/sized.h"
 
 namespace kiln::ops {
@@ -32,6 +33,8 @@ void push_output(Ctx& ctx, const Shape& sizes, size_t dtype_attr) {
 template <class Ctx>
 void infer_factory(Ctx& ctx) {
   const size_t dtype_attr = ctx.schema.id == OpId::full ? 2 : 1;
+  if (ctx.schema.id == OpId::full)
+    check_fill_value_fits(ctx.name(), ctx.attrs.scalar(1), ctx.attrs.dtype(2));
   push_output(ctx, ctx.attrs.ints(0), dtype_attr);
 }
 
@@ -48,6 +51,7 @@ void infer_full_sized(Ctx& ctx) {
     }
     sizes.push_back(*s);
   }
+  check_fill_value_fits(ctx.name(), ctx.attrs.scalar(1), ctx.attrs.dtype(2));
   ctx.add_output(std::move(sizes), ctx.attrs.dtype(2), ctx.attrs.device(3));
 }
 
@@ -55,6 +59,7 @@ void infer_full_sized(Ctx& ctx) {
 template <class Ctx>
 void infer_full_like(Ctx& ctx) {
   const auto& x = ctx.input(0);
+  check_fill_value_fits(ctx.name(), ctx.attrs.scalar(0), ctx.attrs.dtype(1));
   ctx.add_output(x.sizes(), ctx.attrs.dtype(1), x.device());
 }
 

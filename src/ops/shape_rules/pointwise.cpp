@@ -3,6 +3,7 @@
 
 #include "core/shape_util.h"
 #include "ops/op_table.h"
+#include "ops/shape_rules/scalar_fit.h"
 #include "ops/type_promotion.h"
 
 namespace kiln::ops {
@@ -143,6 +144,7 @@ void infer_to_device(Ctx& ctx) {
 
 template <class Ctx>
 void infer_fill(Ctx& ctx) {
+  check_fill_value_fits(ctx.name(), ctx.attrs.scalar(0), ctx.input(0).dtype());
   ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device());
 }
 
