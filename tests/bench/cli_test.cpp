@@ -90,6 +90,18 @@ TEST(Cli, BadArgumentsGiveOneLineAndAStatus) {
   expect_usage_error("bench --iters 0", "--iters");
   expect_usage_error("bench --batch 0", "--batch");
   expect_usage_error("bench --frobnicate", "--frobnicate");
+  // Lists with an empty element, counts not in decimal, empty paths.
+  expect_usage_error("bench --batch 1,,2", "empty element");
+  expect_usage_error("bench --dtype fp32,", "empty element");
+  expect_usage_error("bench --model=,resnet18", "empty element");
+  expect_usage_error("bench --batch 0x10", "not a decimal count");
+  expect_usage_error("bench --iters 010", "not a decimal count");
+  expect_usage_error("bench --json ''", "--json needs a file name");
+  expect_usage_error("report x.json --html ''", "--html needs a file name");
+  expect_usage_error("bench --weights /tmp", "not a regular file");
+  const Outcome timeout = kiln_cli("bench --vs-torch --torch-timeout -1");
+  EXPECT_EQ(timeout.status, 2);
+  EXPECT_LT(timeout.err.size(), 200u) << timeout.err;
   expect_usage_error("bench --device cpu --mode reduce-overhead",
                      "--mode reduce-overhead needs a CUDA device");
   expect_usage_error("bench --model all --weights w.safetensors",

@@ -262,7 +262,8 @@ void check_args(Args& a, Device device) {
     throw UsageError{"--weights needs exactly one --model, got " + std::to_string(a.models.size())};
   }
   if (!a.weights.empty() && !fs::is_regular_file(a.weights)) {
-    throw UsageError{"--weights '" + a.weights + "': no such file"};
+    throw UsageError{"--weights '" + a.weights +
+                     "': " + (fs::exists(a.weights) ? "not a regular file" : "no such file")};
   }
   for (const std::string& m : a.modes) {
     if (bench::needs_cuda(m) && !device.is_cuda()) {
@@ -403,6 +404,51 @@ int run_report(const std::vector<std::string>& inputs, const Args& a) {
   return 0;
 }
 
+// A comma-separated list with an empty element ("1,,2", "fp32,"): CLI11 drops
+// the empty element, so the mistake is found here, before parsing. Returns the
+// message, or "" when every list is whole.
+std::string empty_list_element(int argc, char** argv) {
+  const std::vector<std::string> lists = {"--model", "--batch", "--dtype", "--mode"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    for (const std::string& name : lists) {
+      std::string value;
+      if (arg == name && i + 1 < argc) {
+        value = argv[i + 1];
+      } else if (arg.starts_with(name + "=")) {
+        value = arg.substr(name.size() + 1);
+      } else {
+        continue;
+      }
+      if (value.empty() || value.front() == ',' || value.back() == ',' ||
+          value.find(",,") != std::string::npos) {
+        return name + " '" + value + "': an empty element in the comma-separated list";
+      }
+    }
+  }
+  return "";
+}
+
+// Counts written in decimal only: CLI11 would read 0x10 as 16 and 010 as 8.
+const CLI::Validator kDecimal(
+    [](std::string& s) {
+      const bool digits = !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+      return digits && (s.size() == 1 || s.front() != '0') ? std::string()
+                                                           : "'" + s + "' is not a decimal count";
+    },
+    "DECIMAL");
+
+// An output or input path given as "": refused rather than ignored.
+void check_paths_given(CLI::App& sub, const Args& a) {
+  const std::pair<const char*, const std::string*> paths[] = {
+      {"--json", &a.json}, {"--csv", &a.csv}, {"--html", &a.html}, {"--weights", &a.weights}};
+  for (const auto& [name, value] : paths) {
+    const CLI::Option* o = sub.get_option_no_throw(name);
+    if (o && o->count() > 0 && value->empty())
+      throw UsageError{std::string(name) + " needs a file name, got ''"};
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -418,11 +464,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"resnet50", "resnet18", "bert", "lstm", "lstm_loop", "all"}));
   bench->add_option("--batch", a.batches, "batch sizes (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+      ->check(kDecimal & CLI::Range(int64_t{1}, int64_t{4096}));
   bench
       ->add_option("--seq-len", a.seq_len,
                    "sequence length of bert, lstm, lstm_loop (default 128, 128, 32)")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+      ->check(kDecimal & CLI::Range(int64_t{1}, int64_t{4096}));
   bench->add_option("--dtype", a.dtypes, "fp32, bf16 or fp16 (comma-separated)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -435,11 +481,12 @@ int main(int argc, char** argv) {
           "device runs)")
       ->delimiter(',')
       ->check(CLI::IsMember({"eager", "default", "reduce-overhead", "max-autotune"}));
-  bench->add_option("--iters", a.iters, "timed calls per mode")->check(CLI::Range(1, 1000000));
+  bench->add_option("--iters", a.iters, "timed calls per mode")
+      ->check(kDecimal & CLI::Range(1, 1000000));
   bench->add_option("--warmup", a.warmup, "untimed calls per mode after the first")
-      ->check(CLI::Range(0, 1000000));
+      ->check(kDecimal & CLI::Range(0, 1000000));
   bench->add_option("--threads", a.threads, "CPU threads (default: kiln's)")
-      ->check(CLI::Range(1, 4096));
+      ->check(kDecimal & CLI::Range(1, 4096));
   bench->add_option("--weights", a.weights,
                     "a safetensors file of the model's weights (default: random, seed 0)");
   bench->add_option("--json", a.json, "write the report as JSON (docs/bench.md)");
@@ -452,7 +499,7 @@ int main(int argc, char** argv) {
                    "with --vs-torch: seconds PyTorch's first call of a mode may take "
                    "(torch.compile's compiling; "
                    "0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e6));
   bench->add_flag("--quiet", a.quiet, "no progress");
   std::vector<std::string> report_inputs;
   CLI::App* report = app.add_subcommand(
@@ -474,6 +521,8 @@ int main(int argc, char** argv) {
   }
   const char* who = bench->parsed() ? "kiln bench" : "kiln report";
   try {
+    if (const std::string bad = empty_list_element(argc, argv); !bad.empty()) throw UsageError{bad};
+    check_paths_given(bench->parsed() ? *bench : *report, a);
     return bench->parsed() ? run(a) : run_report(report_inputs, a);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", who, e.message.c_str());
