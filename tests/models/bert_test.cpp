@@ -522,8 +522,6 @@ TEST(BertConfig, RejectsBadFilesAndValuesNamingFileAndKey) {
                                     "object");
 }
 
-// --- errors ----------------------------------------------------------------------
-
 // --- BertConfig::from_state_dict ------------------------------------------------
 
 TEST(BertConfig, ReadsTheSizesOfAPrefixedCheckpoint) {
@@ -577,6 +575,8 @@ TEST(BertModel, RejectsConfigsItCannotBuild) {
   c.vocab_size = 0;
   testing::expect_error<ValueError>([&] { BertModel m(c); }, "BertModel", "vocab_size");
 }
+
+// --- errors ----------------------------------------------------------------------
 
 TEST(BertModel, RejectsBadInputs) {
   BertModel model(tiny_config());

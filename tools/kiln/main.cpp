@@ -372,12 +372,12 @@ int run_report(const std::vector<std::string>& inputs, const Args& a) {
     // none larger than a report can be.
     constexpr std::uintmax_t kMaxReportBytes = std::uintmax_t{256} << 20;
     std::error_code ec;
-    const fs::file_status status = fs::status(inputs[i], ec);
-    if (fs::exists(status) && !fs::is_regular_file(status))
-      throw UsageError{"'" + inputs[i] + "': not a regular file"};
-    if (fs::exists(status) && fs::file_size(inputs[i], ec) > kMaxReportBytes) {
-      throw UsageError{str_cat("'", inputs[i], "': ", fs::file_size(inputs[i], ec),
-                               " bytes, more than a report can be (", kMaxReportBytes, ")")};
+    if (const fs::file_status status = fs::status(inputs[i], ec); fs::exists(status)) {
+      if (!fs::is_regular_file(status)) throw UsageError{"'" + inputs[i] + "': not a regular file"};
+      if (const std::uintmax_t bytes = fs::file_size(inputs[i], ec); bytes > kMaxReportBytes) {
+        throw UsageError{str_cat("'", inputs[i], "': ", bytes,
+                                 " bytes, more than a report can be (", kMaxReportBytes, ")")};
+      }
     }
     std::ifstream in(inputs[i], std::ios::binary);
     if (!in) throw UsageError{"'" + inputs[i] + "': cannot open it"};
@@ -405,8 +405,8 @@ int run_report(const std::vector<std::string>& inputs, const Args& a) {
 }
 
 // A comma-separated list with an empty element ("1,,2", "fp32,"): CLI11 drops
-// the empty element, so the mistake is found here, before parsing. Returns the
-// message, or "" when every list is whole.
+// the empty element, so the mistake is found here, in the arguments as
+// written. Returns the message, or "" when every list is whole.
 std::string empty_list_element(int argc, char** argv) {
   const std::vector<std::string> lists = {"--model", "--batch", "--dtype", "--mode"};
   for (int i = 1; i < argc; ++i) {

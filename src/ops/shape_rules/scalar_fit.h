@@ -23,10 +23,9 @@ inline void check_fill_value_fits(std::string_view op, const Scalar& value, DTyp
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       constexpr auto lo = std::numeric_limits<T>::min();
       constexpr auto hi = std::numeric_limits<T>::max();
-      if (value.is_integral()) {
+      if (value.is_integral()) {  // kiln's integer types all fit in int64
         const int64_t v = value.to_int();
-        fits = v >= static_cast<int64_t>(lo) &&
-               (static_cast<uint64_t>(hi) > uint64_t{INT64_MAX} || v <= static_cast<int64_t>(hi));
+        fits = v >= static_cast<int64_t>(lo) && v <= static_cast<int64_t>(hi);
       } else {
         // Truncated toward zero, in range: [lo, hi + 1) as doubles are exact
         // at the bounds (powers of two, or hi + 1 for the narrow types).
@@ -34,11 +33,11 @@ inline void check_fill_value_fits(std::string_view op, const Scalar& value, DTyp
         fits =
             std::isfinite(v) && v >= static_cast<double>(lo) && v < static_cast<double>(hi) + 1.0;
       }
-    } else if constexpr (!std::is_same_v<T, bool>) {
+    } else if constexpr (!std::is_same_v<T, bool> && !std::is_same_v<T, double>) {
+      // float32 and the 16-bit floats: a finite value must stay finite (NaN
+      // and infinities are kept).
       const double v = value.to_double();
-      // A finite value must stay finite in T (NaN and infinities are kept).
       fits = !std::isfinite(v) || std::isfinite(static_cast<float>(T(static_cast<float>(v))));
-      if constexpr (std::is_same_v<T, double>) fits = true;
     }
   });
   if (!fits) {
