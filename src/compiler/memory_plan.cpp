@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/checked_size.h"
+
 namespace kiln::compiler {
 namespace {
 
@@ -101,6 +103,9 @@ MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
       if (offset + size <= begin) break;
       offset = std::max(offset, end);
     }
+    // Each storage and every arena so far is at most kMaxTensorBytes, so the sum
+    // cannot wrap; past that bound the arena could never be allocated.
+    check_allocation(offset + size, "compile: the memory plan of the graph's live tensors");
     p.offset = offset;
     arena_slot(k) = arena;
     plan.arenas[static_cast<size_t>(arena)].nbytes =

@@ -7,6 +7,7 @@
 #include "autograd/record.h"
 #include "backends/backend.h"
 #include "compiler/capture.h"
+#include "core/checked_size.h"
 #include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/op_profile.h"
@@ -38,6 +39,14 @@ ShapeCtx run_shape_rule(const OpSchema& schema, std::span<const Tensor> inputs, 
   ShapeCtx ctx{schema, inputs, attrs, {}, {}};
   schema.shape_rule(ctx);
   assert(static_cast<int>(ctx.outputs.size()) == schema.num_outputs);
+  // Every output's count fits, and a new tensor's bytes too (core/checked_size.h).
+  for (const TensorMeta& out : ctx.outputs) {
+    if (schema.has_flag(kView)) {
+      checked_numel(out.sizes, schema.name);
+    } else {
+      checked_nbytes(out.sizes, out.dtype, schema.name);
+    }
+  }
   return ctx;
 }
 
@@ -106,12 +115,7 @@ bool ReferenceModeGuard::enabled() noexcept { return t_reference_mode; }
 Shape contiguous_strides(const Shape& sizes) { return kiln::contiguous_strides(sizes); }
 
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta) {
-  int64_t numel = 1;
-  for (int64_t s : sizes) {
-    if (s < 0) throw ShapeError(detail::str_cat("empty: negative size in ", sizes));
-    numel *= s;
-  }
-  const size_t nbytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  const size_t nbytes = checked_nbytes(sizes, dtype, "empty");
   return make_tensor(meta ? std::make_shared<Storage>(nbytes, device)
                           : backend::backend_for(device.kind()).allocate(nbytes, device),
                      sizes, dtype);

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/checked_size.h"
+
 namespace kiln::backend {
 namespace {
 
@@ -73,6 +75,7 @@ void CpuAllocator::give_back(void* block, size_t block_bytes) {
 }
 
 std::shared_ptr<Storage> CpuAllocator::allocate(size_t nbytes, Device device) {
+  check_allocation(nbytes, "cpu allocator");  // the rounding below cannot wrap
   std::lock_guard lock(mutex_);
   if (guard_bytes_) return allocate_guarded(nbytes, device);
   const size_t bytes = block_size(nbytes);

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/checked_size.h"
 
 namespace kiln::backend::cuda {
 
@@ -128,6 +129,7 @@ void CudaAllocator::reserve(size_t nbytes) {
 }
 
 void* CudaAllocator::allocate(size_t nbytes, void* stream) {
+  check_allocation(nbytes, "cuda allocator");  // round_size cannot wrap
   const size_t size = round_size(nbytes);
   if (parent_) stream = nullptr;  // one graph's memory: its work is ordered
   std::lock_guard lock(mutex_);

@@ -3,6 +3,7 @@
 #include <bit>
 
 #include "backends/cuda/cuda_check.h"
+#include "core/checked_size.h"
 #include "kiln/error.h"
 
 namespace kiln::backend::cuda {
@@ -13,6 +14,7 @@ HostAllocator& HostAllocator::instance() {
 }
 
 void* HostAllocator::allocate(size_t nbytes) {
+  check_allocation(nbytes, "pinned host allocator");  // bit_ceil cannot wrap
   const size_t size = std::bit_ceil(std::max<size_t>(nbytes, 4096));
   std::lock_guard<std::mutex> lock(mutex_);
   collect_locked();

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "compiler/capture.h"
+#include "core/checked_size.h"
 #include "ops/dispatch.h"
 #include "ops/random.h"
 
@@ -19,10 +20,11 @@ std::mutex g_generator_mutex;  // guards default_generator()'s state
 
 DType float_dtype(const TensorOptions& o) { return o.dtype.value_or(kFloat32); }
 
-int64_t count(const Shape& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= std::max<int64_t>(s, 0);
-  return n;
+// The element count of a random factory's sizes, checked (as the op's rule
+// will) before the generator moves.
+int64_t count(const Shape& sizes, DType dtype, std::string_view op) {
+  checked_nbytes(sizes, dtype, op);
+  return checked_numel(sizes, op);
 }
 
 void check_floating(const char* op, DType t) {
@@ -105,16 +107,16 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 
 Tensor rand(const Shape& sizes, TensorOptions o, Generator* g) {
   check_floating("rand", float_dtype(o));
-  auto [seed, offset] = ops::draw_philox(g, count(sizes));
+  auto [seed, offset] = ops::draw_philox(g, count(sizes, float_dtype(o), "rand"));
   return dispatch1(OpId::rand, {}, {sizes, float_dtype(o), o.device, seed, offset});
 }
 Tensor randn(const Shape& sizes, TensorOptions o, Generator* g) {
   check_floating("randn", float_dtype(o));
-  auto [seed, offset] = ops::draw_philox(g, count(sizes));
+  auto [seed, offset] = ops::draw_philox(g, count(sizes, float_dtype(o), "randn"));
   return dispatch1(OpId::randn, {}, {sizes, float_dtype(o), o.device, seed, offset});
 }
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions o, Generator* g) {
-  auto [seed, offset] = ops::draw_philox(g, count(sizes));
+  auto [seed, offset] = ops::draw_philox(g, count(sizes, o.dtype.value_or(kInt64), "randint"));
   return dispatch1(OpId::randint, {},
                    {sizes, o.dtype.value_or(kInt64), o.device, seed, offset, low, high});
 }
@@ -124,7 +126,7 @@ Tensor randn_like(const Tensor& t, Generator* g) { return randn(t.sizes(), {t.dt
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes) {
   Shape shape = sizes.value_or(Shape{static_cast<int64_t>(values.size())});
-  if (count(shape) != static_cast<int64_t>(values.size())) {
+  if (checked_numel(shape, "from_vector") != static_cast<int64_t>(values.size())) {
     throw ShapeError(detail::str_cat("from_vector: ", values.size(), " values do not fill shape ",
                                      shape));
   }
@@ -146,7 +148,7 @@ template Tensor from_vector(const std::vector<double>&, std::optional<Shape>);
 
 Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::function<void(void*)> deleter,
                  std::optional<Shape> strides) {
-  if (!data && count(sizes) > 0) throw ValueError("from_blob: data is null");
+  if (!data && checked_numel(sizes, "from_blob") > 0) throw ValueError("from_blob: data is null");
   Shape st = strides.value_or(ops::contiguous_strides(sizes));
   if (st.size() != sizes.size()) {
     throw ShapeError(detail::str_cat("from_blob: strides ", st, " do not match sizes ", sizes));
@@ -157,8 +159,9 @@ Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::function<void
       throw ShapeError(detail::str_cat("from_blob: negative size or stride in ", sizes, " / ", st));
     }
     if (sizes[i] == 0) extent = 0;
-    if (extent) extent += (sizes[i] - 1) * st[i];
+    if (extent) extent = size_add(extent, size_mul(sizes[i] - 1, st[i], "from_blob"), "from_blob");
   }
+  size_mul(extent, static_cast<int64_t>(dtype_size(dtype)), "from_blob");
   // A no-op deleter still marks the storage as real (not meta).
   auto del = deleter ? std::move(deleter) : [](void*) {};
   auto impl = std::make_shared<TensorImpl>();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/checked_size.h"
 #include "ops/op_table.h"
 
 namespace kiln::ops {
@@ -68,9 +69,11 @@ void check_conv_tensors(const Ctx& ctx, size_t dims, int64_t groups) {
              " are not divisible by groups ", groups, " (input ", input.sizes(), ")");
   KILN_CHECK(out_channels % groups == 0, ShapeError, ctx.name(), ": output channels ", out_channels,
              " are not divisible by groups ", groups, " (weight ", weight.sizes(), ")");
-  KILN_CHECK(weight.size(1) * groups == channels, ShapeError, ctx.name(), ": weight ",
-             weight.sizes(), " expects ", weight.size(1) * groups, " input channels with groups ",
-             groups, ", but input ", input.sizes(), " has ", channels);
+  const typename Ctx::Int expected =
+      size_mul(weight.size(1), typename Ctx::Int(groups), ctx.name());
+  KILN_CHECK(expected == channels, ShapeError, ctx.name(), ": weight ", weight.sizes(), " expects ",
+             expected, " input channels with groups ", groups, ", but input ", input.sizes(),
+             " has ", channels);
   if (ctx.has_input(2)) {
     const auto& bias = ctx.input(2);
     KILN_CHECK(bias.dtype() == input.dtype(), DTypeError, ctx.name(), ": input has dtype ",
@@ -96,10 +99,13 @@ void check_pool_input(const Ctx& ctx) {
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start
 // inside the input or its left padding. Int is int64_t or SymInt (the input
 // size in); the window attributes are plain integers.
+// The attributes are users' numbers: the sums are exact or a ShapeError.
 template <class Int>
 Int pool_output_size(const Int& in, int64_t kernel, int64_t pad, int64_t stride, int64_t dilation,
-                     bool ceil_mode) {
-  const Int span = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+                     bool ceil_mode, std::string_view op) {
+  const Int extent = size_add(size_mul(Int(dilation), Int(kernel - 1), op), Int(1), op);
+  const Int padded = size_add(in, size_mul(Int(2), Int(pad), op), op);
+  const Int span = size_add(padded - extent, Int(ceil_mode ? stride - 1 : 0), op);
   const Int floor_div = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
   Int out = floor_div + 1;
   if (ceil_mode && (out - 1) * stride >= in + pad) out -= 1;  // SymInt has no operator--
@@ -161,9 +167,12 @@ void infer_conv(Ctx& ctx) {
   for (size_t d = 0; d < dims; ++d) {
     const typename Ctx::Int in =
         input.size(input.dim() - static_cast<int64_t>(dims) + static_cast<int64_t>(d));
-    const typename Ctx::Int padded = in + pad[d] + pad[dims + d];
-    const typename Ctx::Int kernel =
-        dilation[d] * (weight.size(2 + static_cast<int64_t>(d)) - 1) + 1;
+    using Int = typename Ctx::Int;
+    const Int padded =
+        size_add(size_add(in, Int(pad[d]), ctx.name()), Int(pad[dims + d]), ctx.name());
+    const Int kernel = size_add(
+        size_mul(Int(dilation[d]), weight.size(2 + static_cast<int64_t>(d)) - 1, ctx.name()),
+        Int(1), ctx.name());
     KILN_CHECK(kernel <= padded, ShapeError, ctx.name(), ": kernel size ", kernel,
                " (dilated) is larger than the padded input size ", padded, " (input ",
                input.sizes(), ", weight ", weight.sizes(), ", padding ", pad, ")");
@@ -186,9 +195,10 @@ void infer_max_pool2d(Ctx& ctx) {
   const bool ceil = ctx.attrs.b(4);
   const auto& x = ctx.input(0);
   const typename Ctx::Int h = x.size(-2), w = x.size(-1);
-  ctx.add_output(pool_output_shape(ctx, pool_output_size(h, k[0], p[0], s[0], d[0], ceil),
-                                   pool_output_size(w, k[1], p[1], s[1], d[1], ceil)),
-                 x.dtype(), ctx.common_device());
+  ctx.add_output(
+      pool_output_shape(ctx, pool_output_size(h, k[0], p[0], s[0], d[0], ceil, ctx.name()),
+                        pool_output_size(w, k[1], p[1], s[1], d[1], ceil, ctx.name())),
+      x.dtype(), ctx.common_device());
 }
 
 // Attributes: kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?.
@@ -205,8 +215,8 @@ void infer_avg_pool2d(Ctx& ctx) {
   const bool ceil = ctx.attrs.b(3);
   const auto& x = ctx.input(0);
   const typename Ctx::Int h = x.size(-2), w = x.size(-1);
-  ctx.add_output(pool_output_shape(ctx, pool_output_size(h, k[0], p[0], s[0], 1, ceil),
-                                   pool_output_size(w, k[1], p[1], s[1], 1, ceil)),
+  ctx.add_output(pool_output_shape(ctx, pool_output_size(h, k[0], p[0], s[0], 1, ceil, ctx.name()),
+                                   pool_output_size(w, k[1], p[1], s[1], 1, ceil, ctx.name())),
                  x.dtype(), ctx.common_device());
 }
 

@@ -3,6 +3,7 @@
 // involved), except full_like's, which are its input's.
 #include <cmath>
 
+#include "core/checked_size.h"
 #include "ops/op_table.h"
 #include "ops/shape_rules/scalar_fit.h"
 #include "ops/shape_rules/sized.h"
@@ -92,10 +93,21 @@ void infer_arange(Ctx& ctx) {
   const Scalar& s1 = ctx.attrs.scalar(1);
   const Scalar& s2 = ctx.attrs.scalar(2);
   if (!s0.is_floating() && !s1.is_floating() && !s2.is_floating()) {
+    // ceil(|b - a| / |st|), exact over the whole int64 range.
     const int64_t a = s0.to_int(), b = s1.to_int(), st = s2.to_int();
-    n = st > 0 ? (b - a + st - 1) / st : (a - b - st - 1) / -st;
+    const unsigned __int128 span =
+        st > 0 ? static_cast<__int128>(b) - a : static_cast<__int128>(a) - b;
+    const unsigned __int128 by = st > 0 ? static_cast<__int128>(st) : -static_cast<__int128>(st);
+    const unsigned __int128 count = (span + by - 1) / by;
+    if (count > static_cast<unsigned __int128>(INT64_MAX)) {
+      throw ShapeError(detail::str_cat("arange: from ", a, " to ", b, " by ", st,
+                                       " is more than 2^63 - 1 elements"));
+    }
+    n = static_cast<int64_t>(count);
   } else {
-    n = static_cast<int64_t>(std::ceil((end - start) / step));
+    n = size_from_double(
+        std::ceil((end - start) / step), "arange",
+        detail::str_cat("the element count from ", start, " to ", end, " by ", step));
   }
   push_output(ctx, {n}, 3);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/checked_size.h"
 #include "core/shape_util.h"
 #include "core/symbolic.h"
 #include "ops/op_table.h"
@@ -16,7 +17,8 @@ namespace {
 // the scale must be p / 2^k (k <= 20): then it is (size * p) // 2^k, equal to
 // the double's floor for every size below 2^32.
 int64_t scaled_size(int64_t size, double scale) {
-  return static_cast<int64_t>(std::floor(static_cast<double>(size) * scale));
+  return size_from_double(std::floor(static_cast<double>(size) * scale), "interpolate",
+                          detail::str_cat("size ", size, " times scale_factor ", scale));
 }
 SymInt scaled_size(const SymInt& size, double scale) {
   if (!size.is_symbolic()) return scaled_size(size.hint(), scale);
@@ -279,7 +281,8 @@ void infer_pad(Ctx& ctx) {
       throw ValueError(
           detail::str_cat("pad: replicate cannot pad the empty dim ", d, " of input ", x.sizes()));
     }
-    out[d] = size + before + after;
+    using Int = typename Ctx::Int;
+    out[d] = size_add(size_add(size, Int(before), "pad"), Int(after), "pad");
     if (out[d] < 0) {
       throw ShapeError(detail::str_cat("pad: pad ", pad, " crops dim ", d, " of input ", x.sizes(),
                                        " to a negative size"));
@@ -396,7 +399,7 @@ void infer_lstm_cell(Ctx& ctx) {
     throw ShapeError(detail::str_cat("lstm_cell: cx must be [B, H] or [H] with H >= 1, got ",
                                      cx.sizes()));
   }
-  gates.back() *= 4;
+  gates.back() = size_mul(gates.back(), typename Ctx::Int(4), "lstm_cell");
   if (xg.sizes() != gates || hg.sizes() != gates) {
     throw ShapeError(detail::str_cat("lstm_cell: input_gates and hidden_gates must be ", gates,
                                      " for cx ", cx.sizes(), ", got ", xg.sizes(), " and ",
@@ -432,6 +435,7 @@ void infer_lstm_step(Ctx& ctx) {
                         x.sizes(), " and ", hx.sizes()));
   }
   const typename Ctx::Int batch = x.size(0), in = x.size(1), hidden = hx.size(1);
+  const typename Ctx::Int gates = size_mul(typename Ctx::Int(4), hidden, "lstm_step");
   const auto expect = [&](size_t i, const typename Ctx::Sizes& shape) {
     const auto& t = ctx.input(i);
     if (t.defined() && t.sizes() != shape) {
@@ -441,10 +445,10 @@ void infer_lstm_step(Ctx& ctx) {
   };
   expect(1, {batch, hidden});
   expect(2, {batch, hidden});
-  expect(3, {4 * hidden, in});
-  expect(4, {4 * hidden, hidden});
-  if (ctx.inputs.size() > 5) expect(5, {4 * hidden});
-  if (ctx.inputs.size() > 6) expect(6, {4 * hidden});
+  expect(3, {gates, in});
+  expect(4, {gates, hidden});
+  if (ctx.inputs.size() > 5) expect(5, {gates});
+  if (ctx.inputs.size() > 6) expect(6, {gates});
   const Device device = ctx.common_device();
   ctx.add_output({batch, hidden}, x.dtype(), device);
   ctx.add_output({batch, hidden}, x.dtype(), device);
@@ -480,16 +484,17 @@ void infer_lstm_sequence(Ctx& ctx) {
                                      w_hh0.sizes()));
   }
   const typename Ctx::Int steps = x.size(0), batch = x.size(1), hidden = w_hh0.size(1);
+  const typename Ctx::Int gates = size_mul(typename Ctx::Int(4), hidden, "lstm_sequence");
   check_lstm_tensor(ctx, 0, "input", 0, x.sizes());
   check_lstm_tensor(ctx, 1, "h0", 0, {layers, batch, hidden});
   check_lstm_tensor(ctx, 2, "c0", 0, {layers, batch, hidden});
   for (int64_t l = 0; l < layers; ++l) {
     const size_t k = 3 + static_cast<size_t>(l) * per_layer;
-    check_lstm_tensor(ctx, k, "weight_ih", l, {4 * hidden, l == 0 ? x.size(2) : hidden});
-    check_lstm_tensor(ctx, k + 1, "weight_hh", l, {4 * hidden, hidden});
+    check_lstm_tensor(ctx, k, "weight_ih", l, {gates, l == 0 ? x.size(2) : hidden});
+    check_lstm_tensor(ctx, k + 1, "weight_hh", l, {gates, hidden});
     if (!has_biases) continue;
-    check_lstm_tensor(ctx, k + 2, "bias_ih", l, {4 * hidden});
-    check_lstm_tensor(ctx, k + 3, "bias_hh", l, {4 * hidden});
+    check_lstm_tensor(ctx, k + 2, "bias_ih", l, {gates});
+    check_lstm_tensor(ctx, k + 3, "bias_hh", l, {gates});
   }
   const Device device = ctx.common_device();
   ctx.add_output({steps, batch, hidden}, kFloat32, device);

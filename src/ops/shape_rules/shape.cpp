@@ -5,6 +5,7 @@
 // that the same rule gives eager mode's sizes and the compiler's symbolic ones.
 #include <algorithm>
 
+#include "core/checked_size.h"
 #include "core/shape_util.h"
 #include "ops/op_table.h"
 #include "ops/type_promotion.h"
@@ -108,7 +109,7 @@ void infer_cat(Ctx& ctx) {
                                          first->sizes(), " and ", t.sizes(), " (dim ", k, ")"));
       }
     }
-    out[d] += t.sizes()[d];
+    out[d] = size_add(out[d], t.sizes()[d], "cat");
   }
   ctx.add_output(std::move(out), dtype, device);
 }
@@ -206,7 +207,8 @@ void infer_repeat(Ctx& ctx) {
     if (repeats[i] < 0) {
       throw ValueError(detail::str_cat("repeat: repeats must be non-negative, got ", repeats));
     }
-    out[i] = repeats[i] * (i < lead ? typename Ctx::Int(1) : x.sizes()[i - lead]);
+    out[i] = size_mul(typename Ctx::Int(repeats[i]),
+                      i < lead ? typename Ctx::Int(1) : x.sizes()[i - lead], "repeat");
   }
   ctx.add_output(std::move(out), x.dtype(), ctx.common_device());
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/checked_size.h"
 #include "core/shape_util.h"
 #include "ops/op_table.h"
 #include "ops/shape_rules/sized.h"
@@ -71,6 +72,7 @@ template <class I>
 std::vector<I> infer_view_shape(std::string_view op, const std::vector<I>& from,
                                 const Shape& shape) {
   int64_t known = 1, infer_at = -1;
+  bool known_empty = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       if (infer_at >= 0)
@@ -78,10 +80,13 @@ std::vector<I> infer_view_shape(std::string_view op, const std::vector<I>& from,
       infer_at = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       throw ShapeError(detail::str_cat(op, ": invalid size ", shape[i], " in ", shape));
+    } else if (shape[i] == 0) {
+      known_empty = true;
     } else {
-      known *= shape[i];
+      known = size_mul(known, shape[i], op);
     }
   }
+  if (known_empty) known = 0;
   std::vector<I> out(shape.begin(), shape.end());
   const I numel = shape_numel(from);
   if (infer_at >= 0) {
@@ -91,6 +96,7 @@ std::vector<I> infer_view_shape(std::string_view op, const std::vector<I>& from,
     }
     out[infer_at] = numel / known;
   }
+  if constexpr (std::is_same_v<I, int64_t>) checked_numel(out, op);
   // The input's count on the left, as in view_strides: with symbolic sizes
   // the guard is then the one the remainder check made, not a second one.
   if (numel != shape_numel(out)) {
