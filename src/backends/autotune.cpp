@@ -10,9 +10,10 @@
 #include <set>
 #include <sstream>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+
+#include "io/atomic_file.h"
+#include "kiln/error.h"
 
 namespace kiln::backend::autotune {
 namespace {
@@ -100,23 +101,15 @@ void store(const std::string& key, int64_t choice) {
   std::error_code ec;
   const std::filesystem::path target(path);
   if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
-  // Written whole beside the target, then renamed over it: readers never see half a file.
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << j.dump(1) << "\n";
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temp, ec);
-      warn_once(c, path, "cannot be written; tuning results are not kept");
-      return;
-    }
-  }
-  std::filesystem::rename(temp, target, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(temp, ec);
-    warn_once(c, path, "cannot be replaced (" + why + "); tuning results are not kept");
+  // Written whole beside the target, then renamed over it (io/atomic_file.h).
+  try {
+    io::AtomicFileWriter out(path, "autotune cache");
+    const std::string text = j.dump(1) + "\n";
+    out.write(text.data(), text.size());
+    out.commit();
+  } catch (const IOError& e) {
+    warn_once(c, path,
+              detail::str_cat("cannot be written (", e.what(), "); tuning results are not kept"));
   }
 }
 

@@ -318,6 +318,38 @@ TEST(Cli, ReportMergesSavedReports) {
   expect_usage_error("report", "reports is required");
 }
 
+// '-' writes one output to standard output (the table then goes to standard
+// error); a device is written in place, never replaced (as root the writer
+// used to rename a regular file over /dev/null), and a full one is an error.
+TEST(Cli, OutputsGoToStandardOutputAndDevicesInPlace) {
+  const fs::path a = scratch("for_stdout.json");
+  ASSERT_EQ(kiln_cli("bench --device cpu --iters 1 --warmup 0 --quiet --seq-len 2 --mode eager "
+                     "--model lstm_loop --json " +
+                     a.string())
+                .status,
+            0);
+  const Outcome o = kiln_cli("report " + a.string() + " --json -");
+  ASSERT_EQ(o.status, 0) << o.err;
+  const kiln::bench::Report r = kiln::bench::Report::from_json(o.out);
+  ASSERT_EQ(r.cases.size(), 1u);
+  EXPECT_EQ(r.cases[0].model, "lstm_loop");
+  EXPECT_NE(o.err.find("lstm_loop, batch 1"), std::string::npos) << o.err;
+  const Outcome csv = kiln_cli("report " + a.string() + " --csv - --html /dev/null");
+  ASSERT_EQ(csv.status, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("model,", 0), 0u) << csv.out;
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
+  expect_usage_error("report " + a.string() + " --json - --csv -", "both write to standard output");
+  expect_usage_error("bench --weights -", "--weights needs a file name");
+  if (fs::exists("/dev/full")) {
+    const Outcome full = kiln_cli("report " + a.string() + " --html /dev/full");
+    EXPECT_NE(full.status, 0);
+    EXPECT_NE(full.err.find("/dev/full"), std::string::npos) << full.err;
+    EXPECT_NE(full.err.find("No space left"), std::string::npos) << full.err;
+  }
+}
+
 // Empty when $KILN_PYTHON (default python3) imports what --vs-torch needs,
 // else why not.
 std::string why_no_torch() {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/shape_util.h"
+#include "io/atomic_file.h"
 #include "io/safetensors_format.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
@@ -343,12 +344,20 @@ TEST_F(Safetensors, FailedWriteLeavesTheOldFileAndNoTemporary) {
 }
 
 TEST_F(Safetensors, FailedRenameLeavesNoTemporary) {
+  // A directory at the path is refused before anything is written.
   fs::create_directories(path("taken/inside"));
   StateDict sd;
   sd.set("w", sample(kFloat32));
   expect_error_with<IOError>([&] { save_safetensors(path("taken"), sd); },
-                             {"save_safetensors", path("taken"), "rename"});
+                             {"save_safetensors", path("taken"), "Is a directory"});
   EXPECT_EQ(dir_entries(), std::vector<std::string>{"taken"});
+  // One that appears while the file is written makes the rename fail; the
+  // new file goes with the error.
+  io::AtomicFileWriter out(path("late"), "save_safetensors");
+  out.write("data", 4);
+  fs::create_directories(path("late/inside"));
+  expect_error_with<IOError>([&] { out.commit(); }, {"save_safetensors", path("late"), "rename"});
+  EXPECT_EQ(dir_entries(), (std::vector<std::string>{"late", "taken"}));
 }
 
 TEST_F(Safetensors, SaveReplacesAnExistingFile) {

@@ -279,14 +279,27 @@ void check_args(Args& a, Device device) {
   }
 }
 
+// The table, then each file asked for. An output named '-' goes to standard
+// output alone: the table and the "wrote" lines then go to standard error.
 void write_outputs(const bench::Report& report, const Args& a) {
-  std::cout << report.to_table(isatty(STDOUT_FILENO) != 0);
-  if (!a.json.empty()) bench::write_file(a.json, report.to_json());
-  if (!a.csv.empty()) bench::write_file(a.csv, report.to_csv());
-  if (!a.html.empty()) bench::write_file(a.html, report.to_html());
-  for (const auto* path : {&a.json, &a.csv, &a.html}) {
-    if (!path->empty()) std::cout << "wrote " << fs::absolute(*path).string() << "\n";
-  }
+  const bool piped = a.json == "-" || a.csv == "-" || a.html == "-";
+  std::ostream& info = piped ? std::cerr : std::cout;
+  info << report.to_table(isatty(piped ? STDERR_FILENO : STDOUT_FILENO) != 0);
+  std::vector<std::string> wrote;
+  const auto emit = [&](const std::string& path, const std::string& text) {
+    if (path.empty()) return;
+    if (path == "-") {
+      std::cout << text << std::flush;
+      if (!std::cout) throw IOError("kiln: cannot write to standard output");
+      return;
+    }
+    bench::write_file(path, text);
+    wrote.push_back(fs::absolute(path).string());
+  };
+  emit(a.json, report.to_json());
+  emit(a.csv, report.to_csv());
+  emit(a.html, report.to_html());
+  for (const std::string& path : wrote) info << "wrote " << path << "\n";
 }
 
 int run(Args a) {
@@ -442,10 +455,18 @@ const CLI::Validator kDecimal(
 void check_paths_given(CLI::App& sub, const Args& a) {
   const std::pair<const char*, const std::string*> paths[] = {
       {"--json", &a.json}, {"--csv", &a.csv}, {"--html", &a.html}, {"--weights", &a.weights}};
+  const char* to_stdout = nullptr;
   for (const auto& [name, value] : paths) {
     const CLI::Option* o = sub.get_option_no_throw(name);
     if (o && o->count() > 0 && value->empty())
       throw UsageError{std::string(name) + " needs a file name, got ''"};
+    if (*value != "-") continue;
+    if (value == &a.weights) throw UsageError{"--weights needs a file name, got '-'"};
+    if (to_stdout) {
+      throw UsageError{std::string(to_stdout) + " and " + name +
+                       " both write to standard output ('-'); give one of them a file name"};
+    }
+    to_stdout = name;
   }
 }
 
