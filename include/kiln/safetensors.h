@@ -1,22 +1,24 @@
 // Reading and writing safetensors files (https://github.com/huggingface/safetensors).
 //
 //   kiln::save_safetensors("net.safetensors", net.state_dict(), {{"epoch", "3"}});
-//   kiln::StateDict sd = kiln::load_safetensors("net.safetensors");   // mapped, not copied
+//   kiln::StateDict sd = kiln::load_safetensors("net.safetensors");   // copied: sd is yours
 //
 //   kiln::SafetensorsFile f("big.safetensors");       // reads the header only
 //   for (const auto& name : f.names()) std::cout << name << " " << f.info(name).shape << "\n";
-//   kiln::Tensor w = f.get("fc.weight");              // touches only this tensor's pages
+//   kiln::Tensor w = f.get("fc.weight");              // reads only this tensor's bytes
 //
-// Saving is atomic: the file is written under a temporary name in the same
-// directory, synced, then renamed over `path`, so readers and crashes see the
-// old file or the new one, never half of one.
+// Saving is atomic: the file is written as a new file in the same directory,
+// synced, then renamed over `path`, so readers and crashes see the old file or
+// the new one, never half of one (docs/safetensors.md: links, devices, FIFOs).
 //
-// Loading maps the file privately (MAP_PRIVATE, PROT_READ | PROT_WRITE): a CPU
-// tensor whose bytes are aligned for its dtype views the mapping without a copy,
-// and the mapping stays alive while any such tensor does. Writing into a loaded
-// tensor copies the touched page (copy-on-write) and never changes the file.
-// Misaligned tensors (files whose header length is not a multiple of 8) are
-// copied; so are all tensors loaded onto another device.
+// Loading copies each tensor's bytes out of the file (SafetensorsLoad::kCopy):
+// nothing another program does to the file afterwards (rewriting it in place,
+// truncating it) changes or breaks a loaded tensor. SafetensorsLoad::kMap
+// instead views a private mapping of the file (MAP_PRIVATE, read-write) with no
+// copy: faster to load and sharing the page cache, but a rewrite of the file
+// in place shows through pages the program has not written, and a truncation
+// makes reads fault (SIGBUS). Writes into a loaded tensor never reach the file
+// in either mode.
 //
 // Every malformed file is rejected with an IOError naming the file and, where
 // there is one, the tensor; see docs/safetensors.md for the list.
@@ -44,8 +46,12 @@ namespace kiln {
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// How loaded tensors get their bytes (above).
+enum class SafetensorsLoad { kCopy, kMap };
+
 // Every tensor of the file, in the header's order, on `device`.
-StateDict load_safetensors(const std::string& path, Device device = Device::cpu());
+StateDict load_safetensors(const std::string& path, Device device = Device::cpu(),
+                           SafetensorsLoad how = SafetensorsLoad::kCopy);
 
 struct SafetensorsTensorInfo {
   DType dtype = kFloat32;
@@ -54,13 +60,14 @@ struct SafetensorsTensorInfo {
 };
 
 // One safetensors file, opened for reading tensors one at a time. Construction
-// maps the file and validates the whole header; get() reads only the bytes of
-// the tensor it returns. Tensors keep the mapping alive after the object dies.
+// reads and validates the whole header; get() reads only the bytes of the
+// tensor it returns, copied (kCopy: the file as it is at that call) or viewed
+// in the mapping (kMap: tensors keep the mapping alive after the object dies).
 // Const members are safe to call from several threads; a moved-from object may
 // only be assigned to or destroyed.
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::string& path);
+  explicit SafetensorsFile(const std::string& path, SafetensorsLoad how = SafetensorsLoad::kCopy);
   ~SafetensorsFile();
   SafetensorsFile(SafetensorsFile&&) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <limits>
 #include <numeric>
 #include <unordered_set>
@@ -382,30 +383,37 @@ void check_no_overlap(const SafetensorsHeader& h, std::string_view file_name) {
 }  // namespace
 
 SafetensorsHeader parse_safetensors(std::string_view file, std::string_view file_name) {
+  return parse_safetensors(file, file.size(), file_name);
+}
+
+SafetensorsHeader parse_safetensors(std::string_view prefix, uint64_t file_size,
+                                    std::string_view file_name) {
   auto fail = [&](const std::string& what) {
     throw IOError(detail::str_cat("safetensors file '", file_name, "': ", what));
   };
-  if (file.size() < 8) {
-    fail(detail::str_cat("the file is ", file.size(),
+  if (file_size < 8) {
+    fail(detail::str_cat("the file is ", file_size,
                          " bytes long, shorter than the 8-byte header length"));
   }
-  const uint64_t header_len = read_le64(file);
+  assert(prefix.size() >= 8 && "the prefix holds the header length");
+  const uint64_t header_len = read_le64(prefix);
   if (header_len > kSafetensorsMaxHeaderBytes) {
     fail(detail::str_cat("the header length ", header_len, " exceeds the limit of ",
                          kSafetensorsMaxHeaderBytes, " bytes"));
   }
-  if (header_len > file.size() - 8) {
+  if (header_len > file_size - 8) {
     fail(detail::str_cat("the header length ", header_len, " runs past the end of the file (",
-                         file.size(), " bytes)"));
+                         file_size, " bytes)"));
   }
-  const std::string_view text = file.substr(8, header_len);
+  assert(prefix.size() >= 8 + header_len && "the prefix holds the header");
+  const std::string_view text = prefix.substr(8, header_len);
   if (const auto bad = first_invalid_utf8(text)) {
     fail(detail::str_cat("the header is not valid UTF-8 (byte ", *bad, " of the JSON)"));
   }
 
   SafetensorsHeader out;
   out.data_start = 8 + header_len;
-  out.data_size = file.size() - out.data_start;
+  out.data_size = file_size - out.data_start;
   HeaderReader reader(file_name, out);
   const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
   // parse_error throws, so a false return or an unfinished object is a bug.

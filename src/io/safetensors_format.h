@@ -49,6 +49,10 @@ struct SafetensorsHeader {
 // offsets inside the buffer, byte count matching the shape, no overlaps, no
 // duplicate names. IOError whose message names file_name (and the tensor).
 SafetensorsHeader parse_safetensors(std::string_view file, std::string_view file_name);
+// The same from the file's first bytes only: `prefix` holds at least its first
+// 8 + N bytes (all of it when shorter), and file_size is the whole file's.
+SafetensorsHeader parse_safetensors(std::string_view prefix, uint64_t file_size,
+                                    std::string_view file_name);
 
 // "F32" for kFloat32, ...
 std::string_view safetensors_dtype_name(DType dtype) noexcept;

@@ -189,11 +189,12 @@ TEST_F(Safetensors, WritesTheHeaderAndLayoutOfTheFormat) {
 
 // --- mapping --------------------------------------------------------------------
 
-TEST_F(Safetensors, LoadedAlignedTensorsViewAPrivateMappingOfTheFile) {
+TEST_F(Safetensors, MappedAlignedTensorsViewAPrivateMappingOfTheFile) {
   StateDict sd;
   for (const DType d : kAllDTypes) sd.set(std::string(dtype_name(d)), sample(d, {5, 3}));
   save_safetensors(path("map.safetensors"), sd);
-  StateDict loaded = load_safetensors(path("map.safetensors"));
+  StateDict loaded =
+      load_safetensors(path("map.safetensors"), Device::cpu(), SafetensorsLoad::kMap);
   for (const auto& [name, t] : loaded) {
     const MappingInfo m = mapping_at(t.data_ptr());
     EXPECT_EQ(m.file, path("map.safetensors")) << name;
@@ -204,7 +205,7 @@ TEST_F(Safetensors, LoadedAlignedTensorsViewAPrivateMappingOfTheFile) {
   // The mapping outlives the file object, the file name and the other tensors.
   Tensor f64;
   {
-    SafetensorsFile file(path("map.safetensors"));
+    SafetensorsFile file(path("map.safetensors"), SafetensorsLoad::kMap);
     f64 = file.get("float64");
   }
   loaded = StateDict{};
@@ -219,15 +220,69 @@ TEST_F(Safetensors, WritingIntoALoadedTensorLeavesTheFileUnchanged) {
   sd.set("i", sample(kInt64));
   save_safetensors(path("cow.safetensors"), sd);
   const std::string before = read_file(path("cow.safetensors"));
-  StateDict loaded = load_safetensors(path("cow.safetensors"));
-  Tensor w = loaded.at("w");
-  w.fill_(42);
-  loaded.at("i").data<int64_t>()[0] = -1;
-  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(6, 42.f));
-  EXPECT_EQ(read_file(path("cow.safetensors")), before);
-  const StateDict again = load_safetensors(path("cow.safetensors"));
-  expect_same_tensor(again.at("w"), sd.at("w"), "w");
-  expect_same_tensor(again.at("i"), sd.at("i"), "i");
+  for (const SafetensorsLoad how : {SafetensorsLoad::kCopy, SafetensorsLoad::kMap}) {
+    StateDict loaded = load_safetensors(path("cow.safetensors"), Device::cpu(), how);
+    Tensor w = loaded.at("w");
+    w.fill_(42);
+    loaded.at("i").data<int64_t>()[0] = -1;
+    EXPECT_EQ(w.to_vector<float>(), std::vector<float>(6, 42.f));
+    EXPECT_EQ(read_file(path("cow.safetensors")), before);
+    const StateDict again = load_safetensors(path("cow.safetensors"), Device::cpu(), how);
+    expect_same_tensor(again.at("w"), sd.at("w"), "w");
+    expect_same_tensor(again.at("i"), sd.at("i"), "i");
+  }
+}
+
+// Rewrites the file in place, as cp or Python's save_file do: same inode,
+// truncated, then written.
+void rewrite_in_place(const std::string& file, const std::string& bytes) {
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// Loaded tensors are the program's (the default copies): another program
+// rewriting or truncating the file changes nothing in them and breaks nothing.
+TEST_F(Safetensors, LoadedTensorsStayTheProgramsWhenTheFileIsRewritten) {
+  StateDict a, b;
+  a.set("w", sample(kFloat32, {64, 64}));
+  b.set("w", sample(kFloat32, {64, 64}).neg());
+  save_safetensors(path("a.safetensors"), a);
+  save_safetensors(path("b.safetensors"), b);
+  StateDict loaded = load_safetensors(path("a.safetensors"));
+  loaded.at("w").data<float>()[0] = 123;  // the program's own write
+  rewrite_in_place(path("a.safetensors"), read_file(path("b.safetensors")));
+  std::vector<float> want = a.at("w").to_vector<float>();
+  want[0] = 123;
+  EXPECT_EQ(loaded.at("w").to_vector<float>(), want);
+  rewrite_in_place(path("a.safetensors"), "");
+  EXPECT_EQ(loaded.at("w").to_vector<float>(), want);
+}
+
+// A file object reads at get(): a file that shrank since it was opened is an
+// IOError naming it, never short or stale data.
+TEST_F(Safetensors, AFileTruncatedAfterOpeningIsAnErrorAtGet) {
+  StateDict sd;
+  sd.set("w", sample(kFloat32, {64, 64}));
+  save_safetensors(path("t.safetensors"), sd);
+  const SafetensorsFile file(path("t.safetensors"));
+  ASSERT_EQ(::truncate(path("t.safetensors").c_str(), 200), 0);
+  expect_error_with<IOError>([&] { file.get("w"); },
+                             {path("t.safetensors"), "truncated or rewrote it"});
+}
+
+// Why mapping is the explicit choice: pages the program has not written show
+// another program's in-place rewrite (Linux shares them with the page cache).
+TEST_F(Safetensors, MappedTensorsShowAnInPlaceRewriteAsDocumented) {
+  StateDict a, b;
+  a.set("w", sample(kFloat32, {64, 64}));
+  b.set("w", sample(kFloat32, {64, 64}).neg());
+  save_safetensors(path("a.safetensors"), a);
+  save_safetensors(path("b.safetensors"), b);
+  const StateDict mapped =
+      load_safetensors(path("a.safetensors"), Device::cpu(), SafetensorsLoad::kMap);
+  expect_same_tensor(mapped.at("w"), a.at("w"), "w");
+  rewrite_in_place(path("a.safetensors"), read_file(path("b.safetensors")));
+  expect_same_tensor(mapped.at("w"), b.at("w"), "w");
 }
 
 // Bytes written by hand from the format's spec, as PyTorch's writer lays them
