@@ -252,8 +252,19 @@ void Tracer::note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp
   layout_reads_.push_back(std::move(read));
 }
 
-TracerPause::TracerPause() noexcept : paused_(t_active) { t_active = nullptr; }
-TracerPause::~TracerPause() { t_active = paused_; }
+namespace {
+thread_local int t_paused_tracers = 0;
+}  // namespace
+
+TracerPause::TracerPause() noexcept : paused_(t_active) {
+  t_active = nullptr;
+  if (paused_) ++t_paused_tracers;
+}
+TracerPause::~TracerPause() {
+  if (paused_) --t_paused_tracers;
+  t_active = paused_;
+}
+bool TracerPause::pausing_a_tracer() noexcept { return t_paused_tracers > 0; }
 
 int32_t Tracer::storage_of_real(const Tensor& real) const {
   const auto it = real_storages_.find(real.storage().get());

@@ -315,6 +315,9 @@ class TracerPause {
   ~TracerPause();
   TracerPause(const TracerPause&) = delete;
   TracerPause& operator=(const TracerPause&) = delete;
+  // Whether a tracer is paused on this thread: the ops running are the
+  // tracer's own, on proxies (meta) beside the real constants it captured.
+  static bool pausing_a_tracer() noexcept;
 
  private:
   Tracer* paused_;

@@ -358,9 +358,13 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     const Tensor* source = dict.find(name);
     if (!source) {
       result.missing_keys.push_back(name);
+    } else if (!source->defined()) {
+      mismatches.push_back(name + ": an undefined tensor in the dict");
+    } else if (source->is_meta() && !slot->is_meta()) {
+      mismatches.push_back(name + ": a meta tensor in the dict, which has no values to load");
     } else if (source->sizes() != slot->sizes()) {
-      mismatches.push_back(detail::str_cat(name, ": shape ", source->sizes(), " in the dict, ",
-                                           slot->sizes(), " in the module"));
+      mismatches.push_back(detail::str_cat("size mismatch for ", name, ": shape ", source->sizes(),
+                                           " in the dict, ", slot->sizes(), " in the module"));
     }
   }
   for (const auto& [name, t] : dict)
@@ -373,7 +377,7 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
       message += "; missing keys: " + quoted_list(result.missing_keys);
     if (strict && !result.unexpected_keys.empty())
       message += "; unexpected keys: " + quoted_list(result.unexpected_keys);
-    for (const auto& m : mismatches) message += "; size mismatch for " + m;
+    for (const auto& m : mismatches) message += "; " + m;
     throw ValueError(message);
   }
   NoGradGuard no_grad;

@@ -3,6 +3,7 @@
 #include "core/shape_util.h"
 
 #include <cassert>
+#include <optional>
 
 #include "autograd/record.h"
 #include "backends/backend.h"
@@ -54,6 +55,35 @@ bool any_meta(std::span<const Tensor> inputs) {
   for (const auto& t : inputs)
     if (t.defined() && t.is_meta()) return true;
   return false;
+}
+
+// Meta tensors have no values: an op mixing them with tensors that have some
+// would give a meta result for real data, or (in place) drop the values it
+// was to write. A DeviceError naming both; a real 0-dim tensor (a number)
+// mixes with meta ones, as it mixes across devices.
+void check_meta_mix(const OpSchema& schema, std::span<const Tensor> inputs, const Tensor* self) {
+  if (compiler::TracerPause::pausing_a_tracer()) return;  // proxies beside captured constants
+  std::optional<size_t> meta, real;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) continue;
+    if (t.is_meta()) {
+      meta = meta.value_or(i);
+    } else if (t.dim() > 0) {
+      real = real.value_or(i);
+    }
+  }
+  if (self && !self->is_meta() && meta) {
+    throw DeviceError(detail::str_cat(schema.name, "_: input ", *meta,
+                                      " is a meta tensor (no values) written into a tensor on ",
+                                      self->device(), " with values"));
+  }
+  if (!self && meta && real) {
+    throw DeviceError(detail::str_cat(schema.name, ": input ", *meta,
+                                      " is a meta tensor (no values) and input ", *real,
+                                      " a tensor on ", inputs[*real].device(),
+                                      " with values: an op takes one kind or the other"));
+  }
 }
 
 Tensor make_view(const Tensor& base, const TensorMeta& meta) {
@@ -144,10 +174,13 @@ Inferred infer(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
   return Inferred{std::move(ctx.outputs), std::move(ctx.input_casts), std::move(attrs)};
 }
 
-const backend::KernelFn& kernel_for(OpId op, Device device) { return find_kernel(op_schema(op), device); }
+const backend::KernelFn& kernel_for(OpId op, Device device) {
+  return find_kernel(op_schema(op), device);
+}
 
 TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) return tracer->record(op, inputs, std::move(attrs));
+  if (compiler::Tracer* tracer = compiler::Tracer::active())
+    return tracer->record(op, inputs, std::move(attrs));
   OpProfileScope profile(op);
   const OpSchema& schema = op_schema(op);
   ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
@@ -160,6 +193,7 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
       autograd::mark_view(inputs[0], outputs.back());
     }
   } else {
+    check_meta_mix(schema, inputs, nullptr);
     const bool meta = any_meta(inputs);
     for (const auto& m : ctx.outputs)
       outputs.push_back(make_tensor(m.sizes, m.dtype, m.device, meta));
@@ -176,8 +210,8 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
 }
 
 Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs) {
-  return std::move(dispatch(op, std::span<const Tensor>(inputs.begin(), inputs.size()),
-                            std::move(attrs))[0]);
+  return std::move(
+      dispatch(op, std::span<const Tensor>(inputs.begin(), inputs.size()), std::move(attrs))[0]);
 }
 
 Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs) {
@@ -189,6 +223,7 @@ Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, 
   const OpSchema& schema = op_schema(op);
   assert(schema.has_flag(kInplace) && schema.num_outputs == 1);
   ShapeCtx ctx = run_shape_rule(schema, inputs, attrs);
+  check_meta_mix(schema, inputs, &self);
   const TensorMeta& result = ctx.outputs[0];
   if (result.sizes != self.sizes()) {
     throw ShapeError(detail::str_cat(schema.name, "_: result shape ", result.sizes,
@@ -224,8 +259,7 @@ Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, 
   return self;
 }
 
-Tensor& dispatch_inplace(OpId op, Tensor& self, std::initializer_list<Tensor> inputs,
-                         Attrs attrs) {
+Tensor& dispatch_inplace(OpId op, Tensor& self, std::initializer_list<Tensor> inputs, Attrs attrs) {
   return dispatch_inplace(op, self, std::span<const Tensor>(inputs.begin(), inputs.size()),
                           std::move(attrs));
 }

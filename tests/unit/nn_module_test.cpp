@@ -10,6 +10,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn/module.h"
+#include "ops/dispatch.h"
 #include "unit/expect_error.h"
 
 namespace kiln {
@@ -296,6 +297,25 @@ TEST(Module, StrictLoadListsEveryMissingUnexpectedAndMisshapenKey) {
                                  "unexpected keys: \"extra\"", "block.first.weight", "[5]", "[2]"});
   // Nothing was copied.
   EXPECT_EQ(net.block.first.weight.to_vector<float>(), (std::vector<float>{1, 1}));
+}
+
+// A dict entry with no values (undefined, or a meta tensor) is refused naming
+// the call, the module and the key, strict or not, and nothing is copied; it
+// used to fail without a key (undefined) or "load" nothing (meta).
+TEST(Module, LoadRefusesEntriesWithoutValuesNamingTheKey) {
+  for (const bool strict : {true, false}) {
+    Net net;
+    StateDict sd = net.state_dict();
+    sd.set("head.weight", full({4}, 5.0));
+    sd.set("block.first.weight", Tensor());
+    expect_error_with<ValueError>(
+        [&] { net.load_state_dict(sd, strict); },
+        {"load_state_dict", "Net", "block.first.weight: an undefined tensor"});
+    sd.set("block.first.weight", ops::make_tensor({2}, kFloat32, Device::cpu(), /*meta=*/true));
+    expect_error_with<ValueError>([&] { net.load_state_dict(sd, strict); },
+                                  {"load_state_dict", "block.first.weight: a meta tensor"});
+    EXPECT_EQ(net.head.weight.to_vector<float>(), (std::vector<float>(4, 1)));
+  }
 }
 
 TEST(Module, NonStrictLoadReturnsTheUnmatchedKeys) {
