@@ -268,6 +268,23 @@ class Compiled {
   template <typename... Args>
   auto operator()(Args&&... args) const {
     using R = std::remove_cvref_t<std::invoke_result_t<F&, Args&&...>>;
+    if constexpr (std::is_void_v<R>) {
+      static_assert(!std::is_void_v<R>,
+                    "kiln::compile: the compiled function returns nothing (void); return what it "
+                    "computes: a Tensor, or an optional, vector, string-keyed map, tuple or "
+                    "aggregate of those");
+    } else {
+      return call<R>(std::forward<Args>(args)...);
+    }
+  }
+
+  CompileStats stats() const { return core_->stats(); }
+  // Everything recorded so far.
+  ExplainReport explain() const { return core_->explain(); }
+
+ private:
+  template <typename R, typename... Args>
+  R call(Args&&... args) const {
     compiler::internal::FlatArgs flat;
     (compiler::internal::flatten_arg(args, flat), ...);
     const compiler::internal::Runner run = [&](const TensorList& tensors, std::vector<int64_t>& structure) {
@@ -287,11 +304,6 @@ class Compiled {
     return compiler::internal::unflatten_result<R>(flat_out, structure, next, shape_at);
   }
 
-  CompileStats stats() const { return core_->stats(); }
-  // Everything recorded so far.
-  ExplainReport explain() const { return core_->explain(); }
-
- private:
   std::shared_ptr<F> f_;
   std::shared_ptr<compiler::internal::Core> core_;
 };
