@@ -20,7 +20,14 @@ namespace {
 thread_local bool t_reference_mode = false;
 
 void check_arity(const OpSchema& schema, std::span<const Tensor> inputs) {
-  if (schema.variadic()) return;
+  if (schema.variadic()) {
+    // A view of a list views its first tensor: there must be one.
+    if (schema.has_flag(kView) && (inputs.empty() || !inputs[0].defined())) {
+      throw ValueError(detail::str_cat(schema.name, ": expected the tensor to view first, got ",
+                                       inputs.empty() ? "no tensors" : "an undefined tensor"));
+    }
+    return;
+  }
   if (inputs.size() < schema.min_inputs() || inputs.size() > schema.inputs.size()) {
     throw Error(detail::str_cat(schema.name, ": expected ", schema.min_inputs(), " to ",
                                 schema.inputs.size(), " tensor inputs, got ", inputs.size()));

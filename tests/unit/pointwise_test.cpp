@@ -14,13 +14,36 @@ using namespace kiln;
 
 namespace {}  // namespace
 
-TEST(TypePromotion, FollowsPyTorchLattice) {
-  EXPECT_EQ(promote_types(kUInt8, kInt8), kInt16);
-  EXPECT_EQ(promote_types(kFloat16, kBFloat16), kFloat32);
-  EXPECT_EQ(promote_types(kInt64, kFloat16), kFloat16);
-  EXPECT_EQ(promote_types(kBool, kInt8), kInt8);
-  EXPECT_EQ(promote_types(kInt32, kInt64), kInt64);
-  EXPECT_EQ(promote_types(kFloat32, kFloat64), kFloat64);
+// Every pair of the ten dtypes, against a table written out from PyTorch 2.15's
+// torch.promote_types (rows a, columns b, both in the order of kOrder).
+TEST(TypePromotion, FollowsPyTorchsTableForEveryPair) {
+  constexpr DType kOrder[10] = {kBool,  kUInt8,   kInt8,     kInt16,   kInt32,
+                                kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+  constexpr DType kTorch[10][10] = {
+      {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+      {kUInt8, kUInt8, kInt16, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+      {kInt8, kInt16, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+      {kInt16, kInt16, kInt16, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+      {kInt32, kInt32, kInt32, kInt32, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+      {kInt64, kInt64, kInt64, kInt64, kInt64, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+      {kFloat16, kFloat16, kFloat16, kFloat16, kFloat16, kFloat16, kFloat16, kFloat32, kFloat32,
+       kFloat64},
+      {kBFloat16, kBFloat16, kBFloat16, kBFloat16, kBFloat16, kBFloat16, kFloat32, kBFloat16,
+       kFloat32, kFloat64},
+      {kFloat32, kFloat32, kFloat32, kFloat32, kFloat32, kFloat32, kFloat32, kFloat32, kFloat32,
+       kFloat64},
+      {kFloat64, kFloat64, kFloat64, kFloat64, kFloat64, kFloat64, kFloat64, kFloat64, kFloat64,
+       kFloat64},
+  };
+  for (int a = 0; a < 10; ++a) {
+    for (int b = 0; b < 10; ++b) {
+      EXPECT_EQ(promote_types(kOrder[a], kOrder[b]), kTorch[a][b])
+          << kOrder[a] << " with " << kOrder[b];
+      // And what an op makes of two tensors of those dtypes.
+      const Tensor x = ones({2}, {.dtype = kOrder[a]}), y = ones({2}, {.dtype = kOrder[b]});
+      EXPECT_EQ((x + y).dtype(), kTorch[a][b]) << kOrder[a] << " + " << kOrder[b];
+    }
+  }
 }
 
 TEST(TypePromotion, NumbersAndZeroDimTensorsRankBelowTensors) {
@@ -171,7 +194,8 @@ TEST(Pointwise, TanhSigmoidAndGeluAreAccurateAcrossTheFloatRange) {
   };
   check(tanh(x), "tanh", 6e-7, 0, 0, [](double v) { return std::tanh(v); });
   check(sigmoid(x), "sigmoid", 6e-7, 0, 0, [](double v) { return 1 / (1 + std::exp(-v)); });
-  check(gelu(x), "gelu", 2e-6, 2e-7, 0, [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); });
+  check(gelu(x), "gelu", 2e-6, 2e-7, 0,
+        [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); });
   check(gelu(x, "tanh"), "gelu tanh", 2e-6, 0, 1.2e-7, [](double v) {
     return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
   });
@@ -231,4 +255,37 @@ TEST(Pointwise, RejectsTensorsOnDifferentDevicesOrUndefined) {
   EXPECT_THROW(ones({1}).to(Device::cuda(cuda::device_count())), DeviceError);
   EXPECT_THROW(Device::parse("tpu"), DeviceError);
   EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
+}
+
+// Found by the random-op test (tests/ops/random_ops_test.cpp), each checked
+// here as a user meets it, with PyTorch's values.
+TEST(Clamp, AppliesMaxLastAndLetsInfinitiesPastAMissingBound) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // min > max: min(max(x, 3), 0) is 0 everywhere, as torch.clamp gives.
+  EXPECT_EQ(clamp(from_vector<int64_t>({-1, 5}), 3, 0).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(clamp(from_vector<float>({-1, 5}), 1e30, 0.5).to_vector<float>(),
+            (std::vector<float>{0.5f, 0.5f}));
+  // One bound only: infinities on the other side stay infinite.
+  const Tensor x = from_vector<double>({-inf, 1, inf}).to(kFloat32);
+  EXPECT_EQ(clamp(x, 0, std::nullopt).to_vector<float>(),
+            (std::vector<float>{0, 1, std::numeric_limits<float>::infinity()}));
+  EXPECT_EQ(clamp(x, std::nullopt, 5).to_vector<float>(),
+            (std::vector<float>{-std::numeric_limits<float>::infinity(), 1, 5}));
+}
+
+TEST(LogicalOps, ReadEachInputAsItsOwnDtype) {
+  const Tensor b = from_vector<bool>({true, false, true});
+  const Tensor i = full({}, 5, {.dtype = kInt64});
+  EXPECT_EQ(logical_and(b, i).to_vector<bool>(), (std::vector<bool>{true, false, true}));
+  const Tensor f = from_vector<float>({0.5f, 0, -2});
+  const Tensor s = from_vector<int16_t>({0, 0, 3});
+  EXPECT_EQ(logical_xor(f, s).to_vector<bool>(), (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(logical_or(f, s).to_vector<bool>(), (std::vector<bool>{true, false, true}));
+}
+
+TEST(MaskedFill, AnyNonzeroValueIsTrueInABoolTensor) {
+  const Tensor x = from_vector<bool>({false, false});
+  const Tensor mask = from_vector<bool>({true, false});
+  EXPECT_EQ(masked_fill(x, mask, 0.5).to_vector<bool>(), (std::vector<bool>{true, false}));
 }

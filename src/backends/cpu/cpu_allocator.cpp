@@ -77,6 +77,10 @@ void CpuAllocator::give_back(void* block, size_t block_bytes) {
 std::shared_ptr<Storage> CpuAllocator::allocate(size_t nbytes, Device device) {
   check_allocation(nbytes, "cpu allocator");  // the rounding below cannot wrap
   std::lock_guard lock(mutex_);
+  if (limit_ != 0 && nbytes > limit_ - std::min(limit_, allocated_)) {
+    throw Error(detail::str_cat("cpu: out of memory allocating ", nbytes, " bytes (", allocated_,
+                                " bytes held by tensors, limit ", limit_, " bytes)"));
+  }
   if (guard_bytes_) return allocate_guarded(nbytes, device);
   const size_t bytes = block_size(nbytes);
   void* p = take_block(bytes);
@@ -96,18 +100,24 @@ std::shared_ptr<Storage> CpuAllocator::allocate_guarded(size_t nbytes, Device de
   note_allocated(nbytes);
   std::memset(base, kGuardPattern, kGuardBytes);
   std::memset(base + kGuardBytes + nbytes, kGuardPattern, total - kGuardBytes - nbytes);
-  return std::make_shared<Storage>(base + kGuardBytes, nbytes, device, [this, nbytes, total](void* p) {
-    unsigned char* start = static_cast<unsigned char*>(p) - kGuardBytes;
-    auto intact = [](const unsigned char* b, const unsigned char* e) {
-      return std::all_of(b, e, [](unsigned char c) { return c == kGuardPattern; });
-    };
-    const bool ok = intact(start, start + kGuardBytes) &&
-                    intact(start + kGuardBytes + nbytes, start + total);
-    std::free(start);
-    std::lock_guard inner(mutex_);
-    if (!ok) ++guard_violations_;
-    note_freed(nbytes);
-  });
+  return std::make_shared<Storage>(
+      base + kGuardBytes, nbytes, device, [this, nbytes, total](void* p) {
+        unsigned char* start = static_cast<unsigned char*>(p) - kGuardBytes;
+        auto intact = [](const unsigned char* b, const unsigned char* e) {
+          return std::all_of(b, e, [](unsigned char c) { return c == kGuardPattern; });
+        };
+        const bool ok = intact(start, start + kGuardBytes) &&
+                        intact(start + kGuardBytes + nbytes, start + total);
+        std::free(start);
+        std::lock_guard inner(mutex_);
+        if (!ok) ++guard_violations_;
+        note_freed(nbytes);
+      });
+}
+
+void CpuAllocator::set_limit(size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  limit_ = bytes;
 }
 
 void CpuAllocator::empty_cache() {

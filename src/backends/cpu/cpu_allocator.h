@@ -29,6 +29,10 @@ class CpuAllocator {
   void empty_cache();
   MemoryStats stats() const;
   void reset_peak();
+  // A bound on the bytes tensors hold at once (0: none): an allocation past it
+  // is the out-of-memory Error, as when the system refuses. Tests use it to
+  // keep random sizes from taking the machine's memory.
+  void set_limit(size_t bytes) noexcept;
   // Test support: guard bytes around each allocation, checked when it is freed.
   void set_guard_bytes(bool enabled) noexcept;
   size_t guard_violations() const noexcept;
@@ -46,6 +50,7 @@ class CpuAllocator {
   size_t allocated_ = 0;
   size_t peak_ = 0;
   size_t num_system_allocations_ = 0;
+  size_t limit_ = 0;
   bool guard_bytes_ = false;
   size_t guard_violations_ = 0;
 };

@@ -2,9 +2,9 @@
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
-#include "backends/device_copy.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
+#include "backends/device_copy.h"
 #include "backends/int_math.h"
 #include "core/convert.h"
 
@@ -26,11 +26,16 @@ void register_cpu_misc_pointwise_kernels(KernelTable& t) {
       auto bound = [&](size_t k, C none) {
         return c.attrs.has(k) ? saturating_bound<C>(c.attrs.scalar(k)) : none;
       };
-      const C lo = bound(0, std::numeric_limits<C>::lowest());
-      const C hi = bound(1, std::numeric_limits<C>::max());
+      // No bound is no bound: infinities pass (lowest/max would clamp them).
+      constexpr bool kReal = std::is_floating_point_v<C>;
+      const C lo =
+          bound(0, kReal ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest());
+      const C hi =
+          bound(1, kReal ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max());
       map_elements<T, T>(it, [lo, hi](T x) -> T {
-        const C v = C(x);
-        return T(v < lo ? lo : (v > hi ? hi : v));  // NaN passes through
+        // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; NaN passes.
+        const C v = C(x) < lo ? lo : C(x);
+        return T(v > hi ? hi : v);
       });
     });
   });

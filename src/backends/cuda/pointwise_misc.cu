@@ -22,7 +22,11 @@ struct Where {
 template <typename C>
 struct Clamp {
   C lo, hi;
-  __device__ C operator()(C v) const { return v < lo ? lo : (v > hi ? hi : v); }  // NaN passes
+  // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; NaN passes.
+  __device__ C operator()(C v) const {
+    const C m = v < lo ? lo : v;
+    return m > hi ? hi : m;
+  }
 };
 
 template <typename T>
@@ -80,8 +84,12 @@ void register_cuda_misc_pointwise_kernels(KernelTable& t) {
         auto bound = [&](size_t k, C none) {
           return c.attrs.has(k) ? saturating_bound<C>(c.attrs.scalar(k)) : none;
         };
-        const Clamp<C> f{bound(0, std::numeric_limits<C>::lowest()),
-                         bound(1, std::numeric_limits<C>::max())};
+        // No bound is no bound: infinities pass (lowest/max would clamp them).
+        constexpr bool kReal = std::is_floating_point_v<C>;
+        const Clamp<C> f{
+            bound(0,
+                  kReal ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest()),
+            bound(1, kReal ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max())};
         launch_elementwise<T, T>(c.out(), c.inputs.first(1), f);
       }
     });

@@ -1,7 +1,9 @@
 // Reference kernels of the elementwise ops: double for floating types, int64
 // for integers, one element at a time.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "backends/device_copy.h"
 #include "backends/reference/ref_util.h"
@@ -9,6 +11,24 @@
 
 namespace kiln::backend {
 namespace {
+
+// The values an integer dtype holds.
+std::pair<int64_t, int64_t> int_range(DType t) {
+  switch (t) {
+    case kBool:
+      return {0, 1};
+    case kUInt8:
+      return {0, 255};
+    case kInt8:
+      return {-128, 127};
+    case kInt16:
+      return {-32768, 32767};
+    case kInt32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    default:
+      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
+}
 
 using ops::OpId;
 using Args = std::vector<double>;
@@ -21,8 +41,10 @@ std::vector<Tensor> inputs_of(const KernelCall& c) {
 // f on doubles for floating outputs, g on int64 for integer and bool outputs.
 template <typename F, typename G>
 void map_typed(const KernelCall& c, F f, G g) {
-  if (is_floating(c.out().dtype())) ref::map<double>(c.out(), inputs_of(c), f);
-  else ref::map<int64_t>(c.out(), inputs_of(c), g);
+  if (is_floating(c.out().dtype()))
+    ref::map<double>(c.out(), inputs_of(c), f);
+  else
+    ref::map<int64_t>(c.out(), inputs_of(c), g);
 }
 
 // A float-only op (the shape rule promotes its inputs to floating types).
@@ -62,31 +84,40 @@ int64_t ipow(int64_t base, int64_t e) {
 // Integers are stored back wrapped to the output's width, as a cast would.
 void register_unary(KernelTable& t) {
   t.set(OpId::neg, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return -a[0]; }, [](const IArgs& a) { return -a[0]; });
+    map_typed(
+        c, [](const Args& a) { return -a[0]; }, [](const IArgs& a) { return -a[0]; });
   });
   t.set(OpId::abs, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return std::fabs(a[0]); },
-              [](const IArgs& a) { return a[0] < 0 ? -a[0] : a[0]; });
+    map_typed(
+        c, [](const Args& a) { return std::fabs(a[0]); },
+        [](const IArgs& a) { return a[0] < 0 ? -a[0] : a[0]; });
   });
   t.set(OpId::exp, [](const KernelCall& c) { map_float(c, [](double x) { return std::exp(x); }); });
   t.set(OpId::log, [](const KernelCall& c) { map_float(c, [](double x) { return std::log(x); }); });
-  t.set(OpId::log1p, [](const KernelCall& c) { map_float(c, [](double x) { return std::log1p(x); }); });
-  t.set(OpId::expm1, [](const KernelCall& c) { map_float(c, [](double x) { return std::expm1(x); }); });
-  t.set(OpId::sqrt, [](const KernelCall& c) { map_float(c, [](double x) { return std::sqrt(x); }); });
-  t.set(OpId::rsqrt, [](const KernelCall& c) { map_float(c, [](double x) { return 1 / std::sqrt(x); }); });
-  t.set(OpId::reciprocal, [](const KernelCall& c) { map_float(c, [](double x) { return 1 / x; }); });
+  t.set(OpId::log1p,
+        [](const KernelCall& c) { map_float(c, [](double x) { return std::log1p(x); }); });
+  t.set(OpId::expm1,
+        [](const KernelCall& c) { map_float(c, [](double x) { return std::expm1(x); }); });
+  t.set(OpId::sqrt,
+        [](const KernelCall& c) { map_float(c, [](double x) { return std::sqrt(x); }); });
+  t.set(OpId::rsqrt,
+        [](const KernelCall& c) { map_float(c, [](double x) { return 1 / std::sqrt(x); }); });
+  t.set(OpId::reciprocal,
+        [](const KernelCall& c) { map_float(c, [](double x) { return 1 / x; }); });
   t.set(OpId::square, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return a[0] * a[0]; }, [](const IArgs& a) { return a[0] * a[0]; });
+    map_typed(
+        c, [](const Args& a) { return a[0] * a[0]; }, [](const IArgs& a) { return a[0] * a[0]; });
   });
   t.set(OpId::sin, [](const KernelCall& c) { map_float(c, [](double x) { return std::sin(x); }); });
   t.set(OpId::cos, [](const KernelCall& c) { map_float(c, [](double x) { return std::cos(x); }); });
-  t.set(OpId::tanh, [](const KernelCall& c) { map_float(c, [](double x) { return std::tanh(x); }); });
-  t.set(OpId::sigmoid, [](const KernelCall& c) {
-    map_float(c, [](double x) { return 1 / (1 + std::exp(-x)); });
-  });
+  t.set(OpId::tanh,
+        [](const KernelCall& c) { map_float(c, [](double x) { return std::tanh(x); }); });
+  t.set(OpId::sigmoid,
+        [](const KernelCall& c) { map_float(c, [](double x) { return 1 / (1 + std::exp(-x)); }); });
   t.set(OpId::relu, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return a[0] < 0 ? 0.0 : a[0]; },
-              [](const IArgs& a) { return a[0] < 0 ? int64_t{0} : a[0]; });
+    map_typed(
+        c, [](const Args& a) { return a[0] < 0 ? 0.0 : a[0]; },
+        [](const IArgs& a) { return a[0] < 0 ? int64_t{0} : a[0]; });
   });
   t.set(OpId::gelu, [](const KernelCall& c) {
     if (c.attrs.str(0) == "tanh") {
@@ -97,26 +128,27 @@ void register_unary(KernelTable& t) {
       map_float(c, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
     }
   });
-  t.set(OpId::silu, [](const KernelCall& c) { map_float(c, [](double x) { return x / (1 + std::exp(-x)); }); });
+  t.set(OpId::silu,
+        [](const KernelCall& c) { map_float(c, [](double x) { return x / (1 + std::exp(-x)); }); });
   t.set(OpId::erf, [](const KernelCall& c) { map_float(c, [](double x) { return std::erf(x); }); });
   t.set(OpId::sign, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return double((0 < a[0]) - (a[0] < 0)); },
-              [](const IArgs& a) { return int64_t((0 < a[0]) - (a[0] < 0)); });
+    map_typed(
+        c, [](const Args& a) { return double((0 < a[0]) - (a[0] < 0)); },
+        [](const IArgs& a) { return int64_t((0 < a[0]) - (a[0] < 0)); });
   });
   auto same_for_integers = [](auto f) {
     return [f](const KernelCall& c) {
-      map_typed(c, [&](const Args& a) { return f(a[0]); }, [](const IArgs& a) { return a[0]; });
+      map_typed(
+          c, [&](const Args& a) { return f(a[0]); }, [](const IArgs& a) { return a[0]; });
     };
   };
   t.set(OpId::floor, same_for_integers([](double x) { return std::floor(x); }));
   t.set(OpId::ceil, same_for_integers([](double x) { return std::ceil(x); }));
   t.set(OpId::round, same_for_integers([](double x) { return std::nearbyint(x); }));
-  t.set(OpId::logical_not, [](const KernelCall& c) {
-    map_predicate(c, [](const auto& a) { return a[0] == 0; });
-  });
-  t.set(OpId::isnan, [](const KernelCall& c) {
-    map_predicate(c, [](const auto& a) { return a[0] != a[0]; });
-  });
+  t.set(OpId::logical_not,
+        [](const KernelCall& c) { map_predicate(c, [](const auto& a) { return a[0] == 0; }); });
+  t.set(OpId::isnan,
+        [](const KernelCall& c) { map_predicate(c, [](const auto& a) { return a[0] != a[0]; }); });
   t.set(OpId::isinf, [](const KernelCall& c) {
     map_predicate(c, [](const auto& a) { return std::isinf(static_cast<double>(a[0])); });
   });
@@ -132,24 +164,37 @@ void register_binary(KernelTable& t) {
         });
         return;
       }
-      map_typed(c, [&](const Args& a) { return a[0] + sign * alpha.to_double() * a[1]; },
-                [&](const IArgs& a) { return a[0] + int64_t(sign) * alpha.to_int() * a[1]; });
+      // alpha in the precision the op computes in, as PyTorch: float below
+      // float64 (an alpha past float's range is infinite there).
+      double scale = alpha.to_double();
+      if (c.out().dtype() != kFloat64 && std::isfinite(scale)) {
+        scale = std::fabs(scale) > std::numeric_limits<float>::max()
+                    ? std::copysign(std::numeric_limits<double>::infinity(), scale)
+                    : static_cast<double>(static_cast<float>(scale));
+      }
+      map_typed(
+          c, [&](const Args& a) { return a[0] + sign * scale * a[1]; },
+          [&](const IArgs& a) { return a[0] + int64_t(sign) * alpha.to_int() * a[1]; });
     };
   };
   t.set(OpId::add, add_like(1.0));
   t.set(OpId::sub, add_like(-1.0));
   t.set(OpId::mul, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return a[0] * a[1]; }, [](const IArgs& a) { return a[0] * a[1]; });
+    map_typed(
+        c, [](const Args& a) { return a[0] * a[1]; }, [](const IArgs& a) { return a[0] * a[1]; });
   });
   t.set(OpId::div, [](const KernelCall& c) {
     ref::map<double>(c.out(), inputs_of(c), [](const Args& a) { return a[0] / a[1]; });
   });
   t.set(OpId::pow, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return std::pow(a[0], a[1]); },
-              [](const IArgs& a) { return ipow(a[0], a[1]); });
+    map_typed(
+        c, [](const Args& a) { return std::pow(a[0], a[1]); },
+        [](const IArgs& a) { return ipow(a[0], a[1]); });
   });
   auto nan_or = [](auto pick) {
-    return [pick](const Args& a) { return a[0] != a[0] ? a[0] : a[1] != a[1] ? a[1] : pick(a[0], a[1]); };
+    return [pick](const Args& a) {
+      return a[0] != a[0] ? a[0] : a[1] != a[1] ? a[1] : pick(a[0], a[1]);
+    };
   };
   t.set(OpId::maximum, [nan_or](const KernelCall& c) {
     map_typed(c, nan_or([](double x, double y) { return std::max(x, y); }),
@@ -160,14 +205,17 @@ void register_binary(KernelTable& t) {
               [](const IArgs& a) { return std::min(a[0], a[1]); });
   });
   t.set(OpId::remainder, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return python_fmod(a[0], a[1]); },
-              [](const IArgs& a) {
-                if (a[1] == 0) throw ValueError("remainder: integer division by zero");
-                return python_imod(a[0], a[1]);
-              });
+    map_typed(
+        c, [](const Args& a) { return python_fmod(a[0], a[1]); },
+        [](const IArgs& a) {
+          if (a[1] == 0) throw ValueError("remainder: integer division by zero");
+          return python_imod(a[0], a[1]);
+        });
   });
   auto compare = [](auto pred) {
-    return [pred](const KernelCall& c) { map_predicate(c, [&](const auto& a) { return pred(a[0], a[1]); }); };
+    return [pred](const KernelCall& c) {
+      map_predicate(c, [&](const auto& a) { return pred(a[0], a[1]); });
+    };
   };
   t.set(OpId::eq, compare([](auto x, auto y) { return x == y; }));
   t.set(OpId::ne, compare([](auto x, auto y) { return x != y; }));
@@ -182,30 +230,38 @@ void register_binary(KernelTable& t) {
 
 void register_misc(KernelTable& t) {
   t.set(OpId::where, [](const KernelCall& c) {
-    map_typed(c, [](const Args& a) { return a[0] != 0 ? a[1] : a[2]; },
-              [](const IArgs& a) { return a[0] != 0 ? a[1] : a[2]; });
+    map_typed(
+        c, [](const Args& a) { return a[0] != 0 ? a[1] : a[2]; },
+        [](const IArgs& a) { return a[0] != 0 ? a[1] : a[2]; });
   });
   t.set(OpId::clamp, [](const KernelCall& c) {
     const bool has_lo = c.attrs.has(0), has_hi = c.attrs.has(1);
-    const Scalar lo = has_lo ? c.attrs.scalar(0) : Scalar(0), hi = has_hi ? c.attrs.scalar(1) : Scalar(0);
-    map_typed(c,
-              [&](const Args& a) {
-                double v = a[0];
-                if (has_lo && v < lo.to_double()) v = lo.to_double();
-                if (has_hi && v > hi.to_double()) v = hi.to_double();
-                return v;
-              },
-              [&](const IArgs& a) {
-                int64_t v = a[0];
-                if (has_lo && v < lo.to_int()) v = lo.to_int();
-                if (has_hi && v > hi.to_int()) v = hi.to_int();
-                return v;
-              });
+    const Scalar lo = has_lo ? c.attrs.scalar(0) : Scalar(0),
+                 hi = has_hi ? c.attrs.scalar(1) : Scalar(0);
+    map_typed(
+        c,
+        [&](const Args& a) {
+          double v = a[0];
+          if (has_lo && v < lo.to_double()) v = lo.to_double();
+          if (has_hi && v > hi.to_double()) v = hi.to_double();
+          return v;
+        },
+        [&](const IArgs& a) {
+          // Bounds past the dtype's range saturate to it (uint8 max=-1 is 0).
+          const auto [least, most] = int_range(c.out().dtype());
+          int64_t v = a[0];
+          if (has_lo && v < lo.to_int()) v = std::clamp(lo.to_int(), least, most);
+          if (has_hi && v > hi.to_int()) v = std::clamp(hi.to_int(), least, most);
+          return v;
+        });
   });
   t.set(OpId::masked_fill, [](const KernelCall& c) {
     const Scalar v = c.attrs.scalar(0);
-    map_typed(c, [&](const Args& a) { return a[1] != 0 ? v.to_double() : a[0]; },
-              [&](const IArgs& a) { return a[1] != 0 ? v.to_int() : a[0]; });
+    // Into bool any nonzero value is true (0.5 too), as PyTorch.
+    const int64_t as_int = c.out().dtype() == kBool ? int64_t{v.to_double() != 0} : v.to_int();
+    map_typed(
+        c, [&](const Args& a) { return a[1] != 0 ? v.to_double() : a[0]; },
+        [&](const IArgs& a) { return a[1] != 0 ? as_int : a[0]; });
   });
   t.set(OpId::to_device, copy_between_devices);
   t.set(OpId::copy, [](const KernelCall& c) {
@@ -222,8 +278,8 @@ void register_misc(KernelTable& t) {
     if (c.out().dtype() == kBool) {
       ref::map<int64_t>(c.out(), {}, [&](const IArgs&) { return int64_t(v.to<bool>()); });
     } else {
-      map_typed(c, [&](const Args&) { return v.to_double(); },
-                [&](const IArgs&) { return v.to_int(); });
+      map_typed(
+          c, [&](const Args&) { return v.to_double(); }, [&](const IArgs&) { return v.to_int(); });
     }
   });
 }

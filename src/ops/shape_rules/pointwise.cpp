@@ -94,7 +94,9 @@ void infer_binary_compare(Ctx& ctx) {
 
 template <class Ctx>
 void infer_binary_logical(Ctx& ctx) {
-  ctx.add_output(broadcast_inputs(ctx), kBool, ctx.common_device());
+  // Both inputs in their common dtype, as comparisons and PyTorch: the
+  // kernels read them as one type.
+  elementwise(ctx, result_type(ctx.inputs), kBool);
 }
 
 template <class Ctx>
