@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include "core/checked_size.h"
 
@@ -76,7 +78,8 @@ MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
     if (item(k).in_arena) order.push_back(k);
   // Per device: the largest first, each at the lowest offset that clears
   // every placed storage alive at the same time.
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return item(a).nbytes > item(b).nbytes; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return item(a).nbytes > item(b).nbytes; });
   std::vector<std::vector<size_t>> placed;  // by arena
   for (size_t k : order) {
     PlannedStorage& p = item(k);
@@ -95,7 +98,8 @@ MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
     std::vector<std::pair<size_t, size_t>> busy;
     for (size_t other : placed[static_cast<size_t>(arena)]) {
       const PlannedStorage& q = item(other);
-      if (overlap_in_time(p, q)) busy.emplace_back(q.offset, q.offset + round_up(std::max<size_t>(q.nbytes, 1), align));
+      if (overlap_in_time(p, q))
+        busy.emplace_back(q.offset, q.offset + round_up(std::max<size_t>(q.nbytes, 1), align));
     }
     std::sort(busy.begin(), busy.end());
     size_t offset = 0;
@@ -116,35 +120,97 @@ MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
   return plan;
 }
 
+// An oracle that shares nothing with the planner's lifetimes: it replays the
+// graph over the arenas' bytes. Each node first reads its inputs (and an
+// in-place target), whose bytes must still hold what their storage last
+// wrote; then its workspace and its outputs take their bytes, which must not
+// be bytes the node is reading. A lifetime the planner got wrong shows up as a
+// read of bytes another storage or a workspace took since.
 void check_plan(const Graph& g, const MemoryPlan& plan) {
-  (void)g;
-  // Storages, then the nodes' workspaces.
-  struct Item {
-    const PlannedStorage* p;
+  struct Claim {
     int32_t arena;
-    std::string name;
+    size_t begin, end;
+    std::string owner;  // "storage s" or "the workspace of node i"
+    int32_t node;
   };
-  std::vector<Item> items;
-  for (size_t s = 0; s < plan.storages.size(); ++s)
-    if (plan.storages[s].in_arena) items.push_back({&plan.storages[s], plan.arena_of[s], detail::str_cat("storage ", s)});
-  for (size_t i = 0; i < plan.workspaces.size(); ++i)
-    if (plan.workspaces[i].in_arena)
-      items.push_back({&plan.workspaces[i], plan.workspace_arena[i], detail::str_cat("the workspace of node ", i)});
-  for (size_t a = 0; a < items.size(); ++a) {
-    const PlannedStorage& p = *items[a].p;
-    if (items[a].arena < 0 || static_cast<size_t>(items[a].arena) >= plan.arenas.size() ||
-        p.offset + p.nbytes > plan.arenas[static_cast<size_t>(items[a].arena)].nbytes)
-      throw Error(detail::str_cat("compiler: memory plan: ", items[a].name, " ends past its arena"));
-    for (size_t b = a + 1; b < items.size(); ++b) {
-      const PlannedStorage& q = *items[b].p;
-      if (items[b].arena != items[a].arena || !overlap_in_time(p, q)) continue;
-      if (p.offset < q.offset + q.nbytes && q.offset < p.offset + p.nbytes && p.nbytes > 0 && q.nbytes > 0) {
-        throw Error(detail::str_cat("compiler: memory plan: ", items[a].name, " and ", items[b].name,
-                                    " are alive at once (nodes ", p.first, "-", p.last, " and ", q.first, "-",
-                                    q.last, ") and overlap"));
+  std::vector<Claim> claims;                                  // in the order the nodes make them
+  std::vector<int64_t> last_claim(plan.storages.size(), -1);  // index into claims
+  auto bytes_of = [&](const PlannedStorage& p, int32_t arena, const std::string& name) {
+    if (arena < 0 || static_cast<size_t>(arena) >= plan.arenas.size() ||
+        p.offset + p.nbytes > plan.arenas[static_cast<size_t>(arena)].nbytes) {
+      throw Error(detail::str_cat("compiler: memory plan: ", name, " ends past its arena"));
+    }
+    return std::pair<size_t, size_t>{p.offset, p.offset + p.nbytes};
+  };
+  auto in_arena = [&](ValueId id) {
+    return id != kNoValue && plan.storages[static_cast<size_t>(g.value(id).storage)].in_arena;
+  };
+  auto storage_of = [&](ValueId id) { return static_cast<size_t>(g.value(id).storage); };
+  auto name_of = [](size_t s) { return detail::str_cat("storage ", s); };
+  auto claim = [&](size_t s, int32_t node) {
+    const auto [b, e] = bytes_of(plan.storages[s], plan.arena_of[s], name_of(s));
+    last_claim[s] = static_cast<int64_t>(claims.size());
+    claims.push_back({plan.arena_of[s], b, e, name_of(s), node});
+  };
+  auto overlaps = [](const Claim& c, int32_t arena, size_t b, size_t e) {
+    return c.arena == arena && c.begin < e && b < c.end && b < e && c.begin < c.end;
+  };
+  // Storage s, read at node i, still holds its own bytes.
+  auto check_read = [&](size_t s, size_t i) {
+    const auto [b, e] = bytes_of(plan.storages[s], plan.arena_of[s], name_of(s));
+    if (last_claim[s] < 0) {
+      throw Error(detail::str_cat("compiler: memory plan: ", name_of(s), " is read at node ", i,
+                                  " before any node writes it"));
+    }
+    for (size_t k = static_cast<size_t>(last_claim[s]) + 1; k < claims.size(); ++k) {
+      if (claims[k].owner != name_of(s) && overlaps(claims[k], plan.arena_of[s], b, e)) {
+        throw Error(detail::str_cat("compiler: memory plan: ", name_of(s), " is read at node ", i,
+                                    " but ", claims[k].owner, " took bytes of it at node ",
+                                    claims[k].node, " (they overlap)"));
+      }
+    }
+  };
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const auto node = static_cast<int32_t>(i);
+    std::vector<size_t> read;
+    for (ValueId in : n.inputs)
+      if (in_arena(in)) read.push_back(storage_of(in));
+    if (in_arena(n.target)) read.push_back(storage_of(n.target));
+    for (size_t s : read) check_read(s, i);
+    // What the node writes: its workspace, new storages, an in-place target.
+    const size_t first_write = claims.size();
+    if (i < plan.workspaces.size() && plan.workspaces[i].in_arena) {
+      const std::string name = detail::str_cat("the workspace of node ", i);
+      const auto [b, e] = bytes_of(plan.workspaces[i], plan.workspace_arena[i], name);
+      claims.push_back({plan.workspace_arena[i], b, e, name, node});
+    }
+    for (ValueId out : n.outputs) {
+      if (!in_arena(out)) continue;
+      const size_t s = storage_of(out);
+      if (g.storages()[s].root == out || (out == n.outputs[0] && n.inplace())) claim(s, node);
+    }
+    for (size_t k = first_write; k < claims.size(); ++k) {
+      for (size_t s : read) {
+        const auto [b, e] = bytes_of(plan.storages[s], plan.arena_of[s], name_of(s));
+        if (claims[k].owner != name_of(s) && overlaps(claims[k], plan.arena_of[s], b, e)) {
+          throw Error(detail::str_cat("compiler: memory plan: node ", i, " writes ",
+                                      claims[k].owner, " over ", name_of(s),
+                                      ", which it reads (they overlap)"));
+        }
+      }
+      for (size_t m = first_write; m < k; ++m) {
+        if (claims[m].owner != claims[k].owner &&
+            overlaps(claims[m], claims[k].arena, claims[k].begin, claims[k].end)) {
+          throw Error(detail::str_cat("compiler: memory plan: node ", i, " writes ",
+                                      claims[m].owner, " and ", claims[k].owner,
+                                      " over each other (they overlap)"));
+        }
       }
     }
   }
+  // Storages read after the last node: none stay in an arena (outputs leave
+  // it), so the replay above covers every read.
 }
 
 }  // namespace kiln::compiler

@@ -87,8 +87,8 @@ TEST(BenchEvaluate, MeasuresAModuleEagerAndCompiled) {
   EXPECT_LE(compiled.launches_per_call, 3);
   EXPECT_GT(compiled.launches_per_call, 0);
   EXPECT_LE(compiled.max_abs_error, 1e-6);
-  EXPECT_GE(compiled.first_call.trace_ms, 0);
-  EXPECT_GE(compiled.first_call.run_ms, 0);
+  EXPECT_GT(compiled.first_call.trace_ms, 0);  // measured (eager's is -1)
+  EXPECT_GT(compiled.first_call.run_ms, 0);
   EXPECT_NEAR(compiled.first_call.trace_ms + compiled.first_call.passes_ms +
                   compiled.first_call.build_ms + compiled.first_call.run_ms,
               compiled.first_call.total_ms, 1e-9 + 1e-6 * compiled.first_call.total_ms);
@@ -104,7 +104,7 @@ TEST(BenchEvaluate, MeasuresAModuleEagerAndCompiled) {
     EXPECT_LE(l.p90, l.p99);
     EXPECT_LE(l.p99, l.max);
     EXPECT_NEAR(r.throughput, 8 * 1000 / l.median, 1e-9 * r.throughput);
-    EXPECT_GE(r.peak_bytes, 0);
+    EXPECT_GE(r.peak_bytes, 8 * 4 * 4) << r.mode;  // at least the [8, 4] float output
   }
   ASSERT_FALSE(fractions.empty());
   for (size_t i = 1; i < fractions.size(); ++i) EXPECT_LE(fractions[i - 1], fractions[i]);

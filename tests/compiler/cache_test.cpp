@@ -56,6 +56,35 @@ TEST(CompileCache, StatsCountGraphsAndRecompiles) {
   EXPECT_NE(fast.explain().to_json().find("\"recompiles\": 2"), std::string::npos);
 }
 
+// The TF32 policy decides how float32 products run on CUDA, so it is part of
+// every graph's guards: a call under another policy compiles a graph of its
+// own, and the first policy's graph serves its calls again afterwards.
+TEST(CompileCache, ACallUnderAnotherTf32PolicyHasAGraphOfItsOwn) {
+  const auto fast = compile([](const Tensor& a, const Tensor& b) { return matmul(a, b); });
+  const Tensor a = randn({4, 8}), b = randn({8, 3});
+  const Tf32Policy first = allow_tf32();
+  (void)fast(a, b);
+  EXPECT_EQ(fast.stats().graphs, 1);
+  {
+    Tf32PolicyGuard other({.matmul = !first.matmul, .conv = first.conv});
+    EXPECT_TRUE(same(fast(a, b), matmul(a, b)));
+    EXPECT_EQ(fast.stats().graphs, 2);
+    EXPECT_EQ(fast.stats().recompiles, 1);
+  }
+  {
+    Tf32PolicyGuard other({.matmul = first.matmul, .conv = !first.conv});
+    (void)fast(a, b);
+    EXPECT_EQ(fast.stats().graphs, 3);
+  }
+  (void)fast(a, b);
+  const CompileStats st = fast.stats();
+  EXPECT_EQ(st.graphs, 3);
+  EXPECT_EQ(st.traces, 3);
+  EXPECT_EQ(st.calls, 4);
+  EXPECT_EQ(st.replays, 4);  // every call ran a graph, tracing ones included
+  EXPECT_NE(fast.explain().to_string().find("TF32 policy"), std::string::npos);
+}
+
 // A float read on the host whose value differs on every input: every call
 // traces. kiln counts it and says, once, how to write it instead.
 TEST(CompileCache, AFloatReadThatChangesEveryCallIsCountedAndNamed) {

@@ -2,14 +2,15 @@
 // reuse dead ones; executables give eager's results bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "compiler/capture.h"
 #include "compiler/compiler_testing.h"
 #include "compiler/executable.h"
 #include "compiler/memory_plan.h"
-#include "ops/workspace.h"
 #include "kiln/kiln.h"
+#include "ops/workspace.h"
 #include "unit/expect_error.h"
 
 namespace kiln::compiler {
@@ -55,8 +56,10 @@ TEST(MemoryPlan, ReusesDeadStoragesAndKeepsOutputsAndInputsOut) {
   EXPECT_GE(plan.planned_bytes, 12 * one);
   EXPECT_LE(plan.arenas[0].nbytes, 2 * one + 4096) << "dead intermediates were not reused";
   // The input and the output are not in the arena.
-  EXPECT_FALSE(plan.storages[static_cast<size_t>(t->graph.value(t->graph.inputs()[0]).storage)].in_arena);
-  EXPECT_FALSE(plan.storages[static_cast<size_t>(t->graph.value(t->graph.outputs()[0]).storage)].in_arena);
+  EXPECT_FALSE(
+      plan.storages[static_cast<size_t>(t->graph.value(t->graph.inputs()[0]).storage)].in_arena);
+  EXPECT_FALSE(
+      plan.storages[static_cast<size_t>(t->graph.value(t->graph.outputs()[0]).storage)].in_arena);
 }
 
 TEST(MemoryPlan, AStorageLivesAsLongAsItsViews) {
@@ -73,19 +76,57 @@ TEST(MemoryPlan, AStorageLivesAsLongAsItsViews) {
   const MemoryPlan plan = plan_memory(t->graph);
   check_plan(t->graph, plan);
   const Graph& g = t->graph;
-  const auto storage_of_node = [&](size_t node) { return static_cast<size_t>(g.value(g.nodes()[node].outputs[0]).storage); };
+  const auto storage_of_node = [&](size_t node) {
+    return static_cast<size_t>(g.value(g.nodes()[node].outputs[0]).storage);
+  };
   const PlannedStorage& b = plan.storages[storage_of_node(0)];
   EXPECT_GE(b.last, 4) << to_text(g);  // read by the add through the view
 }
 
 TEST(MemoryPlan, CheckPlanFindsOverlaps) {
-  const auto t = trace_of([](const TensorList& a) { return TensorList{((a[0] + 1.0) * (a[0] + 2.0)).sum()}; },
-                          {ones({16})});
+  const auto t =
+      trace_of([](const TensorList& a) { return TensorList{((a[0] + 1.0) * (a[0] + 2.0)).sum()}; },
+               {ones({16})});
   MemoryPlan plan = plan_memory(t->graph);
   check_plan(t->graph, plan);
   // Move every arena storage to offset 0: the two sums are alive together.
   for (auto& p : plan.storages) p.offset = 0;
   expect_error<Error>([&] { check_plan(t->graph, plan); }, "memory plan", "overlap");
+}
+
+// check_plan replays the graph over the arena's bytes instead of trusting the
+// planner's lifetimes, so a lifetime the planner got wrong is caught: here the
+// plan is made to forget the last reader of a storage (a matmul, which reads
+// every input element for every output), in two ways.
+TEST(MemoryPlan, CheckPlanCatchesAStorageReusedBeforeItsLastRead) {
+  // node 0: y = a @ b; node 1: z = a * 2; node 2: w = y @ z; node 3: w.sum()
+  const auto t = trace_of(
+      [](const TensorList& a) {
+        const Tensor y = matmul(a[0], a[1]);
+        const Tensor z = a[0] * 2.0;
+        return TensorList{matmul(y, z).sum()};
+      },
+      {ones({8, 8}), ones({8, 8})});
+  const Graph& g = t->graph;
+  ASSERT_EQ(g.nodes().size(), 4u);
+  const auto storage = [&](size_t node) {
+    return static_cast<size_t>(g.value(g.nodes()[node].outputs[0]).storage);
+  };
+  const size_t y = storage(0), z = storage(1), w = storage(2);
+  const MemoryPlan good = plan_memory(g);
+  check_plan(g, good);
+  ASSERT_TRUE(good.storages[y].in_arena && good.storages[z].in_arena && good.storages[w].in_arena);
+  // z written over y while y still has its reader at node 2 (as if y's
+  // lifetime ended at node 0): the planner's own overlap rule, which trusts
+  // that lifetime, sees nothing wrong.
+  MemoryPlan early = good;
+  early.storages[y].last = early.storages[y].first;
+  early.storages[z].offset = early.storages[y].offset;
+  expect_error<Error>([&] { check_plan(g, early); }, "storage", "is read at node 2");
+  // w written over y at y's last read: a matmul reading y while writing it.
+  MemoryPlan same_node = good;
+  same_node.storages[w].offset = same_node.storages[y].offset;
+  expect_error<Error>([&] { check_plan(g, same_node); }, "node 2 writes", "which it reads");
 }
 
 TEST(MemoryPlan, AWorkspaceLivesForItsStepOnly) {
@@ -121,8 +162,9 @@ TEST(MemoryPlan, AWorkspaceLivesForItsStepOnly) {
       broken.storages[static_cast<size_t>(g.value(g.nodes()[3].inputs[0]).storage)];
   ASSERT_TRUE(input_of_step_3.in_arena);
   broken.workspaces[3].offset = input_of_step_3.offset;
+  broken.arenas[0].nbytes = std::max(broken.arenas[0].nbytes, input_of_step_3.offset + 3 * one);
   kiln::testing::expect_error_with<Error>([&] { check_plan(g, broken); },
-                                         {"memory plan", "the workspace of node 3", "overlap"});
+                                          {"memory plan", "the workspace of node 3", "overlap"});
 }
 
 TEST(Workspace, AScopeServesFromItsSliceAsAStack) {
@@ -165,11 +207,15 @@ TEST(Workspace, AScopeServesFromItsSliceAsAStack) {
 TEST(Executable, MatchesEagerBitwise) {
   Generator gen(2);
   expect_executable_matches(
-      [](const TensorList& a) { return TensorList{relu(a[0] * 2.0 - a[1]).sum({1}), a[0].t().exp()}; },
+      [](const TensorList& a) {
+        return TensorList{relu(a[0] * 2.0 - a[1]).sum({1}), a[0].t().exp()};
+      },
       {randn({3, 4}, {}, &gen), randn({4}, {}, &gen)});
   // Integer and mixed dtypes: casts the shape rules ask for.
   expect_executable_matches(
-      [](const TensorList& a) { return TensorList{(a[0] + a[1]) / 3, a[0].to(kFloat64).mean()}; },
+      [](const TensorList& a) {
+        return TensorList{(a[0] + a[1]) / 3, a[0].to(kFloat64).mean()};
+      },
       {arange(0, 12).view({3, 4}), randn({4}, {}, &gen)});
   // Views of intermediates returned, in-place writes, a view's offset.
   expect_executable_matches(
@@ -182,8 +228,9 @@ TEST(Executable, MatchesEagerBitwise) {
       {randn({4, 5}, {}, &gen)});
   // Inputs that are views with an offset (same strides, another offset than traced).
   const Tensor base = randn({6, 5}, {}, &gen);
-  const auto t = trace_of([](const TensorList& a) { return TensorList{a[0].t().contiguous() + 1.0}; },
-                          {base.narrow(0, 0, 3)});
+  const auto t =
+      trace_of([](const TensorList& a) { return TensorList{a[0].t().contiguous() + 1.0}; },
+               {base.narrow(0, 0, 3)});
   const Executable exe(t);
   const Tensor moved = base.narrow(0, 2, 3);
   EXPECT_TRUE(same(exe.run({moved})[0], moved.t().contiguous() + 1.0));
@@ -215,7 +262,9 @@ TEST(Executable, RunsModelsAsEagerDoes) {
 
 TEST(Executable, RandomOpsDrawAsEagerDoes) {
   Generator gen(9);
-  const Program f = [&](const TensorList& a) { return TensorList{F::dropout(a[0], 0.3, true, &gen) + randn({8}, {}, &gen)}; };
+  const Program f = [&](const TensorList& a) {
+    return TensorList{F::dropout(a[0], 0.3, true, &gen) + randn({8}, {}, &gen)};
+  };
   const Tensor x = ones({8});
   const auto t = trace_of(f, {x});
   const Executable exe(t);

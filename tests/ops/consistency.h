@@ -96,7 +96,7 @@ class ExactFloat32Guard : public Tf32PolicyGuard {
 };
 
 // Whether an error says that an op has no kernel for a device or dtype: the
-// CUDA tests report those combinations as NOT_SUPPORTED.
+// CUDA tests fail on those combinations.
 bool not_supported(const Error& e);
 
 }  // namespace kiln::testing

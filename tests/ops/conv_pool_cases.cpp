@@ -22,7 +22,10 @@ const CaseRegistration kConv2d([](CaseList& c) {
   const std::vector<Conv2dCase> list = {
       {"padded", {1, 3, 7, 9}, {4, 3, 3, 3}, true, {.padding = {1}}},
       {"no_bias", {2, 3, 7, 5}, {5, 3, 3, 2}, false},
-      {"stride_dilation", {2, 4, 11, 13}, {6, 4, 3, 3}, true,
+      {"stride_dilation",
+       {2, 4, 11, 13},
+       {6, 4, 3, 3},
+       true,
        {.stride = {2, 3}, .padding = {2, 1}, .dilation = {2, 1}}},
       {"same_even_kernel", {2, 4, 8, 7}, {6, 4, 4, 2}, true, {.padding_mode = "same"}},
       {"valid", {1, 2, 6, 6}, {3, 2, 3, 3}, true, {.padding_mode = "valid"}},
@@ -37,17 +40,18 @@ const CaseRegistration kConv2d([](CaseList& c) {
       {"transposed_input", {2, 3, 6, 8}, {4, 3, 3, 3}, true, {.padding = {1}}, true},
       {"large", {2, 8, 37, 41}, {16, 8, 3, 3}, true, {.padding = {1}}}};
   for (const auto& s : list) {
-    c.push_back({.name = "conv2d/" + s.what,
-                 .ops = {OpId::conv2d},
-                 .dtypes = kFloatTypes,
-                 .make = [s](DType t, Generator& g) {
-                   return TensorList{make_input(s.input, s.transposed, t, g),
-                                     make_input(s.weight, s.transposed, t, g),
-                                     s.bias ? uniform({s.weight[0]}, t, g) : Tensor()};
-                 },
-                 .run = [s](TensorList& in) {
-                   return TensorList{conv2d(in[0], in[1], in[2], s.options)};
-                 }});
+    c.push_back(
+        {.name = "conv2d/" + s.what,
+         .ops = {OpId::conv2d},
+         .dtypes = kFloatTypes,
+         .make =
+             [s](DType t, Generator& g) {
+               return TensorList{make_input(s.input, s.transposed, t, g),
+                                 make_input(s.weight, s.transposed, t, g),
+                                 s.bias ? uniform({s.weight[0]}, t, g) : Tensor()};
+             },
+         .run =
+             [s](TensorList& in) { return TensorList{conv2d(in[0], in[1], in[2], s.options)}; }});
   }
 });
 
@@ -67,16 +71,17 @@ const CaseRegistration kConv1d([](CaseList& c) {
       {"unbatched", {3, 7}, {2, 3, 5}, true, {.padding = {2}}},
       {"large", {4, 16, 257}, {32, 16, 5}, true, {.padding = {2}}}};
   for (const auto& s : list) {
-    c.push_back({.name = "conv1d/" + s.what,
-                 .ops = {OpId::conv1d},
-                 .dtypes = kFloatTypes,
-                 .make = [s](DType t, Generator& g) {
-                   return TensorList{uniform(s.input, t, g), uniform(s.weight, t, g),
-                                     s.bias ? uniform({s.weight[0]}, t, g) : Tensor()};
-                 },
-                 .run = [s](TensorList& in) {
-                   return TensorList{conv1d(in[0], in[1], in[2], s.options)};
-                 }});
+    c.push_back(
+        {.name = "conv1d/" + s.what,
+         .ops = {OpId::conv1d},
+         .dtypes = kFloatTypes,
+         .make =
+             [s](DType t, Generator& g) {
+               return TensorList{uniform(s.input, t, g), uniform(s.weight, t, g),
+                                 s.bias ? uniform({s.weight[0]}, t, g) : Tensor()};
+             },
+         .run =
+             [s](TensorList& in) { return TensorList{conv1d(in[0], in[1], in[2], s.options)}; }});
   }
 });
 
@@ -88,9 +93,10 @@ void add_pool(CaseList& c, const std::string& name, OpId op, const Shape& shape,
   c.push_back({.name = name,
                .ops = std::move(ops),
                .dtypes = kFloatTypes,
-               .make = [shape, transposed](DType t, Generator& g) {
-                 return TensorList{make_input(shape, transposed, t, g)};
-               },
+               .make =
+                   [shape, transposed](DType t, Generator& g) {
+                     return TensorList{make_input(shape, transposed, t, g)};
+                   },
                .run = [fn](TensorList& in) { return TensorList{fn(in[0])}; }});
 }
 
@@ -100,8 +106,9 @@ const CaseRegistration kPools([](CaseList& c) {
            [](auto& x) { return max_pool2d(x, {3}, {2}, {1}); });
   add_pool(c, "max_pool2d/ceil_mode", mp, {1, 2, 5, 8}, false,
            [](auto& x) { return max_pool2d(x, {2}, {2}, {1}, {1}, true); });
-  add_pool(c, "max_pool2d/dilated", mp, {1, 2, 11, 10}, false,
-           [](auto& x) { return max_pool2d(x, {3, 2}, {1, 2}, {1, 0}, {2, 3}); });
+  add_pool(c, "max_pool2d/dilated", mp, {1, 2, 11, 10}, false, [](auto& x) {
+    return max_pool2d(x, {3, 2}, {1, 2}, {1, 0}, {2, 3});
+  });
   add_pool(c, "max_pool2d/unbatched", mp, {3, 7, 7}, false,
            [](auto& x) { return max_pool2d(x, {2}); });
   add_pool(c, "max_pool2d/empty_batch", mp, {0, 3, 7, 7}, false,
@@ -117,20 +124,24 @@ const CaseRegistration kPools([](CaseList& c) {
   c.push_back({.name = "max_pool2d/row_without_indices",
                .ops = {mp},
                .dtypes = kFloatTypes,
-               .make = [](DType t, Generator& g) {
-                 return TensorList{make_input({2, 3, 7, 8}, true, t, g)};
-               },
-               .run = [](TensorList& in) {
-                 return TensorList{ops::dispatch1(OpId::max_pool2d, {in[0]},
-                                                  {Shape{3}, Shape{2}, Shape{1}, Shape{1}, false})};
-               }});
+               .make =
+                   [](DType t, Generator& g) {
+                     return TensorList{make_input({2, 3, 7, 8}, true, t, g)};
+                   },
+               .run =
+                   [](TensorList& in) {
+                     return TensorList{
+                         ops::dispatch1(OpId::max_pool2d, {in[0]},
+                                        {Shape{3}, Shape{2}, Shape{1}, Shape{1}, false})};
+                   }});
 
   add_pool(c, "avg_pool2d/include_pad", ap, {2, 3, 9, 11}, false,
            [](auto& x) { return avg_pool2d(x, {3}, {2}, {1}); });
   add_pool(c, "avg_pool2d/exclude_pad", ap, {2, 3, 9, 11}, false,
            [](auto& x) { return avg_pool2d(x, {3}, {2}, {1}, false, false); });
-  add_pool(c, "avg_pool2d/ceil_mode", ap, {1, 2, 5, 8}, false,
-           [](auto& x) { return avg_pool2d(x, {2, 3}, {2}, {1}, true); });
+  add_pool(c, "avg_pool2d/ceil_mode", ap, {1, 2, 5, 8}, false, [](auto& x) {
+    return avg_pool2d(x, {2, 3}, {2}, {1}, true);
+  });
   add_pool(c, "avg_pool2d/ceil_exclude_pad", ap, {1, 2, 7, 6}, false,
            [](auto& x) { return avg_pool2d(x, {3}, {2}, {1}, true, false); });
   add_pool(c, "avg_pool2d/divisor", ap, {1, 3, 6, 6}, false,
@@ -142,18 +153,23 @@ const CaseRegistration kPools([](CaseList& c) {
   add_pool(c, "avg_pool2d/large", ap, {4, 16, 33, 41}, false,
            [](auto& x) { return avg_pool2d(x, {2}); });
 
-  add_pool(c, "adaptive_avg_pool2d/uneven", aap, {2, 3, 7, 9}, false,
-           [](auto& x) { return adaptive_avg_pool2d(x, {3, 4}); });
+  add_pool(c, "adaptive_avg_pool2d/uneven", aap, {2, 3, 7, 9}, false, [](auto& x) {
+    return adaptive_avg_pool2d(x, {3, 4});
+  });
   add_pool(c, "adaptive_avg_pool2d/global", aap, {2, 5, 7, 7}, false,
            [](auto& x) { return adaptive_avg_pool2d(x, {1}); });
-  add_pool(c, "adaptive_avg_pool2d/identity", aap, {1, 2, 5, 6}, false,
-           [](auto& x) { return adaptive_avg_pool2d(x, {5, 6}); });
-  add_pool(c, "adaptive_avg_pool2d/larger_output", aap, {1, 2, 3, 4}, false,
-           [](auto& x) { return adaptive_avg_pool2d(x, {5, 7}); });
-  add_pool(c, "adaptive_avg_pool2d/unbatched", aap, {3, 8, 5}, true,
-           [](auto& x) { return adaptive_avg_pool2d(x, {3, 2}); });
-  add_pool(c, "adaptive_avg_pool2d/empty_output", aap, {2, 3, 4, 4}, false,
-           [](auto& x) { return adaptive_avg_pool2d(x, {0, 2}); });
+  add_pool(c, "adaptive_avg_pool2d/identity", aap, {1, 2, 5, 6}, false, [](auto& x) {
+    return adaptive_avg_pool2d(x, {5, 6});
+  });
+  add_pool(c, "adaptive_avg_pool2d/larger_output", aap, {1, 2, 3, 4}, false, [](auto& x) {
+    return adaptive_avg_pool2d(x, {5, 7});
+  });
+  add_pool(c, "adaptive_avg_pool2d/unbatched", aap, {3, 8, 5}, true, [](auto& x) {
+    return adaptive_avg_pool2d(x, {3, 2});
+  });
+  add_pool(c, "adaptive_avg_pool2d/empty_output", aap, {2, 3, 4, 4}, false, [](auto& x) {
+    return adaptive_avg_pool2d(x, {0, 2});
+  });
   add_pool(c, "adaptive_avg_pool2d/large", aap, {4, 64, 14, 14}, false,
            [](auto& x) { return adaptive_avg_pool2d(x, {3}); });
 });

@@ -9,9 +9,12 @@ enum class Layout { Plain, Transposed, Strided };
 
 Tensor make_operand(const Shape& shape, Layout layout, DType t, Generator& g) {
   switch (layout) {
-    case Layout::Transposed: return uniform_transposed(shape, t, g);
-    case Layout::Strided: return uniform_strided(shape, t, g);
-    default: return uniform(shape, t, g);
+    case Layout::Transposed:
+      return uniform_transposed(shape, t, g);
+    case Layout::Strided:
+      return uniform_strided(shape, t, g);
+    default:
+      return uniform(shape, t, g);
   }
 }
 
@@ -25,13 +28,15 @@ void add_pair_cases(CaseList& cases, const std::string& op_name, OpId op,
                     const std::vector<PairShapes>& shapes,
                     std::function<Tensor(const Tensor&, const Tensor&)> fn) {
   for (const auto& s : shapes) {
-    cases.push_back({.name = op_name + "/" + s.what,
-                     .ops = {op},
-                     .dtypes = kFloatTypes,
-                     .make = [s](DType t, Generator& g) {
-                       return TensorList{make_operand(s.a, s.la, t, g), make_operand(s.b, s.lb, t, g)};
-                     },
-                     .run = [fn](TensorList& in) { return TensorList{fn(in[0], in[1])}; }});
+    cases.push_back(
+        {.name = op_name + "/" + s.what,
+         .ops = {op},
+         .dtypes = kFloatTypes,
+         .make =
+             [s](DType t, Generator& g) {
+               return TensorList{make_operand(s.a, s.la, t, g), make_operand(s.b, s.lb, t, g)};
+             },
+         .run = [fn](TensorList& in) { return TensorList{fn(in[0], in[1])}; }});
   }
 }
 
@@ -61,19 +66,22 @@ const CaseRegistration kMatmul([](CaseList& c) {
                   {"many_small_parallel", {512, 8, 9}, {512, 9, 10}},
                   {"large", {131, 97}, {97, 257}}},
                  [](const Tensor& a, const Tensor& b) { return matmul(a, b); });
-  c.push_back({.name = "matmul/single_row_batches",  // [4, 1, 6] rows 18 elements apart
-               .ops = {OpId::matmul},
-               .dtypes = kFloatTypes,
-               .make = [](DType t, Generator& g) {
-                 return TensorList{uniform({4, 3, 6}, t, g).narrow(1, 1, 1), uniform({6, 5}, t, g)};
-               },
-               .run = [](TensorList& in) { return TensorList{matmul(in[0], in[1])}; }});
+  c.push_back(
+      {.name = "matmul/single_row_batches",  // [4, 1, 6] rows 18 elements apart
+       .ops = {OpId::matmul},
+       .dtypes = kFloatTypes,
+       .make =
+           [](DType t, Generator& g) {
+             return TensorList{uniform({4, 3, 6}, t, g).narrow(1, 1, 1), uniform({6, 5}, t, g)};
+           },
+       .run = [](TensorList& in) { return TensorList{matmul(in[0], in[1])}; }});
   c.push_back({.name = "matmul/tensor_method",
                .ops = {OpId::matmul},
                .dtypes = kFloatTypes,
-               .make = [](DType t, Generator& g) {
-                 return TensorList{uniform({4, 6}, t, g), uniform({6, 3}, t, g)};
-               },
+               .make =
+                   [](DType t, Generator& g) {
+                     return TensorList{uniform({4, 6}, t, g), uniform({6, 3}, t, g)};
+                   },
                .run = [](TensorList& in) { return TensorList{in[0].matmul(in[1])}; }});
 });
 
@@ -98,25 +106,32 @@ const CaseRegistration kAddmm([](CaseList& c) {
     bool transposed = false;
     int64_t m = 5, k = 7, n = 3;
   };
-  const std::vector<AddmmCase> list = {
-      {"full_self", {5, 3}, 1, 1},        {"row_self", {3}, 0.5, 2},
-      {"row1_self", {1, 3}, 1, -1},       {"column_self", {5, 1}, 2, 0.25},
-      {"scalar_self", {}, 1, 1},          {"beta_zero", {5, 3}, 0, 1.5},
-      {"transposed", {5, 3}, 1, 1, true}, {"empty", {0, 3}, 1, 1, false, 0},
-      {"empty_inner", {5, 3}, 2, 1, false, 5, 0},
-      {"large", {257}, 0.5, 1, false, 131, 97, 257}};
+  const std::vector<AddmmCase> list = {{"full_self", {5, 3}, 1, 1},
+                                       {"row_self", {3}, 0.5, 2},
+                                       {"row1_self", {1, 3}, 1, -1},
+                                       {"column_self", {5, 1}, 2, 0.25},
+                                       {"scalar_self", {}, 1, 1},
+                                       {"beta_zero", {5, 3}, 0, 1.5},
+                                       {"transposed", {5, 3}, 1, 1, true},
+                                       {"empty", {0, 3}, 1, 1, false, 0},
+                                       {"empty_inner", {5, 3}, 2, 1, false, 5, 0},
+                                       {"large", {257}, 0.5, 1, false, 131, 97, 257}};
   for (const auto& s : list) {
     c.push_back({.name = "addmm/" + s.what,
                  .ops = {OpId::addmm},
                  .dtypes = kFloatTypes,
-                 .make = [s](DType t, Generator& g) {
-                   Tensor m1 = s.transposed ? uniform_transposed({s.m, s.k}, t, g) : uniform({s.m, s.k}, t, g);
-                   Tensor m2 = s.transposed ? uniform_transposed({s.k, s.n}, t, g) : uniform({s.k, s.n}, t, g);
-                   return TensorList{uniform(s.self, t, g), m1, m2};
-                 },
-                 .run = [s](TensorList& in) {
-                   return TensorList{addmm(in[0], in[1], in[2], s.beta, s.alpha)};
-                 }});
+                 .make =
+                     [s](DType t, Generator& g) {
+                       Tensor m1 = s.transposed ? uniform_transposed({s.m, s.k}, t, g)
+                                                : uniform({s.m, s.k}, t, g);
+                       Tensor m2 = s.transposed ? uniform_transposed({s.k, s.n}, t, g)
+                                                : uniform({s.k, s.n}, t, g);
+                       return TensorList{uniform(s.self, t, g), m1, m2};
+                     },
+                 .run =
+                     [s](TensorList& in) {
+                       return TensorList{addmm(in[0], in[1], in[2], s.beta, s.alpha)};
+                     }});
   }
 });
 
@@ -128,23 +143,26 @@ const CaseRegistration kLinear([](CaseList& c) {
     bool bias;
     Layout layout = Layout::Plain;
   };
-  const std::vector<LinearCase> list = {
-      {"matrix", {5, 7}, 3, true},           {"no_bias", {5, 7}, 3, false},
-      {"vector", {7}, 4, true},              {"batched", {2, 3, 7}, 5, true},
-      {"empty", {0, 7}, 3, true},            {"single", {1, 1}, 1, true},
-      {"transposed", {6, 9}, 4, true, Layout::Transposed},
-      {"strided", {2, 5, 8}, 3, true, Layout::Strided},
-      {"large", {3, 67, 129}, 257, true}};
+  const std::vector<LinearCase> list = {{"matrix", {5, 7}, 3, true},
+                                        {"no_bias", {5, 7}, 3, false},
+                                        {"vector", {7}, 4, true},
+                                        {"batched", {2, 3, 7}, 5, true},
+                                        {"empty", {0, 7}, 3, true},
+                                        {"single", {1, 1}, 1, true},
+                                        {"transposed", {6, 9}, 4, true, Layout::Transposed},
+                                        {"strided", {2, 5, 8}, 3, true, Layout::Strided},
+                                        {"large", {3, 67, 129}, 257, true}};
   for (const auto& s : list) {
     c.push_back({.name = "linear/" + s.what,
                  .ops = {OpId::linear},
                  .dtypes = kFloatTypes,
-                 .make = [s](DType t, Generator& g) {
-                   const int64_t in = s.input.back();
-                   return TensorList{make_operand(s.input, s.layout, t, g),
-                                     make_operand({s.out, in}, s.layout, t, g),
-                                     s.bias ? uniform({s.out}, t, g) : Tensor()};
-                 },
+                 .make =
+                     [s](DType t, Generator& g) {
+                       const int64_t in = s.input.back();
+                       return TensorList{make_operand(s.input, s.layout, t, g),
+                                         make_operand({s.out, in}, s.layout, t, g),
+                                         s.bias ? uniform({s.out}, t, g) : Tensor()};
+                     },
                  .run = [](TensorList& in) { return TensorList{linear(in[0], in[1], in[2])}; }});
   }
 });

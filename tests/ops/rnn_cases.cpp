@@ -58,22 +58,22 @@ void add_lstm_cell(CaseList& cases, const std::string& name, const Shape& state,
                              strided ? uniform_strided(gates, t, g) : uniform(gates, t, g, -2, 2),
                              uniform(gates, t, g, -2, 2), uniform(state, t, g, -2, 2)};
                        },
-                   .run = [](TensorList& in) {
-                     return ops::dispatch(OpId::lstm_cell, in, {});
-                   }});
+                   .run = [](TensorList& in) { return ops::dispatch(OpId::lstm_cell, in, {}); }});
 }
 
 // lstm_step: input, state, weights (and biases) of every floating dtype;
 // CUDA fuses up to 8 rows into one kernel, and composes above.
-void add_lstm_step(CaseList& cases, const std::string& name, int64_t batch, int64_t in, int64_t hidden, bool bias,
-                   bool strided) {
+void add_lstm_step(CaseList& cases, const std::string& name, int64_t batch, int64_t in,
+                   int64_t hidden, bool bias, bool strided) {
   cases.push_back({.name = "lstm_step/" + name,
                    .ops = {OpId::lstm_step},
                    .dtypes = kFloatTypes,
                    .make =
                        [=](DType t, Generator& g) {
-                         TensorList v = {strided ? uniform_strided({batch, in}, t, g) : uniform({batch, in}, t, g, -1, 1),
-                                         uniform({batch, hidden}, t, g, -1, 1), uniform({batch, hidden}, t, g, -2, 2),
+                         TensorList v = {strided ? uniform_strided({batch, in}, t, g)
+                                                 : uniform({batch, in}, t, g, -1, 1),
+                                         uniform({batch, hidden}, t, g, -1, 1),
+                                         uniform({batch, hidden}, t, g, -2, 2),
                                          uniform({4 * hidden, in}, t, g, -0.5, 0.5),
                                          uniform({4 * hidden, hidden}, t, g, -0.5, 0.5)};
                          if (bias) {

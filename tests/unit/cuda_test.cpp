@@ -68,7 +68,9 @@ TEST(CudaInfo, EveryOpHasACudaKernel) {
   for (const auto& s : ops::all_op_schemas()) {
     if (s.has_flag(ops::kView) || table.get(s.id)) continue;
     const std::string name(s.name);
-    if (name.rfind("conv", 0) == 0) continue;  // built without cuDNN: reported by CMake
+#ifndef KILN_WITH_CUDNN
+    if (name.rfind("conv", 0) == 0) continue;  // built without cuDNN, as CMake reported
+#endif
     missing.push_back(name);
   }
   std::string list;
