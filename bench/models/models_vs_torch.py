@@ -19,7 +19,7 @@ PyTorch side: torchvision resnet50, transformers BertModel(BertConfig()) (its
 default attention), nn.LSTM(256, 512, 2, batch_first=True) + Linear, and the
 same network as an LSTMCell loop; eval mode, torch.inference_mode(), random
 weights; the median of --iters calls after 3 warm-up calls, as kiln's side.
-Sequences: BERT and LSTM 128, the LSTMCell loop 32 (as the anchors).
+Sequences: BERT and LSTM 128, the LSTMCell loop 32 (the defaults of kiln bench).
 """
 import argparse
 import json

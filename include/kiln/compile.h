@@ -1,6 +1,6 @@
 // kiln::compile: runs a function once per new guard key on meta tensors,
 // records its ops into a graph, and replays the graph on later calls with the
-// same key, never calling the function again (DESIGN.md 5).
+// same key, never calling the function again (docs/architecture.md, "Capture").
 //
 //   auto fast = kiln::compile(model);                           // a module: its forward
 //   Tensor y = fast(x);

@@ -1,4 +1,4 @@
-// The small interface every backend implements (DESIGN.md decision 3): memory,
+// The small interface every backend implements (docs/architecture.md, "Backends"): memory,
 // copies, synchronization, statistics and one eager kernel per op.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Capture: while a Tracer is active on a thread, every op the thread runs
-// through dispatch is recorded into a Graph instead of running (DESIGN.md 5).
+// through dispatch is recorded into a Graph instead of running (docs/architecture.md, "Capture").
 // The traced program sees meta tensors (proxies): shapes, dtypes, devices and
 // strides exactly as eager would give them, and no data.
 //

@@ -1,7 +1,7 @@
 // An executable: a trace lowered to a linear schedule of kernel launches over
-// a memory plan (DESIGN.md 7). Each step calls the kernel eager dispatch would
-// call, with the attributes, input casts and output layouts worked out once
-// at lowering, so a call runs no shape rule and no type promotion; every
+// a memory plan (docs/architecture.md, "Executables and CUDA graphs"). Each step calls
+// the kernel eager dispatch would call, with the attributes, input casts and output layouts
+// worked out once at lowering, so a call runs no shape rule and no type promotion; every
 // intermediate lives in one arena per device (one allocation per call from
 // the caching allocators), sharing bytes where lifetimes allow.
 //

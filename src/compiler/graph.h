@@ -1,4 +1,5 @@
-// The compiler's IR: an SSA graph of op-table nodes (DESIGN.md 6).
+// The compiler's IR: an SSA graph of op-table nodes
+// (docs/architecture.md, "The graph IR and passes").
 //
 // A Value is one tensor handle as the traced program saw it: its shape,
 // strides, offset, dtype and device, and the storage it lives in. Values

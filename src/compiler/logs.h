@@ -1,4 +1,4 @@
-// The compiler's log channels (DESIGN.md 9), switched on by KILN_LOGS, a
+// The compiler's log channels (docs/architecture.md, "Logs"), switched on by KILN_LOGS, a
 // comma-separated list of channel names or "all":
 //   KILN_LOGS=recompiles,graph_breaks ./my_program
 // Lines go to stderr as "[kiln:recompiles] ...".

@@ -1,6 +1,7 @@
 // The memory plan of an executable: every storage that a graph's nodes make
 // and that does not leave the graph gets an offset in one arena per device,
-// and storages whose lifetimes do not overlap share bytes (DESIGN.md 7).
+// and storages whose lifetimes do not overlap share bytes
+// (docs/architecture.md, "Memory plan and workspaces").
 //
 // A storage lives from the node that makes it to the last node that reads or
 // writes any value in it (views included). A node's workspace (the bytes its

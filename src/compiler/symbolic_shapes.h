@@ -1,5 +1,5 @@
-// Symbolic shapes of a trace (DESIGN.md 6): when some dims of a compiled
-// function's arguments are dynamic, each becomes a symbol (s0, s1, ...) and
+// Symbolic shapes of a trace (docs/architecture.md, "Symbolic sizes"): when some dims of a
+// compiled function's arguments are dynamic, each becomes a symbol (s0, s1, ...) and
 // every value of the graph gets its sizes, strides and offset as expressions
 // of them, from the very shape rules eager mode runs, instantiated on SymInts
 // (core/symbolic.h). What ties the graph to particular values of the

@@ -1,5 +1,5 @@
-// Symbolic sizes (DESIGN.md 6): integer expressions over symbols s0, s1, ...
-// that stand for the dynamic dims of a compiled function's arguments.
+// Symbolic sizes (docs/architecture.md, "Symbolic sizes"): integer expressions over symbols
+// s0, s1, ... that stand for the dynamic dims of a compiled function's arguments.
 //
 // An Expr is a polynomial with integer coefficients over atoms (symbols and
 // floor divisions that do not divide exactly), kept in a canonical form, so

@@ -7,7 +7,7 @@
 // its first run measures the bytes each step asks for, and its memory plan
 // then gives every step a slice of the arena for them, alive for that step
 // only, so a compiled call holds no more than eager's live tensors plus the
-// workspace of the kernel running (DESIGN.md 7).
+// workspace of the kernel running (docs/architecture.md, "Memory plan and workspaces").
 #pragma once
 
 #include <cstddef>

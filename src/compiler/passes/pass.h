@@ -1,5 +1,5 @@
-// Graph passes (DESIGN.md 6): each a named function in its own file that
-// takes a trace and returns it rewritten, preserving eager's results bitwise.
+// Graph passes (docs/architecture.md, "The graph IR and passes"): each a named function in
+// its own file that takes a trace and returns it rewritten, preserving eager's results bitwise.
 // run_passes() runs them in order and verifies the graph after each.
 //
 // The graph keeps program order and in-place writes (Node::target), so every
