@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "backends/cpu/cpu_backend.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -39,4 +40,25 @@ TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesItsCache) {
   EXPECT_GE(memory_stats(cpu).reserved_bytes, size_t{4} << 22);
   empty_cache(cpu);
   EXPECT_EQ(memory_stats(cpu).reserved_bytes, memory_stats(cpu).allocated_bytes);
+}
+
+// The op-consistency test's detector of kernels that write past their output
+// (guard bytes around each CPU allocation, checked when it is freed) catches
+// an overrun on either side, and only an overrun.
+TEST(CpuAllocator, GuardBytesCatchAWritePastEitherEnd) {
+  backend::cpu_set_guard_bytes(true);
+  const size_t before = backend::cpu_guard_violations();
+  { Tensor clean = full({5}, 1.0); }
+  EXPECT_EQ(backend::cpu_guard_violations(), before);
+  {
+    Tensor t = empty({5});
+    static_cast<float*>(t.data_ptr())[5] = 1;  // one element past the end
+  }
+  EXPECT_EQ(backend::cpu_guard_violations(), before + 1);
+  {
+    Tensor t = empty({5});
+    static_cast<unsigned char*>(t.data_ptr())[-1] = 0;  // one byte before the start
+  }
+  EXPECT_EQ(backend::cpu_guard_violations(), before + 2);
+  backend::cpu_set_guard_bytes(false);
 }
