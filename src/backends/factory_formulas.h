@@ -21,9 +21,12 @@ KILN_HOST_DEVICE inline double rand_at(bool is_double, uint64_t seed, uint64_t i
   return is_double ? philox::uniform_f64(seed, index) : philox::uniform_f32(seed, index);
 }
 
-KILN_HOST_DEVICE inline int64_t randint_at(int64_t low, int64_t high, uint64_t seed, uint64_t index) {
-  const uint64_t range = static_cast<uint64_t>(high - low);
-  return low + static_cast<int64_t>(philox::u64(seed, index) % range);
+KILN_HOST_DEVICE inline int64_t randint_at(int64_t low, int64_t high, uint64_t seed,
+                                           uint64_t index) {
+  // In uint64_t: high - low and the sum overflow int64 for wide ranges
+  // (low = INT64_MIN); the result lies in [low, high), so it converts back.
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  return static_cast<int64_t>(static_cast<uint64_t>(low) + philox::u64(seed, index) % range);
 }
 
 }  // namespace kiln::backend::factory

@@ -37,6 +37,41 @@ KILN_HOST_DEVICE inline C integer_pow(C base, C exp) {
   }
 }
 
+// a + b, a - b, a * b and -a wrapping as the type does (two's complement, as
+// PyTorch): on signed integers the plain operators are undefined behaviour on
+// overflow (INT64_MIN * -1, -INT64_MIN). Other types: the plain operators.
+template <typename C>
+using WrapUnsigned =
+    std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
+template <typename C>
+KILN_HOST_DEVICE inline C wrap_add(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    return static_cast<C>(static_cast<WrapUnsigned<C>>(a) + static_cast<WrapUnsigned<C>>(b));
+  } else {
+    return a + b;
+  }
+}
+template <typename C>
+KILN_HOST_DEVICE inline C wrap_sub(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    return static_cast<C>(static_cast<WrapUnsigned<C>>(a) - static_cast<WrapUnsigned<C>>(b));
+  } else {
+    return a - b;
+  }
+}
+template <typename C>
+KILN_HOST_DEVICE inline C wrap_mul(C a, C b) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    return static_cast<C>(static_cast<WrapUnsigned<C>>(a) * static_cast<WrapUnsigned<C>>(b));
+  } else {
+    return a * b;
+  }
+}
+template <typename C>
+KILN_HOST_DEVICE inline C wrap_neg(C a) {
+  return wrap_sub(C(0), a);
+}
+
 // A clamp bound as the compute type C: for integers, a bound outside the
 // type's range clamps to its end instead of wrapping.
 template <typename C>

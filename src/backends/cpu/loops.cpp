@@ -18,13 +18,20 @@ ElementwiseIter::ElementwiseIter(const Tensor& out, std::span<const Tensor> inpu
     const int offset = nd - static_cast<int>(t.dim());
     assert(offset >= 0);
     for (int d = 0; d < nd; ++d) {
-      const bool present = d >= offset && t.sizes()[d - offset] != 1;
+      // A dim of one element never steps, nor does one of none (there is no
+      // element at all): their strides, which may be anything, are not read.
+      const bool present = d >= offset && t.sizes()[d - offset] > 1;
       strides[d][k] = present ? t.strides()[d - offset] * es : 0;
     }
   };
   add_operand(0, out);
   for (size_t i = 0; i < inputs.size(); ++i) add_operand(static_cast<int>(i) + 1, inputs[i]);
 
+  if (numel_ == 0) {  // nothing to visit (and the other sizes may multiply past int64)
+    sizes_.assign(1, 0);
+    strides_.assign(1, {});
+    return;
+  }
   // Drop size-1 dims and merge a dim into its inner neighbour when every operand
   // steps through both as one.
   for (int d = 0; d < nd; ++d) {

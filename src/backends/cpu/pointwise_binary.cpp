@@ -64,9 +64,9 @@ void check_no_integer_zero(const KernelCall& c, const Tensor& divisor) {
 void add_kernel(const KernelCall& c, double sign) {
   const Scalar& alpha = c.attrs.scalar(0);
   if (alpha.to_double() == 1.0 && sign > 0) {
-    binary_same(c, [](auto a, auto b) { return a + b; });
+    binary_same(c, [](auto a, auto b) { return wrap_add(a, b); });
   } else if (alpha.to_double() == 1.0) {
-    binary_same(c, [](auto a, auto b) { return a - b; });
+    binary_same(c, [](auto a, auto b) { return wrap_sub(a, b); });
   } else {
     visit_dtype(c.out().dtype(), [&]<typename T>() {
       using C = compute_t<T>;
@@ -74,9 +74,10 @@ void add_kernel(const KernelCall& c, double sign) {
         binary_same(c, [&](auto a, auto b) { return a || (alpha.to<bool>() && b); });
       } else {
         const C k = static_cast<C>(sign * alpha.to_double());
-        const C ki = static_cast<C>(sign) * alpha.to<C>();
+        const C ki = wrap_mul(static_cast<C>(sign), alpha.to<C>());
         const C scale = std::is_floating_point_v<C> ? k : ki;
-        binary_same(c, [scale](auto a, auto b) { return a + decltype(a)(scale) * b; });
+        binary_same(
+            c, [scale](auto a, auto b) { return wrap_add(a, wrap_mul(decltype(a)(scale), b)); });
       }
     });
   }
@@ -93,7 +94,7 @@ void register_cpu_binary_kernels(KernelTable& t) {
       if constexpr (std::is_same_v<decltype(a), bool>)
         return a && b;
       else
-        return a * b;
+        return wrap_mul(a, b);
     });
   });
   t.set(OpId::div,

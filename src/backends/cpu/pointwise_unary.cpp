@@ -5,6 +5,7 @@
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
 #include "backends/cpu/vec_math.h"
+#include "backends/int_math.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -18,7 +19,8 @@ void unary_same(const KernelCall& c, F f) {
   ElementwiseIter it(c.out(), c.inputs.first(1));
   visit_dtype(c.out().dtype(), [&]<typename T>() {
     using C = compute_t<T>;
-    map_elements<T, T>(it, [&](T x) __attribute__((always_inline)) -> T { return T(f(static_cast<C>(x))); });
+    map_elements<T, T>(
+        it, [&](T x) __attribute__((always_inline))->T { return T(f(static_cast<C>(x))); });
   });
 }
 
@@ -29,7 +31,8 @@ void unary_float(const KernelCall& c, F f) {
   visit_dtype(c.out().dtype(), [&]<typename T>() {
     if constexpr (kIsFloat<T>) {
       using C = compute_t<T>;
-      map_elements<T, T>(it, [&](T x) __attribute__((always_inline)) -> T { return T(f(static_cast<C>(x))); });
+      map_elements<T, T>(
+          it, [&](T x) __attribute__((always_inline))->T { return T(f(static_cast<C>(x))); });
     }
   });
 }
@@ -66,72 +69,102 @@ template <typename C>
 
 void register_cpu_unary_kernels(KernelTable& t) {
   using ops::OpId;
-  t.set(OpId::neg, [](const KernelCall& c) { unary_same(c, [](auto x) { return -x; }); });
+  t.set(OpId::neg, [](const KernelCall& c) { unary_same(c, [](auto x) { return wrap_neg(x); }); });
   t.set(OpId::abs, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
       using C = decltype(x);
-      if constexpr (std::is_floating_point_v<C>) return std::fabs(x);
-      else return x < C(0) ? C(-x) : x;
+      if constexpr (std::is_floating_point_v<C>)
+        return std::fabs(x);
+      else
+        return x < C(0) ? wrap_neg(x) : x;  // abs(INT_MIN) is INT_MIN, as PyTorch
     });
   });
-  t.set(OpId::exp, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return exp_f32(x); }); });
+  t.set(OpId::exp, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return exp_f32(x); });
+  });
   t.set(OpId::log, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log(x); }); });
-  t.set(OpId::log1p, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log1p(x); }); });
-  t.set(OpId::expm1, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::expm1(x); }); });
-  t.set(OpId::sqrt, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::sqrt(x); }); });
+  t.set(OpId::log1p,
+        [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log1p(x); }); });
+  t.set(OpId::expm1,
+        [](const KernelCall& c) { unary_float(c, [](auto x) { return std::expm1(x); }); });
+  t.set(OpId::sqrt,
+        [](const KernelCall& c) { unary_float(c, [](auto x) { return std::sqrt(x); }); });
   t.set(OpId::rsqrt, [](const KernelCall& c) {
     unary_float(c, [](auto x) { return decltype(x)(1) / std::sqrt(x); });
   });
-  t.set(OpId::reciprocal, [](const KernelCall& c) {
-    unary_float(c, [](auto x) { return decltype(x)(1) / x; });
-  });
-  t.set(OpId::square, [](const KernelCall& c) { unary_same(c, [](auto x) { return x * x; }); });
+  t.set(OpId::reciprocal,
+        [](const KernelCall& c) { unary_float(c, [](auto x) { return decltype(x)(1) / x; }); });
+  t.set(OpId::square,
+        [](const KernelCall& c) { unary_same(c, [](auto x) { return wrap_mul(x, x); }); });
   t.set(OpId::sin, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::sin(x); }); });
   t.set(OpId::cos, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::cos(x); }); });
-  t.set(OpId::tanh, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return tanh_f32(x); }); });
-  t.set(OpId::sigmoid, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return sigmoid_of(x); }); });
+  t.set(OpId::tanh, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return tanh_f32(x); });
+  });
+  t.set(OpId::sigmoid, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return sigmoid_of(x); });
+  });
   t.set(OpId::relu, [](const KernelCall& c) {
     unary_same(c, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });  // keeps NaN
   });
   t.set(OpId::gelu, [](const KernelCall& c) {
-    if (c.attrs.str(0) == "tanh") unary_float(c, [](auto x) __attribute__((always_inline)) { return gelu_tanh(x); });
-    else unary_float(c, [](auto x) __attribute__((always_inline)) { return gelu_erf(x); });
+    if (c.attrs.str(0) == "tanh")
+      unary_float(
+          c, [](auto x) __attribute__((always_inline)) { return gelu_tanh(x); });
+    else
+      unary_float(
+          c, [](auto x) __attribute__((always_inline)) { return gelu_erf(x); });
   });
-  t.set(OpId::silu, [](const KernelCall& c) { unary_float(c, [](auto x) __attribute__((always_inline)) { return x * sigmoid_of(x); }); });
+  t.set(OpId::silu, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return x * sigmoid_of(x); });
+  });
   t.set(OpId::erf, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::erf(x); }); });
   t.set(OpId::sign, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
       using C = decltype(x);
-      if constexpr (std::is_same_v<C, bool>) return x;
-      else return C((C(0) < x) - (x < C(0)));
+      if constexpr (std::is_same_v<C, bool>)
+        return x;
+      else
+        return C((C(0) < x) - (x < C(0)));
     });
   });
   t.set(OpId::floor, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>) return std::floor(x);
-      else return x;
+      if constexpr (std::is_floating_point_v<decltype(x)>)
+        return std::floor(x);
+      else
+        return x;
     });
   });
   t.set(OpId::ceil, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>) return std::ceil(x);
-      else return x;
+      if constexpr (std::is_floating_point_v<decltype(x)>)
+        return std::ceil(x);
+      else
+        return x;
     });
   });
   t.set(OpId::round, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>) return std::nearbyint(x);
-      else return x;
+      if constexpr (std::is_floating_point_v<decltype(x)>)
+        return std::nearbyint(x);
+      else
+        return x;
     });
   });
-  t.set(OpId::logical_not, [](const KernelCall& c) {
-    unary_to_bool(c, [](auto x) { return x == decltype(x)(0); });
-  });
+  t.set(OpId::logical_not,
+        [](const KernelCall& c) { unary_to_bool(c, [](auto x) { return x == decltype(x)(0); }); });
   t.set(OpId::isnan, [](const KernelCall& c) { unary_to_bool(c, [](auto x) { return x != x; }); });
   t.set(OpId::isinf, [](const KernelCall& c) {
     unary_to_bool(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>) return std::isinf(x);
-      else return false;
+      if constexpr (std::is_floating_point_v<decltype(x)>)
+        return std::isinf(x);
+      else
+        return false;
     });
   });
 }

@@ -12,6 +12,24 @@
 namespace kiln::backend {
 namespace {
 
+// int64 arithmetic that wraps in two's complement (what storing into the
+// output dtype keeps), where the plain operators are undefined on overflow.
+int64_t wrapped_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  (void)__builtin_add_overflow(a, b, &r);
+  return r;
+}
+int64_t wrapped_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  (void)__builtin_mul_overflow(a, b, &r);
+  return r;
+}
+int64_t wrapped_neg(int64_t a) {
+  int64_t r = 0;
+  (void)__builtin_sub_overflow(int64_t{0}, a, &r);
+  return r;
+}
+
 // The values an integer dtype holds.
 std::pair<int64_t, int64_t> int_range(DType t) {
   switch (t) {
@@ -76,8 +94,12 @@ int64_t python_imod(int64_t a, int64_t b) {
 
 int64_t ipow(int64_t base, int64_t e) {
   if (e < 0) return base == 1 ? 1 : base == -1 ? ((e % 2) ? -1 : 1) : 0;
+  // Square and multiply, wrapping (a loop of e products would run 2^62 times).
   int64_t r = 1;
-  for (int64_t i = 0; i < e; ++i) r *= base;
+  for (; e > 0; e >>= 1) {
+    if (e & 1) r = wrapped_mul(r, base);
+    base = wrapped_mul(base, base);
+  }
   return r;
 }
 
@@ -85,12 +107,12 @@ int64_t ipow(int64_t base, int64_t e) {
 void register_unary(KernelTable& t) {
   t.set(OpId::neg, [](const KernelCall& c) {
     map_typed(
-        c, [](const Args& a) { return -a[0]; }, [](const IArgs& a) { return -a[0]; });
+        c, [](const Args& a) { return -a[0]; }, [](const IArgs& a) { return wrapped_neg(a[0]); });
   });
   t.set(OpId::abs, [](const KernelCall& c) {
     map_typed(
         c, [](const Args& a) { return std::fabs(a[0]); },
-        [](const IArgs& a) { return a[0] < 0 ? -a[0] : a[0]; });
+        [](const IArgs& a) { return a[0] < 0 ? wrapped_neg(a[0]) : a[0]; });
   });
   t.set(OpId::exp, [](const KernelCall& c) { map_float(c, [](double x) { return std::exp(x); }); });
   t.set(OpId::log, [](const KernelCall& c) { map_float(c, [](double x) { return std::log(x); }); });
@@ -106,7 +128,8 @@ void register_unary(KernelTable& t) {
         [](const KernelCall& c) { map_float(c, [](double x) { return 1 / x; }); });
   t.set(OpId::square, [](const KernelCall& c) {
     map_typed(
-        c, [](const Args& a) { return a[0] * a[0]; }, [](const IArgs& a) { return a[0] * a[0]; });
+        c, [](const Args& a) { return a[0] * a[0]; },
+        [](const IArgs& a) { return wrapped_mul(a[0], a[0]); });
   });
   t.set(OpId::sin, [](const KernelCall& c) { map_float(c, [](double x) { return std::sin(x); }); });
   t.set(OpId::cos, [](const KernelCall& c) { map_float(c, [](double x) { return std::cos(x); }); });
@@ -174,14 +197,17 @@ void register_binary(KernelTable& t) {
       }
       map_typed(
           c, [&](const Args& a) { return a[0] + sign * scale * a[1]; },
-          [&](const IArgs& a) { return a[0] + int64_t(sign) * alpha.to_int() * a[1]; });
+          [&](const IArgs& a) {
+            return wrapped_add(a[0], wrapped_mul(wrapped_mul(int64_t(sign), alpha.to_int()), a[1]));
+          });
     };
   };
   t.set(OpId::add, add_like(1.0));
   t.set(OpId::sub, add_like(-1.0));
   t.set(OpId::mul, [](const KernelCall& c) {
     map_typed(
-        c, [](const Args& a) { return a[0] * a[1]; }, [](const IArgs& a) { return a[0] * a[1]; });
+        c, [](const Args& a) { return a[0] * a[1]; },
+        [](const IArgs& a) { return wrapped_mul(a[0], a[1]); });
   });
   t.set(OpId::div, [](const KernelCall& c) {
     ref::map<double>(c.out(), inputs_of(c), [](const Args& a) { return a[0] / a[1]; });

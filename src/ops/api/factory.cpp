@@ -52,7 +52,8 @@ thread_local const uint64_t* t_recorded_philox = nullptr;
 }  // namespace
 
 const uint64_t* recorded_philox() noexcept { return t_recorded_philox; }
-RecordedPhiloxScope::RecordedPhiloxScope(const uint64_t* words) noexcept : previous_(t_recorded_philox) {
+RecordedPhiloxScope::RecordedPhiloxScope(const uint64_t* words) noexcept
+    : previous_(t_recorded_philox) {
   t_recorded_philox = words;
 }
 RecordedPhiloxScope::~RecordedPhiloxScope() { t_recorded_philox = previous_; }
@@ -79,10 +80,15 @@ Tensor empty(const Shape& sizes, TensorOptions o) {
   return dispatch1(OpId::empty, {}, {sizes, float_dtype(o), o.device});
 }
 Tensor full(const Shape& sizes, Scalar value, TensorOptions o) {
-  return dispatch1(OpId::full, {}, {sizes, value, o.dtype.value_or(value.default_dtype()), o.device});
+  return dispatch1(OpId::full, {},
+                   {sizes, value, o.dtype.value_or(value.default_dtype()), o.device});
 }
-Tensor zeros(const Shape& sizes, TensorOptions o) { return full(sizes, 0, {float_dtype(o), o.device}); }
-Tensor ones(const Shape& sizes, TensorOptions o) { return full(sizes, 1, {float_dtype(o), o.device}); }
+Tensor zeros(const Shape& sizes, TensorOptions o) {
+  return full(sizes, 0, {float_dtype(o), o.device});
+}
+Tensor ones(const Shape& sizes, TensorOptions o) {
+  return full(sizes, 1, {float_dtype(o), o.device});
+}
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), {t.dtype(), t.device()}); }
 // The *_like factories pass the tensor itself, not its sizes: a traced program
 // does not read them (compiler/capture.h, LayoutRead).
@@ -120,15 +126,19 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions o, G
   return dispatch1(OpId::randint, {},
                    {sizes, o.dtype.value_or(kInt64), o.device, seed, offset, low, high});
 }
-Tensor rand_like(const Tensor& t, Generator* g) { return rand(t.sizes(), {t.dtype(), t.device()}, g); }
-Tensor randn_like(const Tensor& t, Generator* g) { return randn(t.sizes(), {t.dtype(), t.device()}, g); }
+Tensor rand_like(const Tensor& t, Generator* g) {
+  return rand(t.sizes(), {t.dtype(), t.device()}, g);
+}
+Tensor randn_like(const Tensor& t, Generator* g) {
+  return randn(t.sizes(), {t.dtype(), t.device()}, g);
+}
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes) {
   Shape shape = sizes.value_or(Shape{static_cast<int64_t>(values.size())});
   if (checked_numel(shape, "from_vector") != static_cast<int64_t>(values.size())) {
-    throw ShapeError(detail::str_cat("from_vector: ", values.size(), " values do not fill shape ",
-                                     shape));
+    throw ShapeError(
+        detail::str_cat("from_vector: ", values.size(), " values do not fill shape ", shape));
   }
   Tensor t = ops::make_tensor(shape, dtype_of<T>(), Device::cpu());
   T* p = static_cast<T*>(t.data_ptr());
@@ -148,7 +158,8 @@ template Tensor from_vector(const std::vector<double>&, std::optional<Shape>);
 
 Tensor from_blob(void* data, const Shape& sizes, DType dtype, std::function<void(void*)> deleter,
                  std::optional<Shape> strides) {
-  if (!data && checked_numel(sizes, "from_blob") > 0) throw ValueError("from_blob: data is null");
+  const int64_t numel = checked_numel(sizes, "from_blob");  // before strides are made of them
+  if (!data && numel > 0) throw ValueError("from_blob: data is null");
   Shape st = strides.value_or(ops::contiguous_strides(sizes));
   if (st.size() != sizes.size()) {
     throw ShapeError(detail::str_cat("from_blob: strides ", st, " do not match sizes ", sizes));

@@ -346,7 +346,7 @@ void infer_view_sized(Ctx& ctx) {
   for (size_t i = 0; i < spec.size(); ++i) {
     if (std::optional<Int> s = sized_entry(ctx, spec[i])) {
       shape[i] = *s;
-      known *= *s;
+      known = size_mul(known, *s, "view");
     } else if (infer_at >= 0) {
       throw ShapeError("view: only one dim can be -1");
     } else {
@@ -361,6 +361,7 @@ void infer_view_sized(Ctx& ctx) {
     }
     shape[static_cast<size_t>(infer_at)] = numel / known;
   }
+  if constexpr (std::is_same_v<Int, int64_t>) checked_numel(shape, "view");
   if (numel != shape_numel(shape)) {
     throw ShapeError(
         detail::str_cat("view: shape ", shape, " is invalid for an input of shape ", x.sizes()));
@@ -432,7 +433,15 @@ void infer_slice(Ctx& ctx) {
   ctx.attrs[2] = sym::hint_of(stop);
   typename Ctx::Sizes sizes = x.sizes(), strides = x.strides();
   sizes[d] = stop > start ? (stop - start - 1) / step + 1 : Int(0);  // no overflow for huge steps
-  strides[d] *= step;
+  // A step longer than the dim leaves one element or none, and such a dim
+  // never steps: its stride stays the input's, where stride * step (or the
+  // byte stride after it) could pass int64. Symbolic sizes keep the product
+  // (their strides of size-1 dims are never compared).
+  if constexpr (std::is_same_v<Int, int64_t>) {
+    if (sizes[d] > 1) strides[d] *= step;
+  } else {
+    strides[d] *= step;
+  }
   push_view(ctx, sizes, strides, x.storage_offset() + start * x.strides()[d]);
 }
 
