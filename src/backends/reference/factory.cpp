@@ -48,6 +48,7 @@ void register_reference_factory_kernels(KernelTable& t) {
   });
   t.set(OpId::eye, [](const KernelCall& c) {
     const int64_t n = c.attrs.i(0), m = c.attrs.i(1);
+    if (m == 0) return;  // no elements: n may be 2^62 rows of none
     for (int64_t r = 0; r < n; ++r)
       for (int64_t col = 0; col < m; ++col) ref::write(c.out(), r * m + col, int64_t(r == col));
   });
