@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_allocator.h"
+#include "core/shape_util.h"
 #include "kiln/kiln.h"
 #include "ops/consistency.h"
 #include "ops/dispatch.h"
@@ -132,11 +133,6 @@ class Draw {
       if (dtype == kInt64 && coin(0.05)) x = kI64Min;
     }
     return from_vector<int64_t>(v, shape).to(dtype);
-  }
-  static int64_t shape_numel(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
   }
 
   std::mt19937_64 g_;

@@ -99,6 +99,17 @@ class Safetensors : public ::testing::Test {
     fs::remove_all(dir_);
   }
   std::string path(std::string_view name) const { return dir_ + "/" + std::string(name); }
+  // Two files of one [64, 64] tensor "w" with other values, a.safetensors and
+  // b.safetensors (its negation), for the tests that rewrite a with b's
+  // bytes; returns a's dict.
+  StateDict save_a_and_b() const {
+    StateDict a, b;
+    a.set("w", sample(kFloat32, {64, 64}));
+    b.set("w", sample(kFloat32, {64, 64}).neg());
+    save_safetensors(path("a.safetensors"), a);
+    save_safetensors(path("b.safetensors"), b);
+    return a;
+  }
   std::vector<std::string> dir_entries() const {
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
@@ -244,11 +255,7 @@ void rewrite_in_place(const std::string& file, const std::string& bytes) {
 // Loaded tensors are the program's (the default copies): another program
 // rewriting or truncating the file changes nothing in them and breaks nothing.
 TEST_F(Safetensors, LoadedTensorsStayTheProgramsWhenTheFileIsRewritten) {
-  StateDict a, b;
-  a.set("w", sample(kFloat32, {64, 64}));
-  b.set("w", sample(kFloat32, {64, 64}).neg());
-  save_safetensors(path("a.safetensors"), a);
-  save_safetensors(path("b.safetensors"), b);
+  const StateDict a = save_a_and_b();
   StateDict loaded = load_safetensors(path("a.safetensors"));
   loaded.at("w").data<float>()[0] = 123;  // the program's own write
   rewrite_in_place(path("a.safetensors"), read_file(path("b.safetensors")));
@@ -274,16 +281,12 @@ TEST_F(Safetensors, AFileTruncatedAfterOpeningIsAnErrorAtGet) {
 // Why mapping is the explicit choice: pages the program has not written show
 // another program's in-place rewrite (Linux shares them with the page cache).
 TEST_F(Safetensors, MappedTensorsShowAnInPlaceRewriteAsDocumented) {
-  StateDict a, b;
-  a.set("w", sample(kFloat32, {64, 64}));
-  b.set("w", sample(kFloat32, {64, 64}).neg());
-  save_safetensors(path("a.safetensors"), a);
-  save_safetensors(path("b.safetensors"), b);
+  const StateDict a = save_a_and_b();
   const StateDict mapped =
       load_safetensors(path("a.safetensors"), Device::cpu(), SafetensorsLoad::kMap);
   expect_same_tensor(mapped.at("w"), a.at("w"), "w");
   rewrite_in_place(path("a.safetensors"), read_file(path("b.safetensors")));
-  expect_same_tensor(mapped.at("w"), b.at("w"), "w");
+  expect_same_tensor(mapped.at("w"), sample(kFloat32, {64, 64}).neg(), "w");
 }
 
 // Bytes written by hand from the format's spec, as PyTorch's writer lays them
