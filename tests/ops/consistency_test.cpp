@@ -2,6 +2,7 @@
 // and checks that every op of the table has a shape rule, kernels and cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -94,8 +95,22 @@ double default_max_nmse(DType dtype) {
   }
 }
 
-// NaNs must sit in the same places, infinities must be equal, the rest must
-// meet the NMSE bound (exact equality for integers and bools).
+double max_nmse_for(const OpCase& c, DType dtype) {
+  for (const DTypeBound& b : c.max_nmse)
+    if (b.dtype == dtype) return b.max_nmse;
+  return default_max_nmse(dtype);
+}
+
+void set_grad_tolerance(CaseList& cases, const std::string& name, GradTolerance tolerance) {
+  for (OpCase& c : cases) {
+    if (c.name == name) {
+      c.grad_tolerance = tolerance;
+      return;
+    }
+  }
+  throw ValueError(detail::str_cat("set_grad_tolerance: no case called '", name, "'"));
+}
+
 Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse) {
   Comparison c;
   if (expected.sizes() != actual.sizes() || expected.dtype() != actual.dtype()) {
@@ -129,6 +144,20 @@ Comparison compare(const Tensor& expected, const Tensor& actual, double max_nmse
   if (nmse > max_nmse) {
     c.ok = false;
     c.message = detail::str_cat("NMSE ", nmse, " exceeds ", max_nmse);
+    return c;
+  }
+  if (max_nmse == 0) return c;
+  const double rms = std::sqrt(ref / static_cast<double>(std::max<size_t>(e.size(), 1)));
+  const double relative = kElementBound * std::sqrt(max_nmse);
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (!std::isfinite(e[i])) continue;  // checked above
+    const double bound = relative * std::max(std::abs(e[i]), rms);
+    if (std::abs(e[i] - a[i]) > bound) {
+      c.ok = false;
+      c.message = detail::str_cat("element ", i, ": expected ", e[i], ", got ", a[i],
+                                  ", off by more than ", bound, " (NMSE ", nmse, ")");
+      return c;
+    }
   }
   return c;
 }
@@ -168,10 +197,7 @@ void expect_outputs_match(const OpCase& op_case, const TensorList& expected,
                           const TensorList& actual) {
   ASSERT_EQ(expected.size(), actual.size());
   for (size_t i = 0; i < expected.size(); ++i) {
-    const double bound = op_case.max_nmse > 0 && is_floating(expected[i].dtype())
-                             ? op_case.max_nmse
-                             : default_max_nmse(expected[i].dtype());
-    const auto result = compare(expected[i], actual[i], bound);
+    const auto result = compare(expected[i], actual[i], max_nmse_for(op_case, expected[i].dtype()));
     EXPECT_TRUE(result.ok) << "output " << i << ": " << result.message;
   }
 }

@@ -16,8 +16,6 @@ namespace kiln::testing {
 namespace {
 
 constexpr double kStep = 1e-6;
-constexpr double kAtol = 1e-5;
-constexpr double kRtol = 1e-3;
 constexpr int64_t kMaxProbes = 24;  // finite differences per input, at sampled elements
 
 // A case is differentiated when it runs in float64 and exercises an op with a derivative.
@@ -132,7 +130,8 @@ TEST_P(OpGradients, MatchFiniteDifferences) {
       const double got = grad.data<double>()[k];
       if (!std::isfinite(numeric) || !std::isfinite(loss_scale)) continue;
       const double rounding = 8 * std::numeric_limits<double>::epsilon() * loss_scale / kStep;
-      EXPECT_NEAR(got, numeric, kAtol + kRtol * std::abs(numeric) + rounding)
+      const GradTolerance& tol = c.grad_tolerance;
+      EXPECT_NEAR(got, numeric, tol.atol + tol.rtol * std::abs(numeric) + rounding)
           << c.name << ": input " << leaf_index[li] << " element " << k;
     }
   }

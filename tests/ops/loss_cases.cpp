@@ -55,8 +55,7 @@ const CaseRegistration kLosses([](CaseList& c) {
                          F::mse_loss(in[0], in[1]), F::mse_loss(in[0], in[1], "none"),
                          F::binary_cross_entropy_with_logits(
                              in[0], in[1], {.pos_weight = in[2], .reduction = "sum"})};
-                   },
-               .max_nmse = 1e-4});
+                   }});
 });
 
 }  // namespace

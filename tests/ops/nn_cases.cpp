@@ -12,14 +12,13 @@ namespace F = kiln::nn::functional;
 using Make = std::function<TensorList(DType, Generator&)>;
 using Run = std::function<TensorList(TensorList&)>;
 
-void add(CaseList& cases, std::string name, OpId op, std::vector<DType> dtypes, Make make, Run run,
-         double max_nmse = 0) {
+void add(CaseList& cases, std::string name, OpId op, std::vector<DType> dtypes, Make make,
+         Run run) {
   cases.push_back({.name = std::move(name),
                    .ops = {op},
                    .dtypes = std::move(dtypes),
                    .make = std::move(make),
-                   .run = std::move(run),
-                   .max_nmse = max_nmse});
+                   .run = std::move(run)});
 }
 
 Tensor indices(const Shape& shape, int64_t high, Generator& g, DType t = kInt64) {
@@ -176,6 +175,12 @@ const CaseRegistration kNorms([](CaseList& c) {
   add_group_norm(c, {"transposed", {3, 8, 5}, {4}, true, true});
   add_group_norm(c, {"shifted_values", {2, 4, 9, 9}, {2}, true, false, 300, 301});
   add_group_norm(c, {"parallel", {4, 32, 16, 17}, {8}, true});
+  // Values ~1000 times their spread: the normalization cancels three digits,
+  // and finite differences of the output lose them again (up to 4x the
+  // default bound seen).
+  for (const char* name : {"batch_norm/train_shifted_values", "layer_norm/shifted_values",
+                           "group_norm/shifted_values"})
+    set_grad_tolerance(c, name, {.atol = 1e-7, .rtol = 1e-5});
 });
 
 // --- embedding and dropout -------------------------------------------------------
@@ -458,6 +463,9 @@ const CaseRegistration kNllLoss([](CaseList& c) {
           });
     }
   }
+  // The weighted mean over 40000 rows rounds the loss at ~1e-12 of its value,
+  // which the difference step magnifies to ~1e-7 (8x the default bound seen).
+  set_grad_tolerance(c, "nll_loss/parallel_mean", {.atol = 5e-7, .rtol = 1e-6});
   // Every target ignored: the mean is 0 / 0 = NaN, as PyTorch.
   add(
       c, "nll_loss/all_ignored_mean", OpId::nll_loss, kFloatTypes,
