@@ -2,6 +2,8 @@
 // convolution gradients, max_pool2d_with_indices and the adjoints of the
 // pools, interpolate and pad. Gradients are random tensors of the forward's
 // output shape (found by running the forward on zeros).
+#include <limits>
+
 #include "kiln/ops/conv.h"
 #include "ops/api/backward_ops.h"
 #include "ops/consistency.h"
@@ -184,6 +186,20 @@ const std::vector<PoolCase> kPoolCases = {
 };
 
 const CaseRegistration kPools([](CaseList& c) {
+  // NaNs sprinkled over a large input, some windows holding two: NaN out, at
+  // the index of the window's first NaN, on every backend.
+  add(
+      c, "max_pool2d_with_indices/sprinkled_nan", {OpId::max_pool2d_with_indices}, kFloatTypes,
+      [](DType t, Generator& g) {
+        const Tensor x = gradient({4, 16, 41, 43}, false, t, g);
+        return TensorList{masked_fill(x, random_mask(x.sizes(), g, 0.03),
+                                      std::numeric_limits<double>::quiet_NaN())};
+      },
+      [](TensorList& in) {
+        auto [values, idx] = max_pool2d_with_indices(in[0], {3}, {2}, {1}, {1}, true);
+        return TensorList{values, idx, max_pool2d(in[0], {2, 3})};
+      },
+      /*check_grad=*/false);  // no derivative to difference at NaN
   for (const auto& s : kPoolCases) {
     add(
         c, "max_pool2d_with_indices/" + s.what, {OpId::max_pool2d_with_indices}, kFloatTypes,

@@ -1,4 +1,6 @@
 // Consistency cases of the elementwise ops.
+#include <limits>
+
 #include "ops/consistency.h"
 #include "ops/dispatch.h"
 
@@ -229,6 +231,27 @@ const CaseRegistration kMixed([](CaseList& c) {
                    [](TensorList& in) {
                      return TensorList{clamp(in[0], -3, 4), clamp(in[0], std::nullopt, 2),
                                        clamp(in[0], 1, std::nullopt)};
+                   }});
+  // NaN in either operand (a fifth of the elements of each, some in both),
+  // and NaN as a clamp bound: NaN out wherever one goes in.
+  c.push_back({.name = "maximum_minimum_clamp/nan",
+               .ops = {OpId::maximum, OpId::minimum, OpId::clamp},
+               .dtypes = kFloatTypes,
+               .make =
+                   [](DType t, Generator& g) {
+                     const double nan = std::numeric_limits<double>::quiet_NaN();
+                     const Tensor a =
+                         masked_fill(uniform({33, 65}, t, g), random_mask({33, 65}, g, 0.2), nan);
+                     const Tensor b =
+                         masked_fill(uniform({33, 65}, t, g), random_mask({33, 65}, g, 0.2), nan);
+                     return TensorList{a, b};
+                   },
+               .run =
+                   [](TensorList& in) {
+                     const double nan = std::numeric_limits<double>::quiet_NaN();
+                     return TensorList{maximum(in[0], in[1]), minimum(in[0], in[1]),
+                                       clamp(in[0], -1, 1), clamp(in[1], nan, 1),
+                                       clamp(in[1], std::nullopt, nan)};
                    }});
   c.push_back({.name = "clamp_/strided_view",
                .ops = {OpId::clamp},

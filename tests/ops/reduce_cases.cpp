@@ -310,6 +310,55 @@ const CaseRegistration kSpecial([](CaseList& c) {
                    }});
 });
 
+// [3, 50000]: NaN late in row 0, twice in row 1 (the first is the one the
+// arg-reductions name), none in row 2 but both infinities. Long enough that
+// the CUDA reductions split each row over blocks and merge the partial results.
+Tensor long_special_values(DType t, Generator& g) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor x = uniform({3, 50000}, t, g, -5, 5);
+  x.index({0, 40001}).fill_(nan);
+  x.index({1, 7}).fill_(nan);
+  x.index({1, 30000}).fill_(nan);
+  x.index({2, 49999}).fill_(inf);
+  x.index({2, 12345}).fill_(-inf);
+  return x;
+}
+
+const CaseRegistration kLongSpecial([](CaseList& c) {
+  for (int64_t dim : {1, 0}) {
+    const std::string suffix = dim == 1 ? "/long_rows" : "/long_columns";
+    c.push_back({.name = "special_values/extremes" + suffix,
+                 .ops = {OpId::amax, OpId::amin, OpId::max_dim, OpId::min_dim, OpId::argmax,
+                         OpId::argmin, OpId::logsumexp, OpId::sum, OpId::norm},
+                 .dtypes = kFloatTypes,
+                 .make =
+                     [dim](DType t, Generator& g) {
+                       Tensor x = long_special_values(t, g);
+                       // dim 0: the transpose, laid out contiguously (the column paths).
+                       return TensorList{dim == 1 ? x : x.t().contiguous()};
+                     },
+                 .run =
+                     [dim](TensorList& in) {
+                       auto [v, i] = max(in[0], dim);
+                       auto [w, j] = min(in[0], dim);
+                       const double inf = std::numeric_limits<double>::infinity();
+                       return TensorList{amax(in[0], {dim}),
+                                         amin(in[0], {dim}),
+                                         v,
+                                         i,
+                                         w,
+                                         j,
+                                         argmax(in[0], dim),
+                                         argmin(in[0], dim),
+                                         argmax(in[0]),
+                                         logsumexp(in[0], {dim}),
+                                         sum(in[0], {dim}),
+                                         norm(in[0], inf, {dim})};
+                     }});
+  }
+});
+
 const CaseRegistration kDTypes([](CaseList& c) {
   c.push_back({.name = "sum/dtype_argument",
                .ops = {OpId::sum, OpId::prod, OpId::mean, OpId::cumsum, OpId::copy},

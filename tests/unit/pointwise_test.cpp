@@ -274,6 +274,26 @@ TEST(Clamp, AppliesMaxLastAndLetsInfinitiesPastAMissingBound) {
             (std::vector<float>{-std::numeric_limits<float>::infinity(), 1, 5}));
 }
 
+// NaN in, NaN out, with PyTorch's values, on the reference kernels (the
+// consistency cases hold the CPU and CUDA kernels to them, large inputs too).
+TEST(Clamp, NaNInAValueOrABoundGivesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ops::ReferenceModeGuard reference;
+  const Tensor x = from_vector<float>({-3, nan, 0.5f});
+  const auto y = clamp(x, -1, 1).to_vector<float>();
+  EXPECT_EQ(y[0], -1);
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_EQ(y[2], 0.5f);
+  for (const Tensor& z : {clamp(x, nan, 1), clamp(x, std::nullopt, nan), clamp(x, 0, nan)})
+    for (float v : z.to_vector<float>()) EXPECT_TRUE(std::isnan(v)) << z;
+  const auto m = maximum(from_vector<float>({1, nan, 3}), from_vector<float>({nan, 2, 4}));
+  const auto n = minimum(from_vector<float>({1, nan, 3}), from_vector<float>({nan, 2, 4}));
+  EXPECT_TRUE(std::isnan(m.to_vector<float>()[0]) && std::isnan(m.to_vector<float>()[1]));
+  EXPECT_TRUE(std::isnan(n.to_vector<float>()[0]) && std::isnan(n.to_vector<float>()[1]));
+  EXPECT_EQ(m.to_vector<float>()[2], 4);
+  EXPECT_EQ(n.to_vector<float>()[2], 3);
+}
+
 TEST(LogicalOps, ReadEachInputAsItsOwnDtype) {
   const Tensor b = from_vector<bool>({true, false, true});
   const Tensor i = full({}, 5, {.dtype = kInt64});

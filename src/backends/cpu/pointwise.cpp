@@ -33,9 +33,10 @@ void register_cpu_misc_pointwise_kernels(KernelTable& t) {
       const C hi =
           bound(1, kReal ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max());
       map_elements<T, T>(it, [lo, hi](T x) -> T {
-        // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; NaN passes.
-        const C v = C(x) < lo ? lo : C(x);
-        return T(v > hi ? hi : v);
+        // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; a NaN value
+        // or bound gives NaN (lo != lo only for a NaN).
+        const C v = C(x) < lo || lo != lo ? lo : C(x);
+        return T(v > hi || hi != hi ? hi : v);
       });
     });
   });

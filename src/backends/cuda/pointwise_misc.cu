@@ -22,10 +22,11 @@ struct Where {
 template <typename C>
 struct Clamp {
   C lo, hi;
-  // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; NaN passes.
+  // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; a NaN value or
+  // bound gives NaN (lo != lo only for a NaN).
   __device__ C operator()(C v) const {
-    const C m = v < lo ? lo : v;
-    return m > hi ? hi : m;
+    const C m = v < lo || lo != lo ? lo : v;
+    return m > hi || hi != hi ? hi : m;
   }
 };
 

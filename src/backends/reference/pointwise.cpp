@@ -267,9 +267,10 @@ void register_misc(KernelTable& t) {
     map_typed(
         c,
         [&](const Args& a) {
+          // A NaN bound gives NaN, as a NaN value does.
           double v = a[0];
-          if (has_lo && v < lo.to_double()) v = lo.to_double();
-          if (has_hi && v > hi.to_double()) v = hi.to_double();
+          if (has_lo && (v < lo.to_double() || std::isnan(lo.to_double()))) v = lo.to_double();
+          if (has_hi && (v > hi.to_double() || std::isnan(hi.to_double()))) v = hi.to_double();
           return v;
         },
         [&](const IArgs& a) {
