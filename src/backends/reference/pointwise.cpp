@@ -254,6 +254,16 @@ void register_binary(KernelTable& t) {
   t.set(OpId::logical_xor, compare([](auto x, auto y) { return (x != 0) != (y != 0); }));
 }
 
+// Read exactly (double holds every floating value, int64 every integer) and
+// round once on the write.
+void copy_elements(const KernelCall& c) {
+  if (is_floating(c.in(0).dtype())) {
+    ref::map<double>(c.out(), inputs_of(c), [](const Args& a) { return a[0]; });
+  } else {
+    ref::map<int64_t>(c.out(), inputs_of(c), [](const IArgs& a) { return a[0]; });
+  }
+}
+
 void register_misc(KernelTable& t) {
   t.set(OpId::where, [](const KernelCall& c) {
     map_typed(
@@ -290,14 +300,15 @@ void register_misc(KernelTable& t) {
         c, [&](const Args& a) { return a[1] != 0 ? v.to_double() : a[0]; },
         [&](const IArgs& a) { return a[1] != 0 ? as_int : a[0]; });
   });
-  t.set(OpId::to_device, copy_between_devices);
-  t.set(OpId::copy, [](const KernelCall& c) {
-    // Read exactly (double holds every floating value, int64 every integer) and
-    // round once on the write.
-    if (is_floating(c.in(0).dtype())) {
-      ref::map<double>(c.out(), inputs_of(c), [](const Args& a) { return a[0]; });
+  t.set(OpId::copy, copy_elements);
+  t.set(OpId::to_device, [](const KernelCall& c) {
+    // Between CPU tensors (every call the reference kernels see but a real
+    // device transfer), element by element: not the backends' shared
+    // gather-then-copy-bytes kernel that it checks.
+    if (c.out().device().is_cpu() && c.in(0).device().is_cpu()) {
+      copy_elements(c);
     } else {
-      ref::map<int64_t>(c.out(), inputs_of(c), [](const IArgs& a) { return a[0]; });
+      copy_between_devices(c);
     }
   });
   t.set(OpId::fill, [](const KernelCall& c) {
