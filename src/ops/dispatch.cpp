@@ -7,6 +7,7 @@
 
 #include "autograd/record.h"
 #include "backends/backend.h"
+#include "backends/writes_nothing.h"
 #include "compiler/capture.h"
 #include "core/checked_size.h"
 #include "core/launch_count.h"
@@ -204,7 +205,7 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
     const bool meta = any_meta(inputs);
     for (const auto& m : ctx.outputs)
       outputs.push_back(make_tensor(m.sizes, m.dtype, m.device, meta));
-    if (!meta) {
+    if (!meta && !backend::writes_nothing(outputs, inputs)) {
       TensorList cast_storage;
       auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
       const Device device = ctx.outputs.empty() ? Device::cpu() : ctx.outputs[0].device;
@@ -254,7 +255,8 @@ Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, 
     return dispatch_inplace(OpId::copy, self, {tmp}, Attrs{self.dtype()});
   }
   autograd::InplaceRecord record(schema, self, inputs, attrs);
-  if (!self.is_meta() && !any_meta(inputs)) {
+  const Tensor self_only[1] = {self};
+  if (!self.is_meta() && !any_meta(inputs) && !backend::writes_nothing(self_only, inputs)) {
     TensorList cast_storage;
     auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
     Tensor outputs[1] = {self};

@@ -84,11 +84,21 @@ class Draw {
     }
   }
 
-  // A tensor of at most 4 dims of sizes 0..5, in one of four layouts.
+  // A tensor of at most 4 dims of sizes 0..5, in one of four layouts; now and
+  // then an empty one with a huge dim beside its 0 (a kernel that walks one
+  // dim while another is empty would hang on it).
   Tensor tensor() {
     const DType dtype = coin(0.4) ? kFloat32 : one_of(kAllTypes);
     Shape shape(static_cast<size_t>(in(0, 4)));
     for (auto& s : shape) s = coin(0.1) ? 0 : in(1, 4);
+    if (shape.size() >= 2 && coin(0.04)) {
+      const auto zero = static_cast<size_t>(in(0, static_cast<int64_t>(shape.size()) - 1));
+      auto huge = static_cast<size_t>(in(0, static_cast<int64_t>(shape.size()) - 2));
+      if (huge >= zero) ++huge;
+      shape[zero] = 0;
+      shape[huge] = one_of(std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 55});
+      return fill(shape, dtype);
+    }
     const Tensor values = fill(shape, dtype);
     switch (in(0, 3)) {
       case 1:  // transposed: a contiguous buffer of the swapped shape, viewed back

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -576,7 +577,15 @@ TEST(LstmSequence, RejectsWrongListsShapesAndDTypes) {
   testing::expect_error<ValueError>([&] { call(lstm_sequence_inputs(1, 5, 4), 0); },
                                     "lstm_sequence", "num_layers must be at least 1, got 0");
   testing::expect_error<ValueError>([&] { call(lstm_sequence_inputs(1, 5, 4), 2); },
-                                    "lstm_sequence", "expected 7 tensors for 2 layers");
+                                    "lstm_sequence",
+                                    "expected 3 tensors and 2 per layer for 2 layers without "
+                                    "biases, got 5");
+  // A count that 3 + layers * 2 would wrap to the list's length (it crashed).
+  testing::expect_error_with<ValueError>(
+      [&] {
+        call(TensorList{zeros({1, 2, 5})}, std::numeric_limits<int64_t>::max());
+      },
+      {"lstm_sequence", "for 9223372036854775807 layers", "got 1"});
   TensorList in = lstm_sequence_inputs(2, 5, 4);
   in[5] = zeros({16, 5});  // layer 1 takes the hidden size, 4
   testing::expect_error<ShapeError>([&] { call(in, 2); }, "lstm_sequence",

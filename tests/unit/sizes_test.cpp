@@ -4,13 +4,17 @@
 // The expected limits are written out here: 2^63 - 1 elements, 2^62 bytes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_allocator.h"
 #include "kiln/kiln.h"
+#include "ops/api/backward_ops.h"
+#include "ops/dispatch.h"
 #include "unit/expect_error.h"
 
 using kiln::testing::expect_error_with;
@@ -196,3 +200,112 @@ TEST(Sizes, TheAllocatorsRefuseBlocksPastTheLimitInsteadOfRoundingThem) {
 }
 
 }  // namespace
+
+// An empty tensor may have a huge dim beside its 0 (it holds no bytes). A
+// kernel that walks that dim while another is empty would run for hours
+// (which the test's timeout catches). Each call gives a kiln::Error on both
+// the CPU and the reference kernels, or the same values on both.
+TEST(Sizes, EmptyInputsWithAHugeDimFinishAtOnce) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  namespace F = nn::functional;
+  using Call = std::function<TensorList()>;
+  const std::vector<std::pair<std::string, Call>> calls = {
+      {"reductions",
+       [] {
+         const Tensor x = empty({3, kHuge, 0});
+         TensorList out;
+         for (const Dims& d : {Dims{1, 2}, Dims{}}) {
+           for (Tensor y : {sum(x, d), mean(x, d), prod(x, d), var(x, d), norm(x, 2, d),
+                            logsumexp(x, d), any(x, d), all(x, d)})
+             out.push_back(y);
+         }
+         out.push_back(argmax(empty({kHuge, 0}), 0));
+         return out;
+       }},
+      {"amax over the empty dim",
+       [] {
+         return TensorList{amax(empty({2, 0}), {1})};
+       }},
+      {"adaptive_avg_pool2d of an empty plane",
+       [] {
+         return TensorList{adaptive_avg_pool2d(empty({1, 1, kHuge, 0}), {2, 2})};
+       }},
+      {"adaptive_avg_pool2d_backward of an empty gradient",
+       [] {
+         return TensorList{
+             ops::adaptive_avg_pool2d_backward(empty({1, 1, kHuge, 0}), {1, 1, 3, 2})};
+       }},
+      {"interpolate of an empty plane",
+       [] {
+         return TensorList{
+             F::interpolate(empty({1, 1, kHuge, 0}), {.size = std::vector<int64_t>{2, 2}})};
+       }},
+      {"interpolate_backward of an empty gradient",
+       [] {
+         return TensorList{
+             ops::interpolate_backward(empty({1, 1, kHuge, 0}), {1, 1, 3, 2}, "nearest", false)};
+       }},
+      {"conv_backward_weight over an empty batch",
+       [] {
+         const Tensor x = empty({kHuge, 1, 1, 0});
+         return TensorList{ops::conv_backward_weight(empty({kHuge, 1, 1, 0}), x, {1, 1, 1, 1},
+                                                     {1, 1}, {0}, {1, 1}, 1)};
+       }},
+      {"batch_norm over a batch of empty planes",
+       [] {
+         Tensor rm = zeros({3}), rv = ones({3});
+         return TensorList{F::batch_norm(empty({kHuge, 3, 0}), rm, rv, {}, {}, true), rm, rv};
+       }},
+      {"layer_norm and group_norm of empty rows",
+       [] {
+         return TensorList{F::layer_norm(empty({kHuge, 0}), {0}),
+                           F::group_norm(empty({kHuge, 2, 0}), 1)};
+       }},
+      {"index, scan and shape ops", [] {
+         const Tensor x = empty({kHuge, 0});
+         const Tensor i = empty({kHuge, 0}, {.dtype = kInt64});
+         return TensorList{index_select(x, 0, zeros({3}, {.dtype = kInt64})),
+                           gather(x, 0, i),
+                           scatter_add(zeros({3, 0}), 0, i, x),
+                           cumsum(x, 0),
+                           softmax(x, 0),
+                           tril(x),
+                           flip(x, {0}),
+                           cat({x, x}, 0),
+                           matmul(empty({3, 0}), empty({0, 3}))};
+       }}};
+  for (const auto& [what, call] : calls) {
+    SCOPED_TRACE(what);
+    TensorList cpu, reference;
+    bool cpu_refused = false, reference_refused = false;
+    try {
+      cpu = call();
+    } catch (const Error&) {
+      cpu_refused = true;
+    }
+    try {
+      ops::ReferenceModeGuard guard;
+      reference = call();
+    } catch (const Error&) {
+      reference_refused = true;
+    }
+    ASSERT_EQ(cpu_refused, reference_refused);
+    ASSERT_EQ(cpu.size(), reference.size());
+    for (size_t k = 0; k < cpu.size(); ++k) {
+      ASSERT_EQ(cpu[k].sizes(), reference[k].sizes()) << "output " << k;
+      const auto a = cpu[k].to(kFloat64).to_vector<double>();
+      const auto b = reference[k].to(kFloat64).to_vector<double>();
+      for (size_t e = 0; e < a.size(); ++e)
+        EXPECT_TRUE(a[e] == b[e] || (std::isnan(a[e]) && std::isnan(b[e])))
+            << "output " << k << " element " << e << ": " << a[e] << " against " << b[e];
+    }
+  }
+  // The values PyTorch gives for the reductions of an empty [3, 2^40, 0].
+  const Tensor x = empty({3, kHuge, 0});
+  EXPECT_EQ(sum(x, {1, 2}).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(prod(x, {1, 2}).to_vector<float>(), (std::vector<float>{1, 1, 1}));
+  EXPECT_TRUE(std::isnan(mean(x, {1, 2}).to_vector<float>()[2]));
+  EXPECT_EQ(
+      ops::adaptive_avg_pool2d_backward(empty({1, 1, kHuge, 0}), {1, 1, 3, 2}).to_vector<float>(),
+      std::vector<float>(6, 0.0f));
+}

@@ -5,6 +5,7 @@
 // large offsets keep their precision.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backends/cpu/loops.h"
@@ -41,6 +42,14 @@ double lanes_total(const C (&lanes)[kLanes]) {
   C s = 0;
   for (int64_t l = 0; l < kLanes; ++l) s += lanes[l];
   return static_cast<double>(s);
+}
+
+// A value of the data to shift by: the first, unless it is infinite or NaN
+// (inf - inf would turn an infinite mean into NaN); then 0.
+template <typename T>
+compute_t<T> pivot_of(T first) {
+  const auto v = static_cast<compute_t<T>>(first);
+  return std::isfinite(static_cast<double>(v)) ? v : compute_t<T>(0);
 }
 
 // Sum of (p[i] - pivot): with a pivot from the data the terms stay small, so
@@ -123,13 +132,17 @@ void batch_norm(const KernelCall& c) {
   const int64_t n = x.size(0), channels = x.size(1);
   const int64_t inner = n * channels == 0 ? 0 : x.numel() / (n * channels);
   std::vector<double> mean(channels), var(channels), rstd(channels);
-  if (c.attrs.b(0)) {
+  if (c.attrs.b(0) && x.numel() == 0) {
+    // No samples: 0 / 0, without walking n (which may be huge beside an empty dim).
+    std::fill(mean.begin(), mean.end(), std::numeric_limits<double>::quiet_NaN());
+    std::fill(var.begin(), var.end(), std::numeric_limits<double>::quiet_NaN());
+  } else if (c.attrs.b(0)) {
     const T* px = x.data<T>();
     const double count = static_cast<double>(n * inner);
     parallel_for(channels, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * inner, 1)),
                  [&](int64_t c0, int64_t c1) {
                    for (int64_t ch = c0; ch < c1; ++ch) {
-                     const C pivot = count > 0 ? static_cast<C>(px[ch * inner]) : C(0);
+                     const C pivot = count > 0 ? pivot_of(px[ch * inner]) : C(0);
                      double s = 0;
                      for (int64_t k = 0; k < n; ++k) {
                        s += shifted_sum(px + (k * channels + ch) * inner, inner, pivot);
@@ -156,6 +169,7 @@ void batch_norm(const KernelCall& c) {
   }
   const auto w = param_or<C>(c, 1, channels, 1), b = param_or<C>(c, 2, channels, 0);
   auto channel_of = [channels](int64_t j) { return j % channels; };
+  if (x.numel() == 0) return;
   normalize_blocks(x.data<T>(), c.out(0).data<T>(), n * channels, inner, mean.data(), rstd.data(),
                    w, b, channel_of, channel_of);
 }
@@ -215,7 +229,7 @@ void group_norm(const KernelCall& c) {
   parallel_for(n * groups, std::max<int64_t>(1, kParallelGrain / row), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = px + r * row;
-      const C pivot = static_cast<C>(xr[0]);
+      const C pivot = pivot_of(xr[0]);
       mean[r] = static_cast<double>(pivot) + shifted_sum(xr, row, pivot) / static_cast<double>(row);
       const double var =
           squared_deviations_of(xr, row, SplitMean<C>(mean[r])) / static_cast<double>(row);

@@ -134,6 +134,10 @@ void adaptive_avg_pool_backward(const KernelCall& call) {
   const Tensor gy = call.in(0).contiguous();
   const Planes p = planes_of(call.out().sizes(), gy.sizes());
   if (call.out().numel() == 0) return;
+  if (gy.numel() == 0) {  // nothing to spread: the windows' loops would walk an empty dim's twin
+    std::fill_n(call.out().data<T>(), call.out().numel(), T(0));
+    return;
+  }
   const T* g = gy.data<T>();
   const int64_t window =
       p.oh * p.ow == 0 ? 0 : ((p.h + p.oh - 1) / p.oh + 1) * ((p.w + p.ow - 1) / p.ow + 1);

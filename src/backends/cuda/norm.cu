@@ -319,14 +319,15 @@ void batch_norm_op(const KernelCall& c) {
       auto* yp = static_cast<T*>(c.out(0).data_ptr());
       if (!c.attrs.b(0)) {
         const Tensor rm = c.in(3).contiguous(), rv = c.in(4).contiguous();
-        // With no samples the kernel still runs over one plane per channel, to
-        // copy the running statistics.
-        launch_batch_apply<T>(xp, yp, std::max(n * channels, channels), inner,
-                              EvalCoefficients<C>{static_cast<const C*>(w), static_cast<const C*>(b),
-                                                  static_cast<const C*>(rm.data_ptr()),
-                                                  static_cast<const C*>(rv.data_ptr()), mean_out,
-                                                  var_out, eps, channels},
-                              stream);
+        // With no samples the kernel runs over one plane per channel, to copy
+        // the running statistics (n may be huge beside an empty dim).
+        launch_batch_apply<T>(
+            xp, yp, x.numel() == 0 ? channels : n * channels, inner,
+            EvalCoefficients<C>{static_cast<const C*>(w), static_cast<const C*>(b),
+                                static_cast<const C*>(rm.data_ptr()),
+                                static_cast<const C*>(rv.data_ptr()), mean_out, var_out, eps,
+                                channels},
+            stream);
         check_launch("batch_norm kernel");
         return;
       }

@@ -269,6 +269,10 @@ void adaptive_avg_pool_backward_op(const KernelCall& c) {
   const Tensor& gx = c.out();
   const PlaneShape s = plane_shape(gx, gy);
   if (gx.numel() == 0) return;
+  if (gy.numel() == 0) {  // nothing to spread: its windows' loops would walk an empty dim's twin
+    fill_bits(gx, 0);
+    return;
+  }
   on_float(c, gy, "adaptive_avg_pool2d_backward kernel", [&]<typename T>(cudaStream_t stream) {
     adaptive_avg_pool_backward_kernel<T><<<grid_for(gx.numel()), kThreads, 0, stream>>>(
         static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), s);

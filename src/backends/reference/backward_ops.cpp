@@ -163,7 +163,8 @@ void avg_pool_backward_kernel(const KernelCall& c) {
   const auto gv = c.in(0).to_vector<double>();
   std::vector<double> gx(static_cast<size_t>(c.out().numel()), 0.0);
   int64_t flat = 0;
-  for (int64_t plane = 0; plane < pl.count; ++plane) {
+  // An empty gradient spreads nothing (its other dim may be huge: no loops).
+  for (int64_t plane = 0; plane < pl.count && !gv.empty(); ++plane) {
     for (int64_t oh = 0; oh < pl.oh; ++oh) {
       for (int64_t ow = 0; ow < pl.ow; ++ow, ++flat) {
         // The forward's window: clipped to the padded input for the divisor,
@@ -191,7 +192,8 @@ void adaptive_avg_pool_backward_kernel(const KernelCall& c) {
   const auto gv = c.in(0).to_vector<double>();
   std::vector<double> gx(static_cast<size_t>(c.out().numel()), 0.0);
   int64_t flat = 0;
-  for (int64_t plane = 0; plane < pl.count; ++plane) {
+  // An empty gradient spreads nothing (its other dim may be huge: no loops).
+  for (int64_t plane = 0; plane < pl.count && !gv.empty(); ++plane) {
     for (int64_t oh = 0; oh < pl.oh; ++oh) {
       const int64_t h0 = oh * pl.h / pl.oh, h1 = ((oh + 1) * pl.h + pl.oh - 1) / pl.oh;
       for (int64_t ow = 0; ow < pl.ow; ++ow, ++flat) {

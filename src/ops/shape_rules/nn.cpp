@@ -462,11 +462,13 @@ void infer_lstm_sequence(Ctx& ctx) {
     throw ValueError(detail::str_cat("lstm_sequence: num_layers must be at least 1, got ", layers));
   }
   const size_t per_layer = has_biases ? 4 : 2;
-  const size_t expected_count = 3 + static_cast<size_t>(layers) * per_layer;
-  if (ctx.inputs.size() != expected_count) {
-    throw ValueError(detail::str_cat("lstm_sequence: expected ", expected_count, " tensors for ",
-                                     layers, " layers", has_biases ? " with" : " without",
-                                     " biases, got ", ctx.inputs.size()));
+  // Compared by division: 3 + layers * per_layer can overflow for a huge layers.
+  const size_t count = ctx.inputs.size();
+  if (count < 3 || (count - 3) % per_layer != 0 ||
+      (count - 3) / per_layer != static_cast<size_t>(layers)) {
+    throw ValueError(detail::str_cat("lstm_sequence: expected 3 tensors and ", per_layer,
+                                     " per layer for ", layers, " layers",
+                                     has_biases ? " with" : " without", " biases, got ", count));
   }
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     if (!ctx.input(k).defined()) {
