@@ -262,8 +262,14 @@ void infer_squeeze(Ctx& ctx) {
     // Nothing to squeeze, canonically.
     if (dims.empty()) dims.push_back(x.dim() > 0 ? x.dim() - 1 : 0);
   } else {
+    const Shape asked = dims;
+    std::vector<bool> named(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), false);
     for (auto& d : dims) {
       d = wrap_dim(d, x.dim(), "squeeze");
+      if (named[d]) {
+        throw IndexError(detail::str_cat("squeeze: dim ", d, " appears more than once in ", asked));
+      }
+      named[d] = true;
       if (x.dim() > 0) drop[d] = x.sizes()[d] == 1;
     }
   }
