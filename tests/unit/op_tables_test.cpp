@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -35,7 +36,10 @@ namespace F = kiln::nn::functional;
 namespace {
 
 json read_table(const std::string& file) {
-  const std::string path = std::string(KILN_TEST_DATA_DIR) + "/op_tables/" + file;
+  // The environment's KILN_TEST_DATA_DIR wins: a build run from another checkout.
+  const char* env = std::getenv("KILN_TEST_DATA_DIR");
+  const std::string dir = env && *env ? env : KILN_TEST_DATA_DIR;
+  const std::string path = dir + "/op_tables/" + file;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
   return json::parse(in);
