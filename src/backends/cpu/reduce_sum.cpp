@@ -77,19 +77,29 @@ struct SquaredDeviationOp : LaneOp<T, SquaredDeviationOp<T>> {
 };
 
 // The first pass of var and std, and of nothing else: means into a buffer.
+// The values are summed shifted by the first of their output's (a finite one;
+// else 0): a constant row's mean is then exact, so its deviations are 0 and a
+// divisor of 0 gives NaN, not the inf of a rounded mean's tiny deviations.
 template <typename T>
 struct MeanToBufferOp : LaneOp<T, MeanToBufferOp<T>> {
   using Acc = compute_t<T>;
   using Total = double;
   double* means;
+  const T* data;  // the view's [outer, reduced, inner] elements
+  int64_t reduced, inner;
   Acc lane_identity() const { return Acc(0); }
-  Acc step(Acc a, Acc x, NoParam) const { return a + x; }
+  Acc step(Acc a, Acc x, Acc pivot) const { return a + (x - pivot); }
   Acc lane_merge(Acc a, Acc b) const { return a + b; }
   Total fold(Total t, Acc a) const { return t + a; }
-  NoParam param(int64_t) const { return {}; }
+  Acc param(int64_t k) const {
+    const auto first = static_cast<Acc>(data[(k / inner) * reduced * inner + k % inner]);
+    return std::isfinite(static_cast<double>(first)) ? first : Acc(0);
+  }
   Total identity() const { return 0; }
   Total merge(Total a, Total b) const { return a + b; }
-  void finish(int64_t k, Total t, int64_t n) const { means[k] = t / static_cast<double>(n); }
+  void finish(int64_t k, Total t, int64_t n) const {
+    means[k] = n == 0 ? t / 0.0 : static_cast<double>(param(k)) + t / static_cast<double>(n);
+  }
 };
 
 enum class NormKind { kL0, kL1, kL2, kP, kInf, kNegInf };
@@ -196,6 +206,9 @@ void run_var(const KernelCall& c, bool take_sqrt) {
   std::vector<double> means(v.outer * v.inner);
   MeanToBufferOp<T> first;
   first.means = means.data();
+  first.data = reinterpret_cast<const T*>(v.data);
+  first.reduced = v.reduced;
+  first.inner = v.inner;
   reduce_run<T>(v, first);
   SquaredDeviationOp<T> second;
   second.out = c.out().data<T>();
