@@ -6,7 +6,7 @@
 // shapes.json: every entry is an op call, run on meta tensors (only the shape
 // rule runs), whose output sizes must be the table's, or which must throw a
 // kiln::Error where the table says "error". resample.json: pad and interpolate
-// of arange values, run on the CPU backend and on the reference kernels, whose
+// of arange values, run on the CPU backend, the reference kernels and CUDA, whose
 // every element must be the table's. Where kiln differs from PyTorch on purpose
 // (docs/ops.md: interpolate's scale_factor samples with in / out), the tables
 // hold kiln's documented semantics.
@@ -508,14 +508,19 @@ void check_resample_entry(const json& entry) {
   std::iota(values.begin(), values.end(), 0.0);
   const Tensor x = from_vector(values, shape);
   const OpRow& row = op_rows().at(entry.at("op").get<std::string>());
-  for (const bool reference : {false, true}) {
-    const char* backend = reference ? "reference kernels" : "CPU backend";
+  // The CPU backend, the reference kernels, and the CUDA backend when a device is present.
+  for (const int backend_index : {0, 1, 2}) {
+    if (backend_index == 2 && !cuda::is_available()) continue;
+    const char* backend = backend_index == 0   ? "CPU backend"
+                          : backend_index == 1 ? "reference kernels"
+                                               : "CUDA backend";
     std::optional<ops::ReferenceModeGuard> guard;
-    if (reference) guard.emplace();
+    if (backend_index == 1) guard.emplace();
+    const Tensor input = backend_index == 2 ? x.to(Device::cuda(0)) : x;
     try {
-      const Outputs out = row.run(OpCall{entry, {x}});
+      const Outputs out = row.run(OpCall{entry, {input}});
       ASSERT_EQ(out.size(), 1u) << describe(entry);
-      expect_values(entry, out[0], backend);
+      expect_values(entry, out[0].to(Device::cpu()), backend);
     } catch (const Error& e) {
       ADD_FAILURE() << describe(entry) << " on the " << backend << "\n  threw: " << e.what();
     }
@@ -524,7 +529,7 @@ void check_resample_entry(const json& entry) {
 
 }  // namespace
 
-TEST(OpTableResample, PadAndInterpolateValuesMatchPyTorchOnBothKernels) {
+TEST(OpTableResample, PadAndInterpolateValuesMatchPyTorchOnEveryBackend) {
   std::map<std::string, size_t> per_kind;
   for (const json& entry : resample_table()) {
     const std::string op = entry.at("op").get<std::string>();
