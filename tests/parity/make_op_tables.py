@@ -243,6 +243,21 @@ def conv_cases(t):
 
 # --- pad and interpolate shapes ------------------------------------------------------------
 
+def interpolate_call(size, scale, mode, align):
+    """The attrs of an interpolate entry and the PyTorch call that makes its answer."""
+    attrs = {"mode": mode}
+    if size is not None:
+        attrs["size"] = sizes_of(size)
+    if scale is not None:
+        attrs["scale_factor"] = sizes_of(scale)
+    if align is not None:
+        attrs["align_corners"] = align
+    # kiln samples a scale_factor with in / out (docs/ops.md): recompute_scale_factor.
+    return attrs, lambda x: F.interpolate(
+        x, size=size, scale_factor=scale, mode=mode, align_corners=align,
+        recompute_scale_factor=True if scale is not None else None)
+
+
 def resample_shape_cases(t):
     pads = [[1, 2], [0, 0], [-1, 2], [-2, -3], [2, 1, 3, 0], [-1, -1, 1, 1], [1, 1, 1, 1, 1, 1],
             [-4, -3], [-5, 0], [3, 3], [4, 0], [0, 5], [1, 2, -3, -1], [1, 1, 1, 1, 1, 1, 1, 1],
@@ -262,17 +277,7 @@ def resample_shape_cases(t):
                   lambda xx, pad=pad, mode=mode: F.pad(xx, pad, mode))
 
     def interp(x, size=None, scale=None, mode="nearest", align=None):
-        attrs = {"mode": mode}
-        if size is not None:
-            attrs["size"] = sizes_of(size)
-        if scale is not None:
-            attrs["scale_factor"] = sizes_of(scale)
-        if align is not None:
-            attrs["align_corners"] = align
-        t.add("interpolate", [spec(x)], attrs,
-              lambda xx: F.interpolate(xx, size=size, scale_factor=scale, mode=mode,
-                                       align_corners=align, recompute_scale_factor=(
-                                           True if scale is not None else None)))
+        t.add("interpolate", [spec(x)], *interpolate_call(size, scale, mode, align))
 
     for x in [[1, 2, 5, 7], [2, 1, 3, 4]]:
         for size in [[10, 14], [3, 4], [1, 1], [5, 7], [6], [2, 11]]:
@@ -626,17 +631,7 @@ def resample_values():
                         x, pad, mode, value if mode == "constant" else None))
 
     def interp(shape, size=None, scale=None, mode="nearest", align=None):
-        attrs = {"mode": mode}
-        if size is not None:
-            attrs["size"] = sizes_of(size)
-        if scale is not None:
-            attrs["scale_factor"] = sizes_of(scale)
-        if align is not None:
-            attrs["align_corners"] = align
-        add("interpolate", shape, attrs,
-            lambda x: F.interpolate(x, size=size, scale_factor=scale, mode=mode,
-                                    align_corners=align,
-                                    recompute_scale_factor=True if scale is not None else None))
+        add("interpolate", shape, *interpolate_call(size, scale, mode, align))
 
     for shape in [[1, 2, 5, 7], [2, 1, 3, 4]]:
         for size in [[10, 14], [3, 4], [7, 5], [11, 9], [1, 1]]:
