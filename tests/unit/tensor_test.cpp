@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/philox.h"
 #include "kiln/kiln.h"
+#include "ops/dispatch.h"
 
 using namespace kiln;
 
@@ -115,6 +121,27 @@ TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
   EXPECT_EQ(r.to_vector<int64_t>(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(x.flatten().sizes(), (Shape{6}));
   EXPECT_EQ(x.view({-1, 1, 2}).sizes(), (Shape{3, 1, 2}));
+}
+
+// Philox 4x32-10 against the published known answers (Salmon et al., SC 2011):
+// counter 0 under key 0. kiln's counters fill the low 64 bits.
+TEST(Random, PhiloxMatchesThePublishedKnownAnswer) {
+  const philox::Block b = philox::block(0, 0);
+  EXPECT_EQ(b.v[0], 0x6627e8d5u);
+  EXPECT_EQ(b.v[1], 0xe169c58du);
+  EXPECT_EQ(b.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(b.v[3], 0x9b00dbd8u);
+  // rand's float32 values are the top 24 bits of those words over 2^24, on
+  // the CPU and the reference kernels alike.
+  const std::vector<uint32_t> words = {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u};
+  std::vector<float> expected;
+  for (uint32_t w : words) expected.push_back(static_cast<float>(w >> 8) / 16777216.0f);
+  for (bool reference : {false, true}) {
+    std::optional<ops::ReferenceModeGuard> guard;
+    if (reference) guard.emplace();
+    Generator g(0);
+    EXPECT_EQ(rand({4}, {}, &g).to_vector<float>(), expected) << "reference: " << reference;
+  }
 }
 
 TEST(Random, SeededStreamsRepeatAndDifferAcrossSeeds) {
