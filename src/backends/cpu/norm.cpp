@@ -10,6 +10,7 @@
 
 #include "backends/cpu/loops.h"
 #include "backends/cpu/nn.h"
+#include "backends/cpu/reduce_engine.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 #include "ops/op_table.h"
@@ -42,14 +43,6 @@ double lanes_total(const C (&lanes)[kLanes]) {
   C s = 0;
   for (int64_t l = 0; l < kLanes; ++l) s += lanes[l];
   return static_cast<double>(s);
-}
-
-// A value of the data to shift by: the first, unless it is infinite or NaN
-// (inf - inf would turn an infinite mean into NaN); then 0.
-template <typename T>
-compute_t<T> pivot_of(T first) {
-  const auto v = static_cast<compute_t<T>>(first);
-  return std::isfinite(static_cast<double>(v)) ? v : compute_t<T>(0);
 }
 
 // Sum of (p[i] - pivot): with a pivot from the data the terms stay small, so

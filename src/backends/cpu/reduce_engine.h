@@ -47,6 +47,14 @@ inline C nan_min(C a, C x) {
 template <typename T>
 constexpr bool kIsFloat = std::is_floating_point_v<compute_t<T>>;
 
+// A value of the data to shift a sum of it by (the first, in practice): kept
+// when finite, else 0, since inf - inf would turn an infinite mean into NaN.
+template <typename T>
+compute_t<T> pivot_of(T first) {
+  const auto v = static_cast<compute_t<T>>(first);
+  return std::isfinite(static_cast<double>(v)) ? v : compute_t<T>(0);
+}
+
 // visit_dtype for the ops that take floating dtypes only (their shape rules
 // reject the others), so that no integer instantiation is compiled.
 template <typename F>

@@ -91,10 +91,7 @@ struct MeanToBufferOp : LaneOp<T, MeanToBufferOp<T>> {
   Acc step(Acc a, Acc x, Acc pivot) const { return a + (x - pivot); }
   Acc lane_merge(Acc a, Acc b) const { return a + b; }
   Total fold(Total t, Acc a) const { return t + a; }
-  Acc param(int64_t k) const {
-    const auto first = static_cast<Acc>(data[(k / inner) * reduced * inner + k % inner]);
-    return std::isfinite(static_cast<double>(first)) ? first : Acc(0);
-  }
+  Acc param(int64_t k) const { return pivot_of(data[(k / inner) * reduced * inner + k % inner]); }
   Total identity() const { return 0; }
   Total merge(Total a, Total b) const { return a + b; }
   void finish(int64_t k, Total t, int64_t n) const {
