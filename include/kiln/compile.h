@@ -177,6 +177,11 @@ struct ExplainReport {
     // The kernels' workspaces (cuDNN, cuBLASLt, split reductions) planned in
     // the arena, each for its step's time, as the first run measured them.
     size_t workspace_bytes = 0;
+    // The executable's steps: kernel calls per run (a fused group is one).
+    int64_t steps = 0;
+    // Each fused group ("conv2d + add_ + relu_ (nodes 7-9): one conv2d call
+    // with epilogue add, relu"), and each candidate left apart, with why.
+    std::vector<std::string> fused, not_fused;
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)

@@ -78,10 +78,18 @@ std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path, 
         for (size_t i = 0; i < o.size() && found.empty(); ++i) {
           const std::string d = difference(o[i], reference[k].at(node)[i], strict);
           if (d.empty()) continue;
-          const Node& n = seg.trace->graph.nodes()[node];
-          found = detail::str_cat(path.size() > 1 ? detail::str_cat("graph ", seg.order, " ") : std::string(), "node ",
-                                  node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", ") output ", i,
-                                  " is the first to differ from eager dispatch: ", d);
+          const Graph& g = seg.trace->graph;
+          const Node& n = g.nodes()[node];
+          const Schedule& schedule = seg.executable->schedule();
+          const auto step = static_cast<size_t>(schedule.step_of[node]);
+          const std::string group =
+              schedule.steps[step].fused()
+                  ? detail::str_cat(", the result of the fused group ", schedule.describe(g, step))
+                  : std::string();
+          found = detail::str_cat(
+              path.size() > 1 ? detail::str_cat("graph ", seg.order, " ") : std::string(), "node ",
+              node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", group, ") output ", i,
+              " is the first to differ from eager dispatch: ", d);
         }
       });
     }

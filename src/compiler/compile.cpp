@@ -298,8 +298,19 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
   for (const Tensor& t : inputs) needs_grad = needs_grad || t.requires_grad();
   // A training step's graph holds its backward ops: it records no autograd.
   const bool records_autograd = needs_grad && is_grad_enabled() && !seg.ran_backward;
-  if (options.backend == CompileBackend::Default && !records_autograd)
-    seg.executable = std::make_shared<const Executable>(seg.trace);
+  if (options.backend == CompileBackend::Default && !records_autograd) {
+    seg.executable =
+        std::make_shared<const Executable>(seg.trace, ScheduleOptions{.strict = options.strict});
+    if (log_enabled(LogChannel::kFusion)) {
+      const Schedule& schedule = seg.executable->schedule();
+      log(LogChannel::kFusion, detail::str_cat(options.name, ": ", seg.trace->graph.nodes().size(),
+                                               " nodes in ", schedule.steps.size(), " steps"));
+      for (const std::string& line : schedule.fused)
+        log(LogChannel::kFusion, detail::str_cat(options.name, ": ", line));
+      for (const std::string& line : schedule.not_fused)
+        log(LogChannel::kFusion, detail::str_cat(options.name, ": ", line));
+    }
+  }
   seg.lower_ms = ms_since(lower_start);
   {
     std::lock_guard lock(mutex);
@@ -809,6 +820,10 @@ ExplainReport Core::explain() const {
       for (const auto& a : s.executable->plan().arenas) g.arena_bytes += a.nbytes;
       g.planned_bytes = s.executable->plan().planned_bytes;
       for (const auto& w : s.executable->plan().workspaces) g.workspace_bytes += w.in_arena ? w.nbytes : 0;
+      const Schedule& schedule = s.executable->schedule();
+      g.steps = static_cast<int64_t>(schedule.steps.size());
+      g.fused = schedule.fused;
+      g.not_fused = schedule.not_fused;
     }
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;

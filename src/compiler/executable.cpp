@@ -13,8 +13,9 @@
 namespace kiln::compiler {
 
 struct Executable::Step {
-  enum class Kind { kKernel, kView, kInplace } kind = Kind::kKernel;
-  const Node* node = nullptr;
+  enum class Kind { kKernel, kView, kInplace, kFused } kind = Kind::kKernel;
+  const Node* node = nullptr;  // the last node of the step
+  const ScheduledStep* scheduled = nullptr;
   const ops::OpSchema* schema = nullptr;
   const backend::KernelFn* kernel = nullptr;
   ops::Attrs attrs;                                 // canonicalized by the shape rule
@@ -39,16 +40,33 @@ Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
 
 }  // namespace
 
-Executable::Executable(std::shared_ptr<const Trace> trace) : trace_(std::move(trace)), current_(&plan_) {
+Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions& options)
+    : trace_(std::move(trace)), current_(&plan_) {
   const Graph& g = trace_->graph;
-  plan_ = plan_memory(g);
+  schedule_ = schedule_graph(g, options);
+  plan_ = plan_memory(g, schedule_);
   NoGradGuard no_grad;
-  steps_.reserve(g.nodes().size());
-  for (const Node& n : g.nodes()) {
+  steps_.reserve(schedule_.steps.size());
+  for (const ScheduledStep& scheduled : schedule_.steps) {
+    const Node& n = g.nodes()[static_cast<size_t>(scheduled.nodes.back())];
     Step s;
     s.node = &n;
+    s.scheduled = &scheduled;
     s.schema = &ops::op_schema(n.op);
-    if (n.inplace()) {
+    if (scheduled.fused()) {
+      // The library call's attributes as its shape rule canonicalizes them.
+      const Node& call = g.nodes()[static_cast<size_t>(scheduled.nodes.front())];
+      TensorList metas;
+      for (ValueId id : call.inputs) metas.push_back(id == kNoValue ? Tensor() : g.meta_tensor(id));
+      ops::Inferred inferred = ops::infer(call.op, metas, call.attrs);
+      s.kind = Step::Kind::kFused;
+      s.node = &call;
+      s.schema = &ops::op_schema(call.op);
+      s.attrs = std::move(inferred.attrs);
+      const Value& out = g.value(schedule_.result(g, steps_.size()));
+      s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
+      s.device = out.device;
+    } else if (n.inplace()) {
       s.kind = Step::Kind::kInplace;
       s.attrs = n.attrs;
       s.device = g.value(n.target).device;
@@ -112,6 +130,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   for (size_t index = 0; index < steps_.size(); ++index) {
     const Step& s = steps_[index];
     const Node& n = *s.node;
+    const auto observed = static_cast<size_t>(s.scheduled->nodes.back());
     args.clear();
     workspace.reset();
     if (s.kind != Step::Kind::kView) {
@@ -123,7 +142,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
                           w.nbytes);
       }
     }
-    for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
+    for (ValueId id : s.kind == Step::Kind::kFused ? s.scheduled->inputs : n.inputs)
+      args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
     const uint64_t* words = nullptr;
     const ops::Attrs* attrs = &call_attrs(n, s.attrs, scratch, draws, &words);
     recorded_draw.reset();
@@ -138,7 +158,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         if (observe) {
           TensorList views;
           for (ValueId out : n.outputs) views.push_back(env[static_cast<size_t>(out)]);
-          observe(index, views);
+          observe(observed, views);
         }
         break;
       case Step::Kind::kInplace: {
@@ -146,17 +166,22 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         ops::dispatch_inplace(n.op, target, args, *attrs);
         if (measure) workspaces[index] = workspace->high_water();
         env[static_cast<size_t>(n.outputs[0])] = target;
-        if (observe) observe(index, std::span<const Tensor>(&target, 1));
+        if (observe) observe(observed, std::span<const Tensor>(&target, 1));
         break;
       }
-      case Step::Kind::kKernel: {
+      case Step::Kind::kKernel:
+      case Step::Kind::kFused: {
         for (size_t i = 0; i < s.input_casts.size() && i < args.size(); ++i)
           if (s.input_casts[i]) args[i] = args[i].to(*s.input_casts[i]);
+        const bool fused = s.kind == Step::Kind::kFused;
+        const ValueId fused_result = fused ? schedule_.result(g, index) : kNoValue;
+        const std::span<const ValueId> made = fused ? std::span<const ValueId>(&fused_result, 1)
+                                                    : std::span<const ValueId>(n.outputs);
         TensorList outs;
         outs.reserve(s.outputs.size());
         for (size_t k = 0; k < s.outputs.size(); ++k) {
           const ops::TensorMeta& m = s.outputs[k];
-          const Value& v = g.value(n.outputs[k]);
+          const Value& v = g.value(made[k]);
           const auto storage = static_cast<size_t>(v.storage);
           const PlannedStorage& p = plan_now.storages[storage];
           if (p.in_arena && !measure) {
@@ -168,13 +193,18 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
           }
         }
-        if (!backend::writes_nothing(outs, args)) {
+        if (fused) {
+          detail::count_kernel_launch();
+          s.scheduled->lowering->run(backend::KernelCall{*s.schema, args, outs, *attrs},
+                                     s.scheduled->epilogue);
+        } else if (!backend::writes_nothing(outs, args)) {
           detail::count_kernel_launch();
           (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs});
         }
         if (measure) workspaces[index] = workspace->high_water();
-        if (observe) observe(index, outs);
-        for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
+        if (observe) observe(observed, outs);
+        for (size_t k = 0; k < outs.size(); ++k)
+          env[static_cast<size_t>(made[k])] = std::move(outs[k]);
         break;
       }
     }
@@ -186,7 +216,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   workspace.reset();
   recorded_draw.reset();
   if (measure && std::any_of(workspaces.begin(), workspaces.end(), [](size_t b) { return b > 0; })) {
-    measured_ = std::make_unique<const MemoryPlan>(plan_memory(g, workspaces));
+    measured_ = std::make_unique<const MemoryPlan>(plan_memory(g, schedule_, workspaces));
     current_.store(measured_.get(), std::memory_order_release);
   }
   TensorList results;

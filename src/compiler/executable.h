@@ -1,7 +1,9 @@
 // An executable: a trace lowered to a linear schedule of kernel launches over
 // a memory plan (docs/architecture.md, "Executables and CUDA graphs"). Each step calls
-// the kernel eager dispatch would call, with the attributes, input casts and output layouts
-// worked out once at lowering, so a call runs no shape rule and no type promotion; every
+// the kernel eager dispatch would call, or for a fused step (compiler/schedule/)
+// its backend's library call with an epilogue, with the attributes, input
+// casts and output layouts worked out once at lowering, so a call runs no
+// shape rule and no type promotion; every
 // intermediate lives in one arena per device (one allocation per call from
 // the caching allocators), sharing bytes where lifetimes allow.
 //
@@ -11,7 +13,8 @@
 // once only what is alive plus the workspace of the running kernel.
 //
 // Results equal eager's bitwise: the same kernels on the same values, with
-// buffers as aligned as eager's. Autograd is not recorded: calls that need
+// buffers as aligned as eager's (a fused step rounds each element as the
+// nodes it covers do). Autograd is not recorded: calls that need
 // gradients replay through dispatch instead (compiler/capture.h).
 #pragma once
 
@@ -21,28 +24,32 @@
 
 #include "compiler/capture.h"
 #include "compiler/memory_plan.h"
+#include "compiler/schedule/schedule.h"
 
 namespace kiln::compiler {
 
 class Executable {
  public:
   // Lowers a trace (which it keeps: its captured tensors are bound by reference).
-  explicit Executable(std::shared_ptr<const Trace> trace);
+  explicit Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions& options = {});
   ~Executable();
 
   // Runs on inputs laid out as the trace's (the caller has checked the guards).
   // While a device graph records the run, `philox` says where its random
-  // kernels read their draws at each replay.
+  // kernels read their draws at each replay. `observe` sees each step's
+  // results under the index of its last node.
   TensorList run(const TensorList& inputs, const NodeObserver& observe = {}, PhiloxRecording* philox = nullptr) const;
 
   // The plan calls use now: with the workspaces once a run has measured them.
   const MemoryPlan& plan() const noexcept { return *current_.load(std::memory_order_acquire); }
   const Trace& trace() const noexcept { return *trace_; }
+  const Schedule& schedule() const noexcept { return schedule_; }
   size_t num_steps() const noexcept;
 
  private:
   struct Step;
   std::shared_ptr<const Trace> trace_;
+  Schedule schedule_;
   MemoryPlan plan_;  // without workspaces
   mutable std::unique_ptr<const MemoryPlan> measured_;  // with them, set once
   mutable std::atomic<const MemoryPlan*> current_;

@@ -29,6 +29,7 @@ std::string ExplainReport::to_string() const {
     if (g.executable) {
       os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
       if (g.workspace_bytes) os << " (" << g.workspace_bytes << " of kernel workspaces)";
+      os << ", " << g.steps << " steps";
     }
     if (g.cuda_graph) os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
     if (g.instance_of) {
@@ -44,6 +45,8 @@ std::string ExplainReport::to_string() const {
     if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
     if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
     os << "\n";
+    for (const auto& f : g.fused) os << "  fused: " << f << "\n";
+    for (const auto& f : g.not_fused) os << "  " << f << "\n";
     os << "  guards:\n";
     for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
   }
@@ -85,6 +88,9 @@ std::string ExplainReport::to_json() const {
                            {"arena_bytes", g.arena_bytes},
                            {"planned_bytes", g.planned_bytes},
                            {"workspace_bytes", g.workspace_bytes},
+                           {"steps", g.steps},
+                           {"fused", g.fused},
+                           {"not_fused", g.not_fused},
                            {"traced_nodes", g.traced_nodes},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},

@@ -9,7 +9,7 @@ namespace kiln::compiler {
 namespace {
 
 constexpr std::array<std::string_view, static_cast<size_t>(LogChannel::kCount)> kNames = {
-    "recompiles", "graph_breaks", "guards", "graphs", "passes", "perf"};
+    "recompiles", "graph_breaks", "guards", "graphs", "passes", "fusion", "perf"};
 
 struct LogState {
   std::mutex mutex;

@@ -10,7 +10,16 @@
 
 namespace kiln::compiler {
 
-enum class LogChannel { kRecompiles, kGraphBreaks, kGuards, kGraphs, kPasses, kPerf, kCount };
+enum class LogChannel {
+  kRecompiles,
+  kGraphBreaks,
+  kGuards,
+  kGraphs,
+  kPasses,
+  kFusion,
+  kPerf,
+  kCount
+};
 
 std::string_view channel_name(LogChannel channel);
 bool log_enabled(LogChannel channel);

@@ -21,20 +21,32 @@ bool overlap_in_time(const PlannedStorage& a, const PlannedStorage& b) {
 }  // namespace
 
 MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
+  return plan_memory(g, unfused_schedule(g), workspaces);
+}
+
+void check_plan(const Graph& g, const MemoryPlan& plan) {
+  check_plan(g, unfused_schedule(g), plan);
+}
+
+MemoryPlan plan_memory(const Graph& g, const Schedule& schedule,
+                       std::span<const size_t> workspaces) {
   MemoryPlan plan;
+  const auto step_of = [&](int32_t node) { return schedule.step_of[static_cast<size_t>(node)]; };
+  const size_t num_steps = schedule.steps.size();
   const auto& storages = g.storages();
   const size_t num_storages = storages.size();
   plan.storages.resize(num_storages);
   plan.arena_of.assign(num_storages, -1);
-  // Lifetimes: made by a node, used until the last node touching any of its values.
+  // Lifetimes, in steps: made by a step, used until the last step touching
+  // any of its values. A storage only a fused step's inside touches gets none.
   const std::vector<bool> escapes = returned_storages(g);
   for (size_t s = 0; s < num_storages; ++s) {
     const Value& root = g.value(storages[s].root);
     PlannedStorage& p = plan.storages[s];
     p.nbytes = storages[s].nbytes;
-    if (root.kind == ValueKind::kNode && !escapes[s]) {
+    if (root.kind == ValueKind::kNode && !escapes[s] && schedule.materialized[s]) {
       p.in_arena = true;
-      p.first = p.last = root.producer;
+      p.first = p.last = step_of(root.producer);
     }
   }
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -42,22 +54,22 @@ MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
     auto touch = [&](ValueId id) {
       if (id == kNoValue) return;
       PlannedStorage& p = plan.storages[static_cast<size_t>(g.value(id).storage)];
-      if (p.in_arena) p.last = std::max(p.last, static_cast<int32_t>(i));
+      if (p.in_arena) p.last = std::max(p.last, step_of(static_cast<int32_t>(i)));
     };
     for (ValueId in : n.inputs) touch(in);
     touch(n.target);
     for (ValueId out : n.outputs) touch(out);
   }
-  // Workspaces live for their node's step; with the storages, one list of
-  // items: storage s is item s, node i's workspace item num_storages + i.
+  // Workspaces live for their step; with the storages, one list of items:
+  // storage s is item s, step i's workspace item num_storages + i.
   std::vector<Device> device_of(num_storages);
   for (size_t s = 0; s < num_storages; ++s) device_of[s] = storages[s].device;
   if (!workspaces.empty()) {
-    plan.workspaces.resize(g.nodes().size());
-    plan.workspace_arena.assign(g.nodes().size(), -1);
-    device_of.resize(num_storages + g.nodes().size());
-    for (size_t i = 0; i < g.nodes().size() && i < workspaces.size(); ++i) {
-      const Node& n = g.nodes()[i];
+    plan.workspaces.resize(num_steps);
+    plan.workspace_arena.assign(num_steps, -1);
+    device_of.resize(num_storages + num_steps);
+    for (size_t i = 0; i < num_steps && i < workspaces.size(); ++i) {
+      const Node& n = g.nodes()[static_cast<size_t>(schedule.steps[i].nodes.back())];
       const ValueId on = n.outputs.empty() ? n.target : n.outputs[0];
       if (workspaces[i] == 0 || on == kNoValue) continue;
       PlannedStorage& w = plan.workspaces[i];
@@ -121,19 +133,19 @@ MemoryPlan plan_memory(const Graph& g, std::span<const size_t> workspaces) {
 }
 
 // An oracle that shares nothing with the planner's lifetimes: it replays the
-// graph over the arenas' bytes. Each node first reads its inputs (and an
+// schedule over the arenas' bytes. Each step first reads its inputs (and an
 // in-place target), whose bytes must still hold what their storage last
 // wrote; then its workspace and its outputs take their bytes, which must not
-// be bytes the node is reading. A lifetime the planner got wrong shows up as a
-// read of bytes another storage or a workspace took since.
-void check_plan(const Graph& g, const MemoryPlan& plan) {
+// be bytes the step is reading. A lifetime the planner got wrong shows up as
+// a read of bytes another storage or a workspace took since.
+void check_plan(const Graph& g, const Schedule& schedule, const MemoryPlan& plan) {
   struct Claim {
     int32_t arena;
     size_t begin, end;
     std::string owner;  // "storage s" or "the workspace of node i"
-    int32_t node;
+    std::string step;
   };
-  std::vector<Claim> claims;                                  // in the order the nodes make them
+  std::vector<Claim> claims;                                  // in the order the steps make them
   std::vector<int64_t> last_claim(plan.storages.size(), -1);  // index into claims
   auto bytes_of = [&](const PlannedStorage& p, int32_t arena, const std::string& name) {
     if (arena < 0 || static_cast<size_t>(arena) >= plan.arenas.size() ||
@@ -147,69 +159,81 @@ void check_plan(const Graph& g, const MemoryPlan& plan) {
   };
   auto storage_of = [&](ValueId id) { return static_cast<size_t>(g.value(id).storage); };
   auto name_of = [](size_t s) { return detail::str_cat("storage ", s); };
-  auto claim = [&](size_t s, int32_t node) {
+  auto claim = [&](size_t s, const std::string& step) {
     const auto [b, e] = bytes_of(plan.storages[s], plan.arena_of[s], name_of(s));
     last_claim[s] = static_cast<int64_t>(claims.size());
-    claims.push_back({plan.arena_of[s], b, e, name_of(s), node});
+    claims.push_back({plan.arena_of[s], b, e, name_of(s), step});
   };
   auto overlaps = [](const Claim& c, int32_t arena, size_t b, size_t e) {
     return c.arena == arena && c.begin < e && b < c.end && b < e && c.begin < c.end;
   };
-  // Storage s, read at node i, still holds its own bytes.
-  auto check_read = [&](size_t s, size_t i) {
+  // Storage s, read by a step, still holds its own bytes.
+  auto check_read = [&](size_t s, const std::string& step) {
     const auto [b, e] = bytes_of(plan.storages[s], plan.arena_of[s], name_of(s));
     if (last_claim[s] < 0) {
-      throw Error(detail::str_cat("compiler: memory plan: ", name_of(s), " is read at node ", i,
+      throw Error(detail::str_cat("compiler: memory plan: ", name_of(s), " is read at ", step,
                                   " before any node writes it"));
     }
     for (size_t k = static_cast<size_t>(last_claim[s]) + 1; k < claims.size(); ++k) {
       if (claims[k].owner != name_of(s) && overlaps(claims[k], plan.arena_of[s], b, e)) {
-        throw Error(detail::str_cat("compiler: memory plan: ", name_of(s), " is read at node ", i,
-                                    " but ", claims[k].owner, " took bytes of it at node ",
-                                    claims[k].node, " (they overlap)"));
+        throw Error(detail::str_cat("compiler: memory plan: ", name_of(s), " is read at ", step,
+                                    " but ", claims[k].owner, " took bytes of it at ",
+                                    claims[k].step, " (they overlap)"));
       }
     }
   };
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    const auto node = static_cast<int32_t>(i);
+  for (size_t i = 0; i < schedule.steps.size(); ++i) {
+    const ScheduledStep& st = schedule.steps[i];
+    const std::string step = st.fused()
+                                 ? detail::str_cat("the fused step ", schedule.describe(g, i))
+                                 : detail::str_cat("node ", st.nodes[0]);
     std::vector<size_t> read;
-    for (ValueId in : n.inputs)
-      if (in_arena(in)) read.push_back(storage_of(in));
-    if (in_arena(n.target)) read.push_back(storage_of(n.target));
-    for (size_t s : read) check_read(s, i);
-    // What the node writes: its workspace, new storages, an in-place target.
+    if (st.fused()) {
+      for (ValueId in : st.inputs)
+        if (in_arena(in)) read.push_back(storage_of(in));
+    } else {
+      const Node& n = g.nodes()[static_cast<size_t>(st.nodes[0])];
+      for (ValueId in : n.inputs)
+        if (in_arena(in)) read.push_back(storage_of(in));
+      if (in_arena(n.target)) read.push_back(storage_of(n.target));
+    }
+    for (size_t s : read) check_read(s, step);
+    // What the step writes: its workspace, new storages, an in-place target.
     const size_t first_write = claims.size();
     if (i < plan.workspaces.size() && plan.workspaces[i].in_arena) {
-      const std::string name = detail::str_cat("the workspace of node ", i);
+      const std::string name = detail::str_cat("the workspace of ", step);
       const auto [b, e] = bytes_of(plan.workspaces[i], plan.workspace_arena[i], name);
-      claims.push_back({plan.workspace_arena[i], b, e, name, node});
+      claims.push_back({plan.workspace_arena[i], b, e, name, step});
     }
-    for (ValueId out : n.outputs) {
-      if (!in_arena(out)) continue;
-      const size_t s = storage_of(out);
-      if (g.storages()[s].root == out || (out == n.outputs[0] && n.inplace())) claim(s, node);
+    if (st.fused()) {
+      const ValueId out = schedule.result(g, i);
+      if (in_arena(out)) claim(storage_of(out), step);
+    } else {
+      const Node& n = g.nodes()[static_cast<size_t>(st.nodes[0])];
+      for (ValueId out : n.outputs) {
+        if (!in_arena(out)) continue;
+        const size_t s = storage_of(out);
+        if (g.storages()[s].root == out || (out == n.outputs[0] && n.inplace())) claim(s, step);
+      }
     }
     for (size_t k = first_write; k < claims.size(); ++k) {
       for (size_t s : read) {
         const auto [b, e] = bytes_of(plan.storages[s], plan.arena_of[s], name_of(s));
         if (claims[k].owner != name_of(s) && overlaps(claims[k], plan.arena_of[s], b, e)) {
-          throw Error(detail::str_cat("compiler: memory plan: node ", i, " writes ",
-                                      claims[k].owner, " over ", name_of(s),
-                                      ", which it reads (they overlap)"));
+          throw Error(detail::str_cat("compiler: memory plan: ", step, " writes ", claims[k].owner,
+                                      " over ", name_of(s), ", which it reads (they overlap)"));
         }
       }
       for (size_t m = first_write; m < k; ++m) {
         if (claims[m].owner != claims[k].owner &&
             overlaps(claims[m], claims[k].arena, claims[k].begin, claims[k].end)) {
-          throw Error(detail::str_cat("compiler: memory plan: node ", i, " writes ",
-                                      claims[m].owner, " and ", claims[k].owner,
-                                      " over each other (they overlap)"));
+          throw Error(detail::str_cat("compiler: memory plan: ", step, " writes ", claims[m].owner,
+                                      " and ", claims[k].owner, " over each other (they overlap)"));
         }
       }
     }
   }
-  // Storages read after the last node: none stay in an arena (outputs leave
+  // Storages read after the last step: none stay in an arena (outputs leave
   // it), so the replay above covers every read.
 }
 

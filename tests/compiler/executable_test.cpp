@@ -30,7 +30,7 @@ void expect_executable_matches(const Program& f, const TensorList& args) {
   const auto t = trace_of(f, args);
   verify(t->graph);
   const Executable exe(t);
-  check_plan(t->graph, exe.plan());
+  check_plan(t->graph, exe.schedule(), exe.plan());
   const TensorList expected = f(args);
   const TensorList actual = exe.run(args);
   ASSERT_EQ(actual.size(), expected.size());

@@ -56,6 +56,7 @@ struct Args {
   bool vs_torch = false;
   double torch_timeout = 300;
   bool quiet = false;
+  std::string freeze = "off";
 };
 
 // A usage error: one line on stderr, exit status 2.
@@ -312,6 +313,8 @@ int run(Args a) {
   report.environment = bench::Environment::current();
   report.environment.iters = a.iters;
   report.environment.warmup = a.warmup;
+  if (a.freeze == "on")
+    report.environment.precision += "; compiled modes frozen (CompileOptions::freeze)";
 
   std::optional<TorchSide> torch;
   if (a.vs_torch) {
@@ -343,6 +346,7 @@ int run(Args a) {
         options.modes = a.modes;
         options.iters = a.iters;
         options.warmup = a.warmup;
+        options.freeze = a.freeze == "on";
         options.weights_bytes = bench::detail::weights_bytes_of(*s.module);
         const double share = 1.0 / static_cast<double>(n_cases);
         const double base = static_cast<double>(index) * share;
@@ -522,6 +526,11 @@ int main(int argc, char** argv) {
                    "0: no limit)")
       ->check(CLI::Range(0.0, 1e6));
   bench->add_flag("--quiet", a.quiet, "no progress");
+  bench
+      ->add_option("--freeze", a.freeze,
+                   "on or off: the compiled modes freeze the weights (CompileOptions::freeze: "
+                   "constants, batch norms folded into convolutions; default off)")
+      ->check(CLI::IsMember({"on", "off"}));
   std::vector<std::string> report_inputs;
   CLI::App* report = app.add_subcommand(
       "report", "merge saved JSON reports and write them as a table, JSON, CSV or HTML");

@@ -15,6 +15,7 @@
 #include "backends/cpu/onednn_context.h"
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/weight_cache.h"
+#include "backends/epilogue.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
 
@@ -378,6 +379,48 @@ void adaptive_avg_pool(const KernelCall& call) {
   });
 }
 
+// conv1d/conv2d with an epilogue (backends/epilogue.h): the convolution as
+// eager runs it, then the residual add and the relu in one pass over the
+// result while it is still in cache, each element rounded as eager's add and
+// relu round it, so the result is eager's bitwise. (oneDNN's post-ops would
+// not be: its sum post-op starts the accumulation from the residual, and its
+// relu post-op turns NaN into 0.)
+std::string conv_epilogue_supports(OpId, std::span<const ops::TensorMeta>,
+                                   const ops::TensorMeta& output, const ops::Attrs&,
+                                   const Epilogue& epilogue) {
+  if (output.dtype != kFloat32)
+    return detail::str_cat("the CPU runs it on ", output.dtype, ", not float32");
+  size_t adds = 0;
+  for (Epilogue::Kind k : epilogue.ops) adds += k == Epilogue::Kind::kAdd;
+  if (adds > 1) return "it takes one residual add";
+  return "";
+}
+
+void conv_epilogue_kernel(const KernelCall& call, const Epilogue& epilogue) {
+  const bool add = std::find(epilogue.ops.begin(), epilogue.ops.end(), Epilogue::Kind::kAdd) !=
+                   epilogue.ops.end();
+  const size_t conv_inputs = add ? call.inputs.size() - 1 : call.inputs.size();
+  conv_kernel(
+      KernelCall{call.schema, call.inputs.subspan(0, conv_inputs), call.outputs, call.attrs});
+  Tensor y = call.out();
+  const Tensor r = add ? call.inputs.back().contiguous() : Tensor();
+  float* out = y.data<float>();
+  const float* residual = add ? r.data<float>() : nullptr;
+  // The ops in their order (an add before a relu, or either alone).
+  const bool relu_first = !epilogue.ops.empty() && epilogue.ops.front() == Epilogue::Kind::kRelu;
+  const bool relu = std::find(epilogue.ops.begin(), epilogue.ops.end(), Epilogue::Kind::kRelu) !=
+                    epilogue.ops.end();
+  parallel_for(y.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float v = out[i];
+      if (relu_first) v = v < 0.f ? 0.f : v;  // keeps NaN, as eager's relu
+      if (residual) v = v + residual[i];
+      if (relu && !relu_first) v = v < 0.f ? 0.f : v;
+      out[i] = v;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace cpu
 
@@ -385,6 +428,9 @@ void register_cpu_conv_pool_kernels(KernelTable& t) {
   using ops::OpId;
   t.set(OpId::conv1d, cpu::conv_kernel);
   t.set(OpId::conv2d, cpu::conv_kernel);
+  for (OpId op : {OpId::conv1d, OpId::conv2d})
+    register_epilogue_lowering(DeviceKind::CPU, op,
+                               {cpu::conv_epilogue_supports, cpu::conv_epilogue_kernel});
   t.set(OpId::max_pool2d, [](const KernelCall& c) {
     cpu::visit_float(c.out().dtype(), [&]<typename T>() { cpu::max_pool<T>(c); });
   });

@@ -10,6 +10,7 @@
 // there, which needs no write in between to a storage it reads. Nodes that
 // record autograd are left alone (batch_norm_eval has no derivative).
 #include "compiler/passes/pass.h"
+#include "compiler/readers.h"
 
 #include <algorithm>
 
@@ -28,25 +29,12 @@ struct Chain {
 Trace fuse_batch_norm_activation(const Trace& trace) {
   const Graph& g = trace.graph;
   const auto& nodes = g.nodes();
-  // How many nodes read each value (as an input or an in-place target), and
-  // the last that does; results count as read twice.
-  std::vector<int32_t> uses(g.values().size(), 0), consumer(g.values().size(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
-    std::vector<ValueId> read(n.inputs);
-    if (n.inplace()) read.push_back(n.target);
-    std::sort(read.begin(), read.end());
-    read.erase(std::unique(read.begin(), read.end()), read.end());
-    for (ValueId v : read) {
-      if (v == kNoValue) continue;
-      ++uses[static_cast<size_t>(v)];
-      consumer[static_cast<size_t>(v)] = static_cast<int32_t>(i);
-    }
-  }
-  for (ValueId id : g.outputs()) uses[static_cast<size_t>(id)] += 2;
+  const Readers readers(g);
+  const std::vector<int32_t>& uses = readers.count;
   const auto only_reader = [&](ValueId v) -> const Node* {
-    if (uses[static_cast<size_t>(v)] != 1) return nullptr;
-    const Node& n = nodes[static_cast<size_t>(consumer[static_cast<size_t>(v)])];
+    const int32_t reader = readers.only(v);
+    if (reader < 0) return nullptr;
+    const Node& n = nodes[static_cast<size_t>(reader)];
     return n.grad_enabled ? nullptr : &n;
   };
   const auto index_of = [&](const Node* n) { return static_cast<int32_t>(n - nodes.data()); };

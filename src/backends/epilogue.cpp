@@ -1,0 +1,46 @@
+#include "backends/epilogue.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace kiln::backend {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::pair<DeviceKind, ops::OpId>, EpilogueLowering> lowerings;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+std::string Epilogue::describe() const {
+  std::string s;
+  for (Kind k : ops) {
+    if (!s.empty()) s += ", ";
+    s += k == Kind::kAdd ? "add" : "relu";
+  }
+  return s;
+}
+
+void register_epilogue_lowering(DeviceKind device, ops::OpId op, EpilogueLowering lowering) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.lowerings[{device, op}] = lowering;
+}
+
+const EpilogueLowering* epilogue_lowering(DeviceKind device, ops::OpId op) {
+  // Backends register when they start: make sure this device's has.
+  backend_for(device);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.lowerings.find({device, op});
+  return it == r.lowerings.end() ? nullptr : &it->second;
+}
+
+}  // namespace kiln::backend

@@ -1,0 +1,213 @@
+#include "compiler/schedule/schedule.h"
+
+#include <algorithm>
+
+#include "compiler/readers.h"
+#include "core/shape_util.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler {
+namespace {
+
+using backend::Epilogue;
+
+// A library call and the pointwise nodes after it that only it feeds.
+struct Candidate {
+  std::vector<int32_t> nodes;
+  Epilogue epilogue;
+  std::vector<ValueId> inputs;
+  const backend::EpilogueLowering* lowering = nullptr;
+};
+
+bool library_call(ops::OpId op) { return op == ops::OpId::conv2d || op == ops::OpId::conv1d; }
+
+// Extends the call at `call` with the relu and residual add nodes that alone
+// read its result, one after another; empty epilogue when there are none.
+Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
+  const Node& c = g.nodes()[static_cast<size_t>(call)];
+  Candidate cand;
+  cand.nodes.push_back(call);
+  for (ValueId in : c.inputs) cand.inputs.push_back(in);
+  while (cand.inputs.size() < 3) cand.inputs.push_back(kNoValue);
+  const Value& y = g.value(c.outputs[0]);
+  ValueId cur = c.outputs[0];
+  bool added = false, relued = false;
+  for (;;) {
+    const int32_t next = readers.only(cur);
+    if (next < 0) break;
+    const Node& n = g.nodes()[static_cast<size_t>(next)];
+    if (n.outputs.empty()) break;
+    const Value& out = g.value(n.outputs[0]);
+    if (out.dtype != y.dtype || out.sizes != y.sizes || out.device != y.device) break;
+    if (n.op == ops::OpId::relu && !relued && n.inputs.size() == 1 && n.inputs[0] == cur &&
+        (!n.inplace() || n.target == cur)) {
+      relued = true;
+      cand.epilogue.ops.push_back(Epilogue::Kind::kRelu);
+    } else if (n.op == ops::OpId::add && !added && !relued && n.inputs.size() == 2 &&
+               n.attrs.scalar(0).to_double() == 1) {
+      // y + r, r + y, or y += r.
+      const bool first = n.inputs[0] == cur && n.inputs[1] != cur;
+      const bool second = !n.inplace() && n.inputs[1] == cur && n.inputs[0] != cur;
+      if (!(first || second) || (n.inplace() && n.target != cur)) break;
+      const ValueId r = n.inputs[first ? 1 : 0];
+      const Value& rv = g.value(r);
+      if (rv.sizes != y.sizes || rv.dtype != y.dtype || rv.device != y.device ||
+          rv.storage == y.storage || !contiguous_layout(rv.sizes, rv.strides)) {
+        break;
+      }
+      added = true;
+      cand.epilogue.ops.push_back(Epilogue::Kind::kAdd);
+      cand.inputs.push_back(r);
+    } else {
+      break;
+    }
+    cand.nodes.push_back(next);
+    cur = n.outputs[0];
+  }
+  return cand;
+}
+
+// Why the group cannot run at its last node's place: a node in between
+// writes a storage one of its nodes reads (empty when none does).
+std::string moved_past_a_write(const Graph& g, const Candidate& cand) {
+  std::vector<int32_t> read;
+  for (ValueId in : cand.inputs)
+    if (in != kNoValue) read.push_back(g.value(in).storage);
+  for (int32_t k = cand.nodes.front() + 1; k < cand.nodes.back(); ++k) {
+    if (std::find(cand.nodes.begin(), cand.nodes.end(), k) != cand.nodes.end()) continue;
+    const Node& n = g.nodes()[static_cast<size_t>(k)];
+    if (n.inplace() && std::find(read.begin(), read.end(), g.value(n.target).storage) != read.end())
+      return detail::str_cat("node ", k, " writes a tensor it reads in between");
+  }
+  return "";
+}
+
+std::string node_list(const Graph& g, const std::vector<int32_t>& nodes) {
+  std::string s;
+  for (int32_t i : nodes) {
+    const Node& n = g.nodes()[static_cast<size_t>(i)];
+    if (!s.empty()) s += " + ";
+    s += ops::op_schema(n.op).name;
+    if (n.inplace()) s += "_";
+  }
+  return detail::str_cat(s, " (node", nodes.size() > 1 ? "s " : " ", nodes.front(),
+                         nodes.size() > 1 ? detail::str_cat("-", nodes.back()) : std::string(),
+                         ")");
+}
+
+}  // namespace
+
+ValueId Schedule::result(const Graph& graph, size_t step) const {
+  const Node& last = graph.nodes()[static_cast<size_t>(steps[step].nodes.back())];
+  return last.outputs.empty() ? kNoValue : last.outputs[0];
+}
+
+std::string Schedule::describe(const Graph& graph, size_t step) const {
+  return node_list(graph, steps[step].nodes);
+}
+
+Schedule unfused_schedule(const Graph& graph) {
+  Schedule s;
+  const size_t n = graph.nodes().size();
+  s.steps.resize(n);
+  s.step_of.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    s.steps[i].nodes = {static_cast<int32_t>(i)};
+    s.step_of[i] = static_cast<int32_t>(i);
+  }
+  s.materialized.assign(graph.storages().size(), true);
+  return s;
+}
+
+Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
+  const Readers readers(g);
+  const auto& nodes = g.nodes();
+  std::vector<Candidate> groups;
+  std::vector<int32_t> group_at(nodes.size(), -1);  // by last node
+  std::vector<bool> taken(nodes.size(), false);
+  Schedule s;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (!library_call(n.op) || taken[i] || n.outputs.empty()) continue;
+    Candidate cand = epilogue_of(g, readers, static_cast<int32_t>(i));
+    if (cand.epilogue.ops.empty()) continue;
+    const std::string what = node_list(g, cand.nodes);
+    const Value& y = g.value(n.outputs[0]);
+    std::string why;
+    const backend::EpilogueLowering* lowering = nullptr;
+    // Epilogue groups keep eager's bits (backends/epilogue.h): strict
+    // (options.strict) fuses them too.
+    (void)options;
+    if (y.device.is_cpu() && ops::ReferenceModeGuard::enabled()) {
+      why = "the CPU runs its reference kernels";
+    } else {
+      lowering = backend::epilogue_lowering(y.device.kind(), n.op);
+      if (!lowering)
+        why = detail::str_cat("the ", y.device, " backend runs no ", ops::op_schema(n.op).name,
+                              " with an epilogue");
+    }
+    for (size_t k = 0; k < 3 && why.empty(); ++k) {
+      const ValueId in = cand.inputs[k];
+      if (in != kNoValue && g.value(in).dtype != y.dtype)
+        why = detail::str_cat("input ", k, " is ", g.value(in).dtype, ", the result ", y.dtype);
+    }
+    if (why.empty()) {
+      std::vector<ops::TensorMeta> metas;
+      for (ValueId in : cand.inputs) {
+        if (in == kNoValue) {
+          metas.push_back({});
+          continue;
+        }
+        const Value& v = g.value(in);
+        metas.push_back({v.sizes, v.dtype, v.device, v.strides, v.offset});
+      }
+      TensorList call_inputs;
+      for (ValueId in : n.inputs)
+        call_inputs.push_back(in == kNoValue ? Tensor() : g.meta_tensor(in));
+      const ops::Attrs attrs =
+          ops::infer(n.op, call_inputs, n.attrs).attrs;  // canonical, as run gets them
+      why = lowering->supports(n.op, metas, {y.sizes, y.dtype, y.device, y.strides, y.offset},
+                               attrs, cand.epilogue);
+    }
+    if (why.empty()) why = moved_past_a_write(g, cand);
+    if (!why.empty()) {
+      s.not_fused.push_back(detail::str_cat(what, " not fused: ", why));
+      continue;
+    }
+    for (int32_t k : cand.nodes) taken[static_cast<size_t>(k)] = true;
+    group_at[static_cast<size_t>(cand.nodes.back())] = static_cast<int32_t>(groups.size());
+    s.fused.push_back(detail::str_cat(what, ": one ", ops::op_schema(n.op).name,
+                                      " call with epilogue ", cand.epilogue.describe()));
+    cand.lowering = lowering;
+    groups.push_back(std::move(cand));
+  }
+  // The steps in program order: a group at its last node's place.
+  s.step_of.assign(nodes.size(), -1);
+  s.materialized.assign(g.storages().size(), true);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (taken[i] && group_at[i] < 0) continue;
+    ScheduledStep st;
+    if (group_at[i] >= 0) {
+      const Candidate& c = groups[static_cast<size_t>(group_at[i])];
+      st.nodes = c.nodes;
+      st.lowering = c.lowering;
+      st.epilogue = c.epilogue;
+      st.inputs = c.inputs;
+      // Values inside the group live in storages of their own unless the
+      // epilogue wrote in place into the call's result.
+      const int32_t result_storage = g.value(nodes[i].outputs[0]).storage;
+      for (size_t k = 0; k + 1 < c.nodes.size(); ++k) {
+        const int32_t inner = g.value(nodes[static_cast<size_t>(c.nodes[k])].outputs[0]).storage;
+        if (inner != result_storage) s.materialized[static_cast<size_t>(inner)] = false;
+      }
+    } else {
+      st.nodes = {static_cast<int32_t>(i)};
+    }
+    for (int32_t k : st.nodes)
+      s.step_of[static_cast<size_t>(k)] = static_cast<int32_t>(s.steps.size());
+    s.steps.push_back(std::move(st));
+  }
+  return s;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,65 @@
+// The schedule of an executable (docs/architecture.md, "Schedules and fused
+// steps"): the graph's nodes in steps, each step one call at run time. A
+// step is one node (a kernel, a view, an in-place write) or a group of nodes
+// a backend runs as one call: today a library call with an epilogue (a
+// convolution with its bias, residual add and relu). The memory plan, the
+// workspaces and the plan's check count time in steps, so a value made and
+// read only inside a group never gets bytes.
+//
+// What is fused is decided here, once for every backend, over the graph and
+// the backends' capabilities (backends/epilogue.h); each candidate left
+// apart is noted with why, for explain() and KILN_LOGS=fusion.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/epilogue.h"
+#include "compiler/graph.h"
+
+namespace kiln::compiler {
+
+struct ScheduleOptions {
+  // Results bitwise eager's (CompileOptions::strict): no group that rounds
+  // otherwise than the nodes it covers. (Epilogue groups round as eager.)
+  bool strict = false;
+};
+
+struct ScheduledStep {
+  // The graph nodes it covers, ascending. It runs at the last one's place in
+  // program order: the others' inputs are ready by then, and no node in
+  // between writes what they read.
+  std::vector<int32_t> nodes;
+  // A library call with an epilogue: nodes[0] is the call, the others the
+  // epilogue's ops in order. It reads `inputs` (the call's, then one per
+  // kAdd) and makes the last node's output.
+  const backend::EpilogueLowering* lowering = nullptr;
+  backend::Epilogue epilogue;
+  std::vector<ValueId> inputs;
+
+  bool fused() const noexcept { return lowering != nullptr; }
+};
+
+struct Schedule {
+  std::vector<ScheduledStep> steps;
+  std::vector<int32_t> step_of;  // by node
+  // By storage: false when only the inside of a fused step touches it
+  // (the step never makes it, and it gets no bytes).
+  std::vector<bool> materialized;
+  // Each fused step, and each candidate left apart with why (explain()).
+  std::vector<std::string> fused, not_fused;
+
+  // The value a step makes for the steps after it (a fused step: its last
+  // node's output).
+  ValueId result(const Graph& graph, size_t step) const;
+  // "conv2d + add + relu (nodes 4-6)", for messages.
+  std::string describe(const Graph& graph, size_t step) const;
+};
+
+// One step per node: what an executable runs without fusion.
+Schedule unfused_schedule(const Graph& graph);
+// The graph's steps with library calls and their epilogues fused where the
+// backend of their device can run them so.
+Schedule schedule_graph(const Graph& graph, const ScheduleOptions& options);
+
+}  // namespace kiln::compiler
