@@ -97,7 +97,7 @@ enum class LayoutField : uint8_t { kSizes, kSize, kStrides, kStride, kNumel, kCo
 enum class SizeCmp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 
 namespace detail {
-// Notes a traced program's read of a proxy's layout (compiler/capture.h).
+// Notes a traced program's read of a proxy's layout (ops/tracing.h).
 void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
                       const std::source_location& where);
 // Notes a traced program's comparison of a proxy's size with a number (Tensor::size_is).

@@ -7,9 +7,9 @@
 #include "autograd/meta.h"
 #include "autograd/nodes.h"
 #include "autograd/rules/common.h"
-#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
+#include "ops/tracing.h"
 
 namespace kiln::autograd {
 namespace {
@@ -189,7 +189,7 @@ void add_roots(GraphRun& run, const TensorList& outputs, const TensorList& grad_
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 const TensorList& grad_outputs, GradOptions options) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) tracer->note_backward();
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) tracer->note_backward();
   const bool keep = options.retain_graph.value_or(options.create_graph);
   GraphRun run(keep, /*accumulate=*/false);
   std::vector<Edge> input_edges;
@@ -221,7 +221,7 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs,
 void backward(const TensorList& outputs, const TensorList& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph, const TensorList& inputs) {
   // Inside kiln::compile the engine runs on proxies and its ops are recorded.
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) tracer->note_backward();
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) tracer->note_backward();
   GraphRun run(retain_graph.value_or(create_graph), /*accumulate=*/true);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!requires_grad(inputs[i])) {

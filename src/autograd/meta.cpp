@@ -4,8 +4,8 @@
 #include <atomic>
 
 #include "autograd/nodes.h"
-#include "compiler/capture.h"
 #include "ops/dispatch.h"
+#include "ops/tracing.h"
 
 namespace kiln::autograd {
 
@@ -152,7 +152,7 @@ void Tensor::set_grad(const Tensor& grad) const {
     }
   }
   if (!is_meta()) {
-    if (compiler::Tracer* tracer = compiler::Tracer::active()) tracer->note_grad_owner(*this);
+    if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) tracer->note_grad_owner(*this);
   }
   AutogradMeta* m = meta_of(*this);
   if (!m && !grad.defined()) return;
@@ -174,7 +174,7 @@ Tensor Tensor::detach() const {
   Tensor out = autograd::alias_without_history(*this);
   if (is_meta()) {
     // A traced program's detach() is the same value to the trace.
-    if (compiler::Tracer* tracer = compiler::Tracer::active()) tracer->alias(*this, out);
+    if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) tracer->alias(*this, out);
   }
   return out;
 }

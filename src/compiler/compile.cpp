@@ -10,13 +10,13 @@
 #include <optional>
 #include <unordered_map>
 
-#include "compiler/capture.h"
-#include "compiler/check.h"
-#include "compiler/graph.h"
-#include "compiler/guard_key.h"
+#include "compiler/capture/capture.h"
+#include "compiler/capture/guard_key.h"
+#include "compiler/ir/graph.h"
 #include "compiler/logs.h"
 #include "compiler/passes/pass.h"
-#include "compiler/segment.h"
+#include "compiler/runtime/check.h"
+#include "compiler/runtime/segment.h"
 #include "kiln/autograd.h"
 #include "kiln/runtime.h"
 

@@ -3,17 +3,17 @@
 #include <cstring>
 #include <optional>
 
+#include "autograd/meta.h"
+#include "autograd/record.h"
+#include "backends/backend.h"
 #include "core/shape_util.h"
+#include "kiln/autograd.h"
+#include "kiln/cuda.h"
 #include "kiln/ops/factory.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/shape.h"
-#include "backends/backend.h"
-#include "autograd/meta.h"
-#include "autograd/record.h"
-#include "kiln/autograd.h"
-#include "kiln/cuda.h"
-#include "compiler/capture.h"
 #include "ops/dispatch.h"
+#include "ops/tracing.h"
 
 namespace kiln {
 
@@ -95,11 +95,11 @@ bool Tensor::shares_storage(const Tensor& other) const {
 namespace {
 
 // The real tensor behind a proxy the traced program reads on the host (a
-// graph break, compiler/capture.h), or null when `t` holds data or no trace runs.
+// graph break, ops/tracing.h), or null when `t` holds data or no trace runs.
 std::optional<Tensor> traced_read(const Tensor& t, std::string what, std::source_location where, bool guardable,
                                   bool known_where = true) {
   if (!t.is_meta()) return std::nullopt;
-  compiler::Tracer* tracer = compiler::Tracer::active();
+  ops::TraceRecorder* tracer = ops::TraceRecorder::active();
   if (tracer == nullptr) return std::nullopt;
   return tracer->materialize(t, {std::move(what), where, known_where, guardable});
 }
@@ -137,7 +137,7 @@ Scalar Tensor::item(std::source_location where) const {
                                      ") cannot be converted to a scalar"));
   }
   if (auto real = traced_read(*this, "item()", where, true)) {
-    compiler::TracerPause untraced;
+    ops::TracePause untraced;
     return real->item();
   }
   if (!device().is_cpu()) return to(Device::cpu()).item();
@@ -148,7 +148,7 @@ Scalar Tensor::item(std::source_location where) const {
 template <typename T>
 std::vector<T> Tensor::to_vector(std::source_location where) const {
   if (auto real = traced_read(*this, "to_vector()", where, true)) {
-    compiler::TracerPause untraced;
+    ops::TracePause untraced;
     return real->to_vector<T>();
   }
   Tensor c = to(Device::cpu()).to(dtype_of<T>()).contiguous();
@@ -193,7 +193,8 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
   // Inside kiln::compile the copy is a node of the graph (to_device): a
   // blocking copy when the graph runs, whatever non_blocking says.
-  if (compiler::Tracer::active() != nullptr) return ops::dispatch1(ops::OpId::to_device, {*this}, {d});
+  if (ops::TraceRecorder::active() != nullptr)
+    return ops::dispatch1(ops::OpId::to_device, {*this}, {d});
   // Gathered on its own device first, then one copy of contiguous bytes.
   const Tensor src = contiguous();
   const Device on = d.is_cpu() ? device() : d;
@@ -302,7 +303,7 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
 Tensor wrapped_scalar(Scalar value) {
   // Made eagerly even while tracing: a number the program wrote is a constant
   // of the graph, not a node.
-  compiler::TracerPause pause;
+  ops::TracePause pause;
   // Floats keep double precision; promotion still treats them as float32 (see result_type).
   Tensor t = scalar_tensor(value, {.dtype = value.is_floating() ? kFloat64 : value.default_dtype()});
   t.impl().wrapped_number = true;

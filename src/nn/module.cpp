@@ -13,10 +13,10 @@
 #include <typeinfo>
 #include <unordered_set>
 
-#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
 #include "nn/module_state.h"
+#include "ops/tracing.h"
 
 namespace kiln::nn {
 
@@ -273,7 +273,7 @@ void Module::train(bool on) {
 }
 
 bool Module::is_training() const {
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) {
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) {
     // The graph depends on the flag: guarded by the module's state, which
     // the guard shares (the module may be gone before the graph).
     std::shared_ptr<const internal::ModuleState> state = state_;

@@ -8,11 +8,11 @@
 #include "autograd/record.h"
 #include "backends/backend.h"
 #include "backends/writes_nothing.h"
-#include "compiler/capture.h"
 #include "core/checked_size.h"
 #include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/op_profile.h"
+#include "ops/tracing.h"
 
 namespace kiln::ops {
 namespace {
@@ -70,7 +70,7 @@ bool any_meta(std::span<const Tensor> inputs) {
 // was to write. A DeviceError naming both; a real 0-dim tensor (a number)
 // mixes with meta ones, as it mixes across devices.
 void check_meta_mix(const OpSchema& schema, std::span<const Tensor> inputs, const Tensor* self) {
-  if (compiler::TracerPause::pausing_a_tracer()) return;  // proxies beside captured constants
+  if (ops::TracePause::pausing_a_tracer()) return;  // proxies beside captured constants
   std::optional<size_t> meta, real;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
@@ -187,7 +187,7 @@ const backend::KernelFn& kernel_for(OpId op, Device device) {
 }
 
 TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active())
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active())
     return tracer->record(op, inputs, std::move(attrs));
   OpProfileScope profile(op);
   const OpSchema& schema = op_schema(op);
@@ -223,7 +223,7 @@ Tensor dispatch1(OpId op, std::initializer_list<Tensor> inputs, Attrs attrs) {
 }
 
 Tensor& dispatch_inplace(OpId op, Tensor& self, std::span<const Tensor> inputs, Attrs attrs) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) {
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) {
     tracer->record_inplace(op, self, inputs, std::move(attrs));
     return self;
   }

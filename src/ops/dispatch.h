@@ -1,6 +1,6 @@
 // Eager dispatch: shape rule, output allocation, input casts, kernel. Every
-// public op goes through here; while a compiler::Tracer is active on the
-// thread, the op is recorded into its graph instead (compiler/capture.h).
+// public op goes through here; while a trace recorder (ops/tracing.h) is active on the
+// thread, the op is recorded into its graph instead.
 #pragma once
 
 #include <initializer_list>

@@ -3,7 +3,7 @@
 // make_workspace and lets it go before it returns.
 //
 // Eagerly a workspace is a new tensor from the device's allocator. An
-// executable (compiler/executable.h) runs each step inside a WorkspaceScope:
+// executable (compiler/runtime/executable.h) runs each step inside a WorkspaceScope:
 // its first run measures the bytes each step asks for, and its memory plan
 // then gives every step a slice of the arena for them, alive for that step
 // only, so a compiled call holds no more than eager's live tensors plus the

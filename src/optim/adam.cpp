@@ -6,10 +6,10 @@
 // computed there, in float64, and applied as tensors.
 #include <cmath>
 
-#include "compiler/capture.h"
 #include "kiln/ops/factory.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/optim.h"
+#include "ops/tracing.h"
 #include "optim/options.h"
 
 namespace kiln::optim {
@@ -86,7 +86,7 @@ void Adam::update_group(const ParamGroup& group, std::span<ParamState> states) {
   const double weight_decay = option_value(o, "weight_decay");
   const bool amsgrad = option_flag(o, "amsgrad");
   const bool maximize = option_flag(o, "maximize");
-  const bool traced = compiler::Tracer::active() != nullptr;
+  const bool traced = ops::TraceRecorder::active() != nullptr;
   for (size_t i = 0; i < group.params.size(); ++i) {
     Tensor p = group.params[i];
     Tensor g = p.grad();
@@ -95,7 +95,7 @@ void Adam::update_group(const ParamGroup& group, std::span<ParamState> states) {
     {
       // Made on the first update, outside any trace (a recorded step
       // captures them); references are taken once every insertion is done.
-      compiler::TracerPause untraced;
+      ops::TracePause untraced;
       st.get_or_zeros("exp_avg", p);
       st.get_or_zeros("exp_avg_sq", p);
       if (amsgrad) st.get_or_zeros("max_exp_avg_sq", p);

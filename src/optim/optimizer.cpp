@@ -4,10 +4,10 @@
 #include <optional>
 #include <unordered_map>
 
-#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
 #include "kiln/optim.h"
+#include "ops/tracing.h"
 #include "optim/options.h"
 
 namespace kiln::optim {
@@ -120,7 +120,7 @@ void Optimizer::check_params(const std::vector<Tensor>& params, size_t group_ind
 
 void Optimizer::step() {
   NoGradGuard no_grad;
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) {
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active()) {
     // Inside kiln::compile the update is recorded. A graph holds numbers as
     // constants: the options are guarded (a changed learning rate traces
     // anew). State a first step makes is made outside the graph and captured

@@ -8,10 +8,10 @@
 // first call's factor is 1.
 #include <cmath>
 
-#include "compiler/capture.h"
 #include "kiln/ops/factory.h"
 #include "kiln/ops/pointwise.h"
 #include "kiln/optim.h"
+#include "ops/tracing.h"
 #include "optim/options.h"
 
 namespace kiln::optim {
@@ -72,7 +72,7 @@ void SGD::update_group(const ParamGroup& group, std::span<ParamState> states) {
   const double weight_decay = option_value(o, "weight_decay");
   const bool nesterov = option_flag(o, "nesterov");
   const bool maximize = option_flag(o, "maximize");
-  const bool traced = compiler::Tracer::active() != nullptr;
+  const bool traced = ops::TraceRecorder::active() != nullptr;
   for (size_t i = 0; i < group.params.size(); ++i) {
     Tensor p = group.params[i];
     Tensor g = p.grad();
@@ -84,7 +84,7 @@ void SGD::update_group(const ParamGroup& group, std::span<ParamState> states) {
       ParamState& st = states[i];
       Tensor* buf = st.find(kMomentumBuffer);
       if (!buf && traced) {
-        compiler::TracerPause untraced;
+        ops::TracePause untraced;
         buf = &st.get_or_zeros(kMomentumBuffer, p);
         if (dampening != 0)
           st.step_count = scalar_tensor(0.0, {.dtype = kFloat32, .device = p.device()});

@@ -4,9 +4,9 @@
 
 #include <functional>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "compiler/compiler_testing.h"
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
 #include "unit/expect_error.h"

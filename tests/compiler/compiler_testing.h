@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "compiler/logs.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"

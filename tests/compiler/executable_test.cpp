@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <functional>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "compiler/compiler_testing.h"
-#include "compiler/executable.h"
-#include "compiler/memory_plan.h"
+#include "compiler/runtime/executable.h"
+#include "compiler/schedule/memory_plan.h"
 #include "kiln/kiln.h"
 #include "ops/workspace.h"
 #include "unit/expect_error.h"

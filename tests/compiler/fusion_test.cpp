@@ -10,8 +10,8 @@
 
 #include "backends/epilogue.h"
 #include "compiler/compiler_testing.h"
-#include "compiler/executable.h"
-#include "compiler/memory_plan.h"
+#include "compiler/runtime/executable.h"
+#include "compiler/schedule/memory_plan.h"
 #include "kiln/kiln.h"
 #include "unit/expect_error.h"
 
@@ -28,8 +28,9 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   const auto a = got.to_vector<double>(), b = want.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(std::isnan(a[i]), std::isnan(b[i])) << what << ": element " << i;
-    if (!std::isnan(b[i]))
+    if (!std::isnan(b[i])) {
       ASSERT_LE(std::abs(a[i] - b[i]), 1e-6 + 1e-5 * std::abs(b[i])) << what << ": element " << i;
+    }
   }
 }
 

@@ -4,10 +4,10 @@
 
 #include <functional>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "compiler/compiler_testing.h"
-#include "compiler/executable.h"
 #include "compiler/passes/pass.h"
+#include "compiler/runtime/executable.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
 

@@ -6,9 +6,9 @@
 
 #include <optional>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "compiler/compiler_testing.h"
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 #include "kiln/kiln.h"
 #include "unit/expect_error.h"
 

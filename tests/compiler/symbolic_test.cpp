@@ -8,9 +8,9 @@
 #include <functional>
 #include <optional>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "compiler/compiler_testing.h"
-#include "compiler/symbolic_shapes.h"
+#include "compiler/ir/symbolic_shapes.h"
 #include "core/symbolic.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"

@@ -9,8 +9,8 @@
 // add), reading the residual when the add read it: the batch norm is moved
 // there, which needs no write in between to a storage it reads. Nodes that
 // record autograd are left alone (batch_norm_eval has no derivative).
+#include "compiler/ir/readers.h"
 #include "compiler/passes/pass.h"
-#include "compiler/readers.h"
 
 #include <algorithm>
 

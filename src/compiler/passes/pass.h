@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 
 namespace kiln::compiler {
 

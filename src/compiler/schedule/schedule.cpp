@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "compiler/readers.h"
+#include "compiler/ir/readers.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 

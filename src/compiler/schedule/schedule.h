@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/epilogue.h"
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 
 namespace kiln::compiler {
 

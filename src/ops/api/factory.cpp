@@ -4,10 +4,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "compiler/capture.h"
 #include "core/checked_size.h"
 #include "ops/dispatch.h"
 #include "ops/random.h"
+#include "ops/tracing.h"
 
 namespace kiln {
 
@@ -37,8 +37,9 @@ void check_floating(const char* op, DType t) {
 
 namespace ops {
 PhiloxDraw draw_philox(Generator* g, int64_t n) {
-  // A trace draws nothing: the replay draws for each call (compiler/capture.h).
-  if (compiler::Tracer* tracer = compiler::Tracer::active()) return tracer->note_random_draw(g, n);
+  // A trace draws nothing: the replay draws for each call (compiler/capture/capture.h).
+  if (ops::TraceRecorder* tracer = ops::TraceRecorder::active())
+    return tracer->note_random_draw(g, n);
   if (g) return {static_cast<int64_t>(g->seed()), static_cast<int64_t>(g->advance(n))};
   std::lock_guard lock(g_generator_mutex);
   Generator& d = default_generator();
@@ -91,7 +92,7 @@ Tensor ones(const Shape& sizes, TensorOptions o) {
 }
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), {t.dtype(), t.device()}); }
 // The *_like factories pass the tensor itself, not its sizes: a traced program
-// does not read them (compiler/capture.h, LayoutRead).
+// does not read them (compiler/capture/capture.h, LayoutRead).
 Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
 Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
 Tensor full_like(const Tensor& t, Scalar v) {

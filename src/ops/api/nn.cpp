@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/capture.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/pointwise.h"
 #include "ops/dispatch.h"
 #include "ops/random.h"
+#include "ops/tracing.h"
 
 namespace kiln::nn::functional {
 
@@ -63,7 +63,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   TensorList out = dispatch(OpId::batch_norm, inputs, {training, eps});
   // Meta inputs update nothing, unless they are a trace's proxies: the trace
   // records the updates, for its replays to make.
-  if (!training || (input.is_meta() && compiler::Tracer::active() == nullptr)) return out[0];
+  if (!training || (input.is_meta() && ops::TraceRecorder::active() == nullptr)) return out[0];
   const int64_t count = input.size(1) == 0 ? 0 : input.numel() / input.size(1);
   if (count == 0) return out[0];  // no statistics to fold in
   const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);

@@ -17,7 +17,7 @@ Tensor view(const Tensor& x, const Shape& shape) { return dispatch1(OpId::view, 
 Tensor reshape(const Tensor& x, const Shape& shape, const std::source_location& where) {
   // A contiguous tensor always has the view: view's shape rule resolves a
   // -1, so a traced program reads only that x is contiguous, not its sizes
-  // (which then may change: compiler/capture.h, LayoutRead).
+  // (which then may change: compiler/capture/capture.h, LayoutRead).
   if (x.is_contiguous(where)) {
     try {
       return view(x, shape);
@@ -62,7 +62,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim,
   const int64_t e = wrap_dim(end_dim, x.dim(), "flatten");
   if (s == e) return x;
   // The rule checks that s <= e. A traced program reads only whether x is
-  // contiguous, not its sizes (compiler/capture.h, LayoutRead): they stay
+  // contiguous, not its sizes (compiler/capture/capture.h, LayoutRead): they stay
   // symbolic in the rule. Merged dims that are not one run of memory are
   // copied first, as reshape does.
   const bool copy = s < e && !x.is_contiguous(where) &&

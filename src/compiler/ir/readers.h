@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 
 namespace kiln::compiler {
 

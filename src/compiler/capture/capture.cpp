@@ -1,4 +1,4 @@
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 
 #include <algorithm>
 #include <optional>
@@ -10,19 +10,11 @@
 #include "ops/dispatch.h"
 
 namespace kiln::compiler {
-namespace {
 
-thread_local Tracer* t_active = nullptr;
-
-}  // namespace
-
-Tracer::Tracer() : previous_(t_active) {
-  if (previous_ != nullptr) throw Error("compiler: a trace is already running on this thread");
-  t_active = this;
-}
+Tracer::Tracer() { activate(); }
 
 Tracer::~Tracer() {
-  t_active = previous_;
+  deactivate();
   // A trace that did not finish (an error) leaves every grad() as it found it.
   for (const auto& [real, original] : grad_owners_) {
     if (real.grad().impl_ptr() == original.impl_ptr()) continue;
@@ -43,8 +35,9 @@ void Tracer::link_gradient(const Tensor& real, const Tensor& proxy) {
 }
 
 void Tracer::note_grad_owner(const Tensor& real) {
-  const auto known = std::find_if(grad_owners_.begin(), grad_owners_.end(),
-                                  [&](const auto& o) { return o.first.impl_ptr() == real.impl_ptr(); });
+  const auto known = std::find_if(grad_owners_.begin(), grad_owners_.end(), [&](const auto& o) {
+    return o.first.impl_ptr() == real.impl_ptr();
+  });
   if (known == grad_owners_.end()) grad_owners_.emplace_back(real, real.grad());
 }
 
@@ -93,8 +86,6 @@ std::string HostGuard::changed(double now) const {
                            now != 0 ? "true" : "false");
   return detail::str_cat(what, " was ", value, ", now ", now);
 }
-
-Tracer* Tracer::active() noexcept { return t_active; }
 
 Shape observe(const Value& v, LayoutField field, int64_t dim) {
   switch (field) {
@@ -252,20 +243,6 @@ void Tracer::note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp
   layout_reads_.push_back(std::move(read));
 }
 
-namespace {
-thread_local int t_paused_tracers = 0;
-}  // namespace
-
-TracerPause::TracerPause() noexcept : paused_(t_active) {
-  t_active = nullptr;
-  if (paused_) ++t_paused_tracers;
-}
-TracerPause::~TracerPause() {
-  if (paused_) --t_paused_tracers;
-  t_active = paused_;
-}
-bool TracerPause::pausing_a_tracer() noexcept { return t_paused_tracers > 0; }
-
 int32_t Tracer::storage_of_real(const Tensor& real) const {
   const auto it = real_storages_.find(real.storage().get());
   return it == real_storages_.end() ? -1 : it->second;
@@ -310,17 +287,6 @@ Tensor Tracer::input(const Tensor& real) {
   return proxy;
 }
 
-std::string HostRead::describe(const Tensor& proxy) const {
-  std::string at;
-  if (known_where) {
-    std::string file = where.file_name();
-    if (const size_t slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
-    at = detail::str_cat(" at ", file, ":", where.line());
-  }
-  return detail::str_cat("the function reads the values of a ", proxy.dtype(), proxy.sizes(), " tensor on the host (",
-                         what, at, ")");
-}
-
 Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
   std::string description = read.describe(proxy);
   if (!on_break_) throw DataDependentRead(description);
@@ -330,7 +296,8 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
   }
   // The values the program still holds: proxies referenced from outside the
   // tracer (by the program's handles, or views of them).
-  std::unordered_map<const TensorImpl*, std::pair<const Tensor*, long>> held;  // impl -> (a handle, tracer's references)
+  std::unordered_map<const TensorImpl*, std::pair<const Tensor*, long>>
+      held;  // impl -> (a handle, tracer's references)
   for (const TensorList* list : {&proxies_, &aliases_}) {
     for (const Tensor& p : *list) {
       if (!p.defined()) continue;
@@ -342,11 +309,13 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
   std::vector<std::pair<ValueId, const Tensor*>> live;  // current value of each held proxy
   for (const auto& [impl, id] : values_) {
     const auto h = held.find(impl);
-    if (h == held.end() || !impl->storage->is_meta()) continue;  // real tensors are bound again when read
+    if (h == held.end() || !impl->storage->is_meta())
+      continue;  // real tensors are bound again when read
     if (h->second.first->impl_ptr().use_count() > h->second.second || id == found->second)
       live.emplace_back(id, h->second.first);
   }
-  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<ValueId> outputs;
   for (const auto& [id, handle] : live)
     if (outputs.empty() || outputs.back() != id) outputs.push_back(id);
@@ -354,7 +323,8 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
       std::lower_bound(outputs.begin(), outputs.end(), found->second) - outputs.begin());
   trace_.graph.set_outputs(outputs);
 
-  Cut cut{std::move(trace_), std::move(sources_), read_output, read, std::move(description), take_host_guards()};
+  Cut cut{std::move(trace_),      std::move(sources_), read_output, read,
+          std::move(description), take_host_guards()};
   trace_ = Trace{};
   sources_.clear();
   values_.clear();
@@ -364,7 +334,8 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
   std::vector<std::pair<const TensorImpl*, size_t>> carried;  // proxy -> output index
   for (const auto& [id, handle] : live) {
     carried.emplace_back(handle->impl_ptr().get(),
-                         static_cast<size_t>(std::lower_bound(outputs.begin(), outputs.end(), id) - outputs.begin()));
+                         static_cast<size_t>(std::lower_bound(outputs.begin(), outputs.end(), id) -
+                                             outputs.begin()));
   }
   for (TensorList* list : {&proxies_, &aliases_}) {
     for (Tensor& p : *list)
@@ -380,8 +351,8 @@ Tensor Tracer::materialize(const Tensor& proxy, const HostRead& read) {
     real = on_break_(std::move(cut));
   }
   if (real.size() != outputs.size()) {
-    throw Error(detail::str_cat("compile: a graph cut at a read gave ", real.size(), " results for ", outputs.size(),
-                                " outputs"));
+    throw Error(detail::str_cat("compile: a graph cut at a read gave ", real.size(),
+                                " results for ", outputs.size(), " outputs"));
   }
   const size_t base = env_.size();
   env_.insert(env_.end(), real.begin(), real.end());
@@ -400,7 +371,9 @@ ValueId Tracer::value_of(const Tensor& t) {
       // tensors autograd saves for backward): the latest value laid out so in
       // that storage, which is what eager would read.
       const ValueId same = same_data(t);
-      if (same == kNoValue) throw Error("compile: the traced function used a meta tensor it did not get from the trace");
+      if (same == kNoValue)
+        throw Error(
+            "compile: the traced function used a meta tensor it did not get from the trace");
       values_[t.impl_ptr().get()] = same;
       aliases_.push_back(t);
       return same;
@@ -428,7 +401,8 @@ ValueId Tracer::value_of(const Tensor& t) {
   return id;
 }
 
-void Tracer::map_inputs(std::span<const Tensor> inputs, std::vector<ValueId>& ids, TensorList& proxies) {
+void Tracer::map_inputs(std::span<const Tensor> inputs, std::vector<ValueId>& ids,
+                        TensorList& proxies) {
   ids.reserve(inputs.size());
   proxies.reserve(inputs.size());
   for (const Tensor& t : inputs) {
@@ -458,7 +432,8 @@ TensorList Tracer::record(ops::OpId op, std::span<const Tensor> inputs, ops::Att
   return outputs;
 }
 
-void Tracer::record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs, ops::Attrs attrs) {
+void Tracer::record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs,
+                            ops::Attrs attrs) {
   std::vector<ValueId> ids;
   TensorList proxies;
   map_inputs(inputs, ids, proxies);
@@ -468,7 +443,8 @@ void Tracer::record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> 
     TracerPause pause;
     ops::dispatch_inplace(op, target_proxy, proxies, attrs);
   }
-  const int32_t node = trace_.graph.add_node(op, std::move(ids), std::move(attrs), {target_proxy}, target);
+  const int32_t node =
+      trace_.graph.add_node(op, std::move(ids), std::move(attrs), {target_proxy}, target);
   take_random_draw(op, node);
   const ValueId version = trace_.graph.nodes()[static_cast<size_t>(node)].outputs[0];
   // Both the program's handle and the proxy now stand for the new version.
@@ -523,7 +499,8 @@ namespace kiln::compiler {
 namespace {
 
 bool same_layout(const Tensor& t, const Value& v) {
-  return t.sizes() == v.sizes && t.strides() == v.strides && t.dtype() == v.dtype && t.device() == v.device;
+  return t.sizes() == v.sizes && t.strides() == v.strides && t.dtype() == v.dtype &&
+         t.device() == v.device;
 }
 
 }  // namespace
@@ -532,14 +509,15 @@ std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs) {
   const Graph& g = trace.graph;
   std::vector<Tensor> env(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
-  for (size_t i = 0; i < g.captured().size(); ++i) env[static_cast<size_t>(g.captured()[i])] = trace.captured[i];
+  for (size_t i = 0; i < g.captured().size(); ++i)
+    env[static_cast<size_t>(g.captured()[i])] = trace.captured[i];
   for (size_t i = 0; i < g.constants().size(); ++i)
     env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
   return env;
 }
 
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws,
-                             const uint64_t** words) {
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch,
+                             CallDraws& draws, const uint64_t** words) {
   const ops::OpSchema& schema = ops::op_schema(n.op);
   if (!schema.has_flag(ops::kRandom)) return base;
   size_t seed = schema.attrs.size(), offset = schema.attrs.size();
@@ -554,7 +532,8 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
   if (n.draw_count >= 0) {
     if (PhiloxRecording* r = draws.recording) {
       while (slot < r->slots.size() && r->slots[slot].generator != n.generator) ++slot;
-      if (slot == r->slots.size()) throw Error("compile: a recorded random op's generator has no slot");
+      if (slot == r->slots.size())
+        throw Error("compile: a recorded random op's generator has no slot");
       draw = {0, static_cast<int64_t>(r->slots[slot].drawn)};
       r->slots[slot].drawn += (static_cast<uint64_t>(n.draw_count) + 1) & ~uint64_t{1};
     } else {
@@ -572,9 +551,10 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
   } else {
     const auto k = static_cast<size_t>(number);
     if (number < 0 || k >= draws.made.size() || !draws.made[k]) {
-      throw Error(detail::str_cat("compile: ", schema.name, " reuses random draw ", number,
-                                  " of the trace, which this graph did not make (it was made before a graph "
-                                  "break): keep a random op and the backward that recomputes it in one graph"));
+      throw Error(detail::str_cat(
+          "compile: ", schema.name, " reuses random draw ", number,
+          " of the trace, which this graph did not make (it was made before a graph "
+          "break): keep a random op and the backward that recomputes it in one graph"));
     }
     draw = draws.draws[k];
     slot = draws.slot[k];
@@ -589,17 +569,18 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
 TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserver& observe) {
   const Graph& g = trace.graph;
   if (inputs.size() != g.inputs().size()) {
-    throw Error(detail::str_cat("compile: replay: expected ", g.inputs().size(), " tensor arguments, got ",
-                                inputs.size()));
+    throw Error(detail::str_cat("compile: replay: expected ", g.inputs().size(),
+                                " tensor arguments, got ", inputs.size()));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(g.inputs()[i]);
     if (!inputs[i].defined() || !same_layout(inputs[i], v)) {
-      throw Error(detail::str_cat("compile: replay: argument ", i, " is ",
-                                  inputs[i].defined() ? detail::str_cat(inputs[i].dtype(), inputs[i].sizes(), " ",
-                                                                        inputs[i].device())
-                                                      : std::string("undefined"),
-                                  ", the trace has ", v.dtype, v.sizes, " ", v.device));
+      throw Error(detail::str_cat(
+          "compile: replay: argument ", i, " is ",
+          inputs[i].defined()
+              ? detail::str_cat(inputs[i].dtype(), inputs[i].sizes(), " ", inputs[i].device())
+              : std::string("undefined"),
+          ", the trace has ", v.dtype, v.sizes, " ", v.device));
     }
   }
   std::vector<Tensor> env = bind_sources(trace, inputs);
@@ -611,7 +592,8 @@ TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserv
     std::optional<NoGradGuard> no_grad;
     if (!n.grad_enabled) no_grad.emplace();
     args.clear();
-    for (ValueId id : n.inputs) args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
+    for (ValueId id : n.inputs)
+      args.push_back(id == kNoValue ? Tensor() : env[static_cast<size_t>(id)]);
     const ops::Attrs& attrs = call_attrs(n, n.attrs, scratch, draws);
     if (n.inplace()) {
       Tensor target = env[static_cast<size_t>(n.target)];
@@ -622,38 +604,13 @@ TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserv
     }
     TensorList outs = ops::dispatch(n.op, args, attrs);
     if (observe) observe(index, outs);
-    for (size_t k = 0; k < outs.size(); ++k) env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
+    for (size_t k = 0; k < outs.size(); ++k)
+      env[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
   }
   TensorList results;
   for (ValueId id : g.outputs()) results.push_back(env[static_cast<size_t>(id)]);
   return results;
 }
-
-}  // namespace kiln::compiler
-
-namespace kiln::detail {
-
-void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
-                      const std::source_location& where) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active())
-    tracer->note_layout_read(impl, field, dim, where);
-}
-
-void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t n, bool result,
-                       const std::source_location& where) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active())
-    tracer->note_size_compare(impl, dim, cmp, n, result, where);
-}
-
-void note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp, const TensorImpl& other,
-                        int64_t other_dim, bool result, const std::source_location& where) {
-  if (compiler::Tracer* tracer = compiler::Tracer::active())
-    tracer->note_size_relation(impl, dim, cmp, other, other_dim, result, where);
-}
-
-}  // namespace kiln::detail
-
-namespace kiln::compiler {
 
 std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> reads,
                              const TensorList& inputs, std::string& why) {

@@ -13,10 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compiler/capture.h"
-#include "compiler/device_graph.h"
-#include "compiler/executable.h"
-#include "compiler/symbolic_shapes.h"
+#include "compiler/capture/capture.h"
+#include "compiler/ir/symbolic_shapes.h"
+#include "compiler/runtime/device_graph.h"
+#include "compiler/runtime/executable.h"
 #include "kiln/compile.h"
 #include "nn/module_state.h"
 
@@ -33,8 +33,8 @@ struct LayoutGuard {
   bool has_grad = false;
   const TensorImpl* grad = nullptr;
   bool matches(const Tensor& t) const {
-    if (!(t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype && t.device() == device &&
-          t.requires_grad() == requires_grad))
+    if (!(t.sizes() == sizes && t.strides() == strides && t.dtype() == dtype &&
+          t.device() == device && t.requires_grad() == requires_grad))
       return false;
     if (!requires_grad) return true;
     const Tensor g = t.grad();
@@ -88,9 +88,9 @@ struct Segment {
   std::vector<int32_t> sources;  // graph input i is the call's tensor sources[i] (Tracer::sources)
   std::vector<LayoutGuard> captured;
   std::vector<SlotGuard> slots;  // the captured tensors that modules' slots held
-  TraceSignature signature;  // of the graph as traced, before the passes
-  int32_t read = -1;      // the output the program read on the host; -1: the last graph
-  bool guarded = true;    // the read can be guarded (else calls with this key run eagerly afterwards)
+  TraceSignature signature;      // of the graph as traced, before the passes
+  int32_t read = -1;             // the output the program read on the host; -1: the last graph
+  bool guarded = true;  // the read can be guarded (else calls with this key run eagerly afterwards)
   std::string read_description;
   std::vector<int64_t> structure;  // the last graph's: the results' nesting
   // A training step: the function ran backward() (its graph holds the backward
@@ -100,11 +100,12 @@ struct Segment {
   std::vector<GradWrite> grad_writes;
   std::vector<HostGuard> host_guards;
   std::unordered_map<std::string, Link> next;  // by the bytes read (under Impl::mutex)
-  int64_t order = 0;    // the graph's number in its function, from 1
+  int64_t order = 0;                           // the graph's number in its function, from 1
   int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
-  int64_t instance_of = 0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
-  bool retraced = false;    // made from instance_of's trace by retrace, the function not called
-  std::string symbols;      // checked against symbolic shapes: the symbols' values ("s0 = 9")
+  int64_t instance_of =
+      0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
+  bool retraced = false;  // made from instance_of's trace by retrace, the function not called
+  std::string symbols;    // checked against symbolic shapes: the symbols' values ("s0 = 9")
   double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
   // Mode::ReduceOverhead: the executable recorded as one device graph, or
@@ -126,7 +127,8 @@ struct Segment {
 // guarded exactly; graphs whose program (program_hash) the family already
 // has are instances, not recompiles.
 struct Family {
-  std::unordered_map<uint64_t, int64_t> programs;    // program_hash -> the first graph compiled with it
+  std::unordered_map<uint64_t, int64_t>
+      programs;  // program_hash -> the first graph compiled with it
   // The latest traces of the family that made one graph (no graph break, no
   // backward() and no random draws), as traced, with the layout reads the
   // program made: new sizes are made from one (retrace) without calling the
@@ -176,12 +178,14 @@ void record_graph(Segment& seg, const TensorList& tensors, const std::string& na
 
 // A segment's call: its device graph, its executable, or where autograd
 // must record, a replay through dispatch. graph_calls counts device graph launches.
-TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name, int64_t& graph_calls);
+TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name,
+                       int64_t& graph_calls);
 
 // A segment's first call: it makes the libraries' plans and handles (under
 // MaxAutotune, by timing their candidates); then, under ReduceOverhead and
 // MaxAutotune, the same work is recorded as a device graph for later calls.
-TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptions& options, int64_t& graph_calls);
+TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptions& options,
+                     int64_t& graph_calls);
 
 // A training step's last graph: its gradient outputs go to their tensors'
 // grad(), and the results are what is left.

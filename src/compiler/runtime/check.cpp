@@ -1,4 +1,4 @@
-#include "compiler/check.h"
+#include "compiler/runtime/check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,11 +15,16 @@ namespace {
 // atol + rtol * |b| (docs/compile.md).
 std::pair<double, double> tolerance_of(DType t) {
   switch (t) {
-    case kFloat64: return {1e-12, 1e-12};
-    case kFloat32: return {1e-5, 1e-6};
-    case kFloat16: return {1e-3, 1e-5};
-    case kBFloat16: return {1e-2, 1e-5};
-    default: return {0.0, 0.0};
+    case kFloat64:
+      return {1e-12, 1e-12};
+    case kFloat32:
+      return {1e-5, 1e-6};
+    case kFloat16:
+      return {1e-3, 1e-5};
+    case kBFloat16:
+      return {1e-2, 1e-5};
+    default:
+      return {0.0, 0.0};
   }
 }
 
@@ -29,16 +34,21 @@ std::string difference(const Tensor& got, const Tensor& want, bool strict) {
     return got.defined() == want.defined() ? "" : "one side is an undefined tensor";
   }
   if (got.sizes() != want.sizes() || got.dtype() != want.dtype()) {
-    return detail::str_cat("it is ", got.dtype(), got.sizes(), ", eager's is ", want.dtype(), want.sizes());
+    return detail::str_cat("it is ", got.dtype(), got.sizes(), ", eager's is ", want.dtype(),
+                           want.sizes());
   }
   NoGradGuard no_grad;
-  const std::vector<double> a = got.detach().to_vector<double>(), b = want.detach().to_vector<double>();
-  const auto [rtol, atol] = strict ? std::pair<double, double>{0.0, 0.0} : tolerance_of(got.dtype());
+  const std::vector<double> a = got.detach().to_vector<double>(),
+                            b = want.detach().to_vector<double>();
+  const auto [rtol, atol] =
+      strict ? std::pair<double, double>{0.0, 0.0} : tolerance_of(got.dtype());
   for (size_t i = 0; i < a.size(); ++i) {
     const bool both_nan = a[i] != a[i] && b[i] != b[i];
     if (both_nan || a[i] == b[i] || std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i])) continue;
-    return detail::str_cat("element ", i, " is ", a[i], ", eager's is ", b[i],
-                           strict ? " (strict: bitwise)" : detail::str_cat(" (tolerance ", rtol, " relative, ", atol, " absolute)"));
+    return detail::str_cat(
+        "element ", i, " is ", a[i], ", eager's is ", b[i],
+        strict ? " (strict: bitwise)"
+               : detail::str_cat(" (tolerance ", rtol, " relative, ", atol, " absolute)"));
   }
   return "";
 }
@@ -51,15 +61,16 @@ TensorList detached_clones(std::span<const Tensor> ts) {
 
 // The first node whose value an executable computes differently from eager
 // dispatch (replay), both run along the graphs the call took from its saved state.
-std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path, const TensorList& args,
-                             CallState& state, bool strict) {
+std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path,
+                             const TensorList& args, CallState& state, bool strict) {
   NoGradGuard no_grad;
   std::vector<std::vector<TensorList>> reference(path.size());
   state.restore();
   TensorList env = args;
   for (size_t k = 0; k < path.size(); ++k) {
-    const TensorList outs = replay(*path[k]->trace, gather(env, path[k]->sources),
-                                   [&](size_t, std::span<const Tensor> o) { reference[k].push_back(detached_clones(o)); });
+    const TensorList outs = replay(
+        *path[k]->trace, gather(env, path[k]->sources),
+        [&](size_t, std::span<const Tensor> o) { reference[k].push_back(detached_clones(o)); });
     env.insert(env.end(), outs.begin(), outs.end());
   }
   state.restore();
@@ -97,11 +108,13 @@ std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path, 
   }
   if (!found.empty()) return found;
   if (!any_executable) {
-    return "the graphs replay through dispatch (for autograd), as eager runs its ops: the trace does not record "
+    return "the graphs replay through dispatch (for autograd), as eager runs its ops: the trace "
+           "does not record "
            "what the function does";
   }
-  return detail::str_cat("every node of the graph", path.size() == 1 ? "" : "s",
-                         " gives eager dispatch's value: the trace does not record what the function does");
+  return detail::str_cat(
+      "every node of the graph", path.size() == 1 ? "" : "s",
+      " gives eager dispatch's value: the trace does not record what the function does");
 }
 
 }  // namespace
@@ -128,20 +141,24 @@ void CallState::add(const Segment& seg, const TensorList& env) {
   }
   for (size_t i = 0; i < g.captured().size(); ++i) {
     if (written[static_cast<size_t>(g.value(g.captured()[i]).storage)])
-      take(trace.captured[i], seg.order == 1 ? detail::str_cat("captured tensor ", i)
-                                             : detail::str_cat("captured tensor ", i, " of graph ", seg.order));
+      take(trace.captured[i],
+           seg.order == 1 ? detail::str_cat("captured tensor ", i)
+                          : detail::str_cat("captured tensor ", i, " of graph ", seg.order));
   }
   for (const Node& n : g.nodes()) {
     if (n.draw_count < 0) continue;
     Generator* gen = n.generator ? n.generator : &default_generator();
-    if (std::none_of(generators_.begin(), generators_.end(), [&](const auto& p) { return p.first == gen; }))
+    if (std::none_of(generators_.begin(), generators_.end(),
+                     [&](const auto& p) { return p.first == gen; }))
       generators_.emplace_back(gen, *gen);
   }
   for (const GradWrite& w : seg.grad_writes) {
-    if (std::any_of(grads_.begin(), grads_.end(), [&](const auto& o) { return o.first.impl_ptr() == w.owner.impl_ptr(); }))
+    if (std::any_of(grads_.begin(), grads_.end(),
+                    [&](const auto& o) { return o.first.impl_ptr() == w.owner.impl_ptr(); }))
       continue;
     grads_.emplace_back(w.owner, w.owner.grad());
-    grad_labels_.push_back(detail::str_cat("the gradient of a ", w.owner.dtype(), w.owner.sizes(), " tensor"));
+    grad_labels_.push_back(
+        detail::str_cat("the gradient of a ", w.owner.dtype(), w.owner.sizes(), " tensor"));
   }
 }
 
@@ -149,7 +166,8 @@ TensorList CallState::values() const {
   NoGradGuard no_grad;
   TensorList out;
   for (const Tensor& t : tensors_) out.push_back(t.detach().clone());
-  for (const auto& [owner, saved] : grads_) out.push_back(owner.grad().defined() ? owner.grad().detach().clone() : Tensor());
+  for (const auto& [owner, saved] : grads_)
+    out.push_back(owner.grad().defined() ? owner.grad().detach().clone() : Tensor());
   return out;
 }
 
@@ -173,8 +191,8 @@ void CallState::restore_values(const TensorList& values) {
   for (size_t i = 0; i < grads_.size(); ++i) grads_[i].first.set_grad(values[tensors_.size() + i]);
 }
 
-TensorList checked_call(const TensorList& args, const internal::Runner& run, const CompileOptions& options,
-                        const CompiledCall& compiled) {
+TensorList checked_call(const TensorList& args, const internal::Runner& run,
+                        const CompileOptions& options, const CompiledCall& compiled) {
   CallState state(args.size());
   std::vector<std::shared_ptr<Segment>> path;
   const TensorList got = compiled(&state, path);
@@ -188,7 +206,8 @@ TensorList checked_call(const TensorList& args, const internal::Runner& run, con
   }
   const TensorList want_state = state.values();
   std::string what;
-  if (got.size() != want.size()) what = detail::str_cat("it returns ", got.size(), " tensors, eager ", want.size());
+  if (got.size() != want.size())
+    what = detail::str_cat("it returns ", got.size(), " tensors, eager ", want.size());
   for (size_t i = 0; i < got.size() && what.empty(); ++i) {
     const std::string d = difference(got[i], want[i], options.strict);
     if (!d.empty()) what = detail::str_cat("result ", i, ": ", d);

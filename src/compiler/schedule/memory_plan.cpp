@@ -1,4 +1,4 @@
-#include "compiler/memory_plan.h"
+#include "compiler/schedule/memory_plan.h"
 
 #include <algorithm>
 #include <numeric>

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/capture.h"
+#include "compiler/capture/capture.h"
 #include "core/symbolic.h"
 
 namespace kiln::compiler {

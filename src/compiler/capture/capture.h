@@ -27,10 +27,11 @@
 #include <unordered_map>
 #include <utility>
 
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 #include "ops/attrs.h"
 #include "ops/op_table.h"
 #include "ops/random.h"
+#include "ops/tracing.h"
 
 namespace kiln::compiler {
 
@@ -49,18 +50,8 @@ struct Trace {
 };
 
 // A read of a proxy's values on the host, which ends the graph being traced
-// (a graph break).
-struct HostRead {
-  std::string what;  // "item()", "to_vector()", "data()"
-  std::source_location where;
-  bool known_where = false;  // where is the program's call
-  // The values read decide what the program does next, and can be guarded
-  // (item(), to_vector()). A read through a pointer cannot: the program may
-  // read or write any element, in ways a trace does not see.
-  bool guardable = true;
-  // "the function reads the values of a float32[] tensor on the host (item() at f.cpp:12)"
-  std::string describe(const Tensor& proxy) const;
-};
+// (a graph break): ops/tracing.h.
+using ops::HostRead;
 
 // A host number a trace depends on besides the call's arguments (an
 // optimizer's learning rate): a graph traced with `value` serves a call only
@@ -91,7 +82,7 @@ struct Cut {
   std::vector<int32_t> sources;  // graph input i is the call's tensor sources[i] (Tracer::sources)
   size_t read = 0;               // the output the program read
   HostRead how;
-  std::string description;       // HostRead::describe
+  std::string description;  // HostRead::describe
   std::vector<HostGuard> host_guards;
 };
 
@@ -128,7 +119,7 @@ Shape observe(const Value& v, const LayoutRead& read, const Value* other = nullp
 std::string shown(LayoutField field, const Shape& observed);
 std::string shown(const LayoutRead& read, const Shape& observed);
 
-class Tracer {
+class Tracer final : public ops::TraceRecorder {
  public:
   // Active on this thread until destroyed; tracers do not nest.
   Tracer();
@@ -138,7 +129,7 @@ class Tracer {
 
   // The tracer active on this thread, or null. While an op is being recorded
   // (its shape rule runs on proxies) none is active.
-  static Tracer* active() noexcept;
+  static Tracer* active() noexcept { return dynamic_cast<Tracer*>(ops::TraceRecorder::active()); }
 
   // A proxy for the next argument of the traced function. Arguments that
   // view one storage (x and x.t()) get proxies that view one meta storage.
@@ -153,7 +144,7 @@ class Tracer {
   using BreakHandler = std::function<TensorList(Cut cut)>;
   void on_break(BreakHandler handler) { on_break_ = std::move(handler); }
   // The real tensor behind a proxy the program reads (HostRead), by a cut.
-  Tensor materialize(const Tensor& proxy, const HostRead& read);
+  Tensor materialize(const Tensor& proxy, const HostRead& read) override;
   // The call's tensors a graph's inputs may come from: the arguments, then
   // each cut graph's outputs in order. The graph being traced reads
   // sources()[i] as input i.
@@ -166,20 +157,20 @@ class Tracer {
   // proxy in the real tensor's grad() for the rest of the function (an
   // optimizer's step) to read. finish() puts every grad() back as it was and
   // lists the changes (grad_writes), which each run applies for real.
-  void note_backward() noexcept { ran_backward_ = true; }
+  void note_backward() noexcept override { ran_backward_ = true; }
   bool ran_backward() const noexcept { return ran_backward_; }
   const std::vector<GradWrite>& grad_writes() const noexcept { return grad_writes_; }
   // A real tensor's grad() as it was when the trace first saw the tensor.
   Tensor grad_at_start(const Tensor& real) const;
   // Called before the program sets a real tensor's grad() (zero_grad()):
   // notes the gradient the trace found there.
-  void note_grad_owner(const Tensor& real);
+  void note_grad_owner(const Tensor& real) override;
   // `alias` (a detach() of a proxy) stands for the same value as `proxy`.
-  void alias(const Tensor& proxy, const Tensor& alias);
+  void alias(const Tensor& proxy, const Tensor& alias) override;
   // A host number the graph being traced depends on (HostGuard). With a
   // source, a second guard of the same source in the graph is not added.
   void add_host_guard(std::string what, std::function<double()> read, const void* source = nullptr,
-                      bool flag = false);
+                      bool flag = false) override;
   // The host guards of the graph being traced, handed over.
   std::vector<HostGuard> take_host_guards() { return std::exchange(host_guards_, {}); }
   // Ends the trace with these results (proxies, or real tensors the program
@@ -188,11 +179,12 @@ class Tracer {
 
   // Called by Tensor's layout accessors on a proxy (TensorImpl::watched).
   void note_layout_read(const TensorImpl& impl, LayoutField field, int64_t dim,
-                        const std::source_location& where);
+                        const std::source_location& where) override;
   void note_size_compare(const TensorImpl& impl, int64_t dim, SizeCmp cmp, int64_t bound,
-                         bool result, const std::source_location& where);
+                         bool result, const std::source_location& where) override;
   void note_size_relation(const TensorImpl& impl, int64_t dim, SizeCmp cmp, const TensorImpl& other,
-                          int64_t other_dim, bool result, const std::source_location& where);
+                          int64_t other_dim, bool result,
+                          const std::source_location& where) override;
   // The program's reads of its proxies' layouts, each (value, field, dim)
   // once; `unmapped_read`: it read the layout of a proxy the trace cannot
   // name (one of a graph cut earlier), whose reads are not listed.
@@ -200,11 +192,12 @@ class Tracer {
   bool unmapped_read() const noexcept { return unmapped_read_; }
 
   // Called by dispatch for every op while this tracer is active.
-  TensorList record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs);
-  void record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs, ops::Attrs attrs);
+  TensorList record(ops::OpId op, std::span<const Tensor> inputs, ops::Attrs attrs) override;
+  void record_inplace(ops::OpId op, Tensor& self, std::span<const Tensor> inputs,
+                      ops::Attrs attrs) override;
   // Called by ops::draw_philox: notes the draw for the random op recorded
   // next, which draws anew at each replay; the generator does not advance.
-  ops::PhiloxDraw note_random_draw(Generator* generator, int64_t count);
+  ops::PhiloxDraw note_random_draw(Generator* generator, int64_t count) override;
 
  private:
   // The value a tensor stands for, making captured values and constants of
@@ -233,18 +226,19 @@ class Tracer {
   std::vector<HostGuard> host_guards_;
   std::vector<int32_t> sources_;  // of the graph being traced
   TensorList env_;                // the call's tensors: arguments, then cut graphs' outputs
-  std::unordered_map<const TensorImpl*, int32_t> carried_;  // a proxy from a cut graph -> its tensor in env_
-  TensorList retired_;            // proxies of cut graphs, alive so their addresses stay unique
-  TensorList aliases_;            // detach()es of proxies (alias())
-  std::unordered_map<const TensorImpl*, ValueId> values_;       // proxy or real tensor -> value
-  std::unordered_map<const Storage*, int32_t> real_storages_;   // storages of inputs and captures
-  std::unordered_map<int32_t, std::shared_ptr<Storage>> meta_storages_;  // graph storage -> its meta storage
+  std::unordered_map<const TensorImpl*, int32_t>
+      carried_;         // a proxy from a cut graph -> its tensor in env_
+  TensorList retired_;  // proxies of cut graphs, alive so their addresses stay unique
+  TensorList aliases_;  // detach()es of proxies (alias())
+  std::unordered_map<const TensorImpl*, ValueId> values_;      // proxy or real tensor -> value
+  std::unordered_map<const Storage*, int32_t> real_storages_;  // storages of inputs and captures
+  std::unordered_map<int32_t, std::shared_ptr<Storage>>
+      meta_storages_;            // graph storage -> its meta storage
   std::vector<Tensor> proxies_;  // by value id; also keeps every recorded impl alive
   TensorList keep_;              // real tensors seen, alive so their addresses stay unique
   std::vector<LayoutRead> layout_reads_;
   std::vector<uint64_t> layout_read_keys_;  // (value, field, dim) of each, sorted
   bool unmapped_read_ = false;
-  Tracer* previous_ = nullptr;
   Generator* pending_generator_ = nullptr;
   int64_t pending_count_ = -1;
   int64_t draws_ = 0;  // random draws noted so far
@@ -305,22 +299,10 @@ struct CallDraws {
 // or with the draw of this call it reuses. Under a recording, a draw takes
 // the next counter values of its generator's slot instead (the generator
 // does not advance), and `*words` is set to the slot's device memory.
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch, CallDraws& draws,
-                             const uint64_t** words = nullptr);
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch,
+                             CallDraws& draws, const uint64_t** words = nullptr);
 
-// Suspends the thread's tracer (ops run eagerly) while alive.
-class TracerPause {
- public:
-  TracerPause() noexcept;
-  ~TracerPause();
-  TracerPause(const TracerPause&) = delete;
-  TracerPause& operator=(const TracerPause&) = delete;
-  // Whether a tracer is paused on this thread: the ops running are the
-  // tracer's own, on proxies (meta) beside the real constants it captured.
-  static bool pausing_a_tracer() noexcept;
-
- private:
-  Tracer* paused_;
-};
+// Suspends the thread's tracer (ops run eagerly) while alive (ops/tracing.h).
+using TracerPause = ops::TracePause;
 
 }  // namespace kiln::compiler

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/segment.h"
+#include "compiler/runtime/segment.h"
 
 namespace kiln::compiler {
 
@@ -35,18 +35,20 @@ class CallState {
   TensorList tensors_, saved_;
   std::vector<std::string> labels_;
   std::vector<std::pair<Generator*, Generator>> generators_;
-  std::vector<std::pair<Tensor, Tensor>> grads_;  // gradient owners, and their gradients before the call
+  std::vector<std::pair<Tensor, Tensor>>
+      grads_;  // gradient owners, and their gradients before the call
   std::vector<std::string> grad_labels_;
 };
 
 // The call through its graphs: it saves state into the CallState (when not
 // null) and lists the graphs it ran in `path`.
-using CompiledCall = std::function<TensorList(CallState*, std::vector<std::shared_ptr<Segment>>& path)>;
+using CompiledCall =
+    std::function<TensorList(CallState*, std::vector<std::shared_ptr<Segment>>& path)>;
 
 // Runs `compiled` and the function eagerly (`run`) from the same state and
 // compares results and written tensors; kiln::Error naming the first
 // divergence. Leaves eager's state.
-TensorList checked_call(const TensorList& args, const compiler::internal::Runner& run, const CompileOptions& options,
-                        const CompiledCall& compiled);
+TensorList checked_call(const TensorList& args, const compiler::internal::Runner& run,
+                        const CompileOptions& options, const CompiledCall& compiled);
 
 }  // namespace kiln::compiler

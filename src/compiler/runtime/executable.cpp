@@ -1,4 +1,4 @@
-#include "compiler/executable.h"
+#include "compiler/runtime/executable.h"
 
 #include <algorithm>
 #include <optional>
@@ -18,10 +18,10 @@ struct Executable::Step {
   const ScheduledStep* scheduled = nullptr;
   const ops::OpSchema* schema = nullptr;
   const backend::KernelFn* kernel = nullptr;
-  ops::Attrs attrs;                                 // canonicalized by the shape rule
+  ops::Attrs attrs;  // canonicalized by the shape rule
   std::vector<std::optional<DType>> input_casts;
-  std::vector<ops::TensorMeta> outputs;             // kernel outputs: sizes, dtype, device
-  Device device;                                    // where its kernel runs (its workspaces)
+  std::vector<ops::TensorMeta> outputs;  // kernel outputs: sizes, dtype, device
+  Device device;                         // where its kernel runs (its workspaces)
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
 };
@@ -93,7 +93,8 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
     const Value& value = g.values()[v];
     if (value.kind != ValueKind::kNode) continue;
     const PlannedStorage& p = plan_.storages[static_cast<size_t>(value.storage)];
-    if (p.in_arena && p.last >= 0) release_after_[static_cast<size_t>(p.last)].push_back(static_cast<ValueId>(v));
+    if (p.in_arena && p.last >= 0)
+      release_after_[static_cast<size_t>(p.last)].push_back(static_cast<ValueId>(v));
   }
 }
 
@@ -101,7 +102,8 @@ Executable::~Executable() = default;
 
 size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
-TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe, PhiloxRecording* philox) const {
+TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe,
+                           PhiloxRecording* philox) const {
   // Nothing here is differentiated: a training step's graph holds its own
   // backward ops, and writes parameters that require grad in place.
   NoGradGuard no_grad;
@@ -138,8 +140,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         workspace.emplace(s.device);
       } else if (!plan_now.workspaces.empty() && plan_now.workspaces[index].in_arena) {
         const PlannedStorage& w = plan_now.workspaces[index];
-        workspace.emplace(s.device, arenas[static_cast<size_t>(plan_now.workspace_arena[index])], w.offset,
-                          w.nbytes);
+        workspace.emplace(s.device, arenas[static_cast<size_t>(plan_now.workspace_arena[index])],
+                          w.offset, w.nbytes);
       }
     }
     for (ValueId id : s.kind == Step::Kind::kFused ? s.scheduled->inputs : n.inputs)
@@ -185,9 +187,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           const auto storage = static_cast<size_t>(v.storage);
           const PlannedStorage& p = plan_now.storages[storage];
           if (p.in_arena && !measure) {
-            const std::shared_ptr<Storage>& arena = arenas[static_cast<size_t>(plan_now.arena_of[storage])];
-            auto slice = std::make_shared<Storage>(static_cast<char*>(arena->data()) + p.offset, p.nbytes,
-                                                   m.device, [keep = arena](void*) {});
+            const std::shared_ptr<Storage>& arena =
+                arenas[static_cast<size_t>(plan_now.arena_of[storage])];
+            auto slice = std::make_shared<Storage>(static_cast<char*>(arena->data()) + p.offset,
+                                                   p.nbytes, m.device, [keep = arena](void*) {});
             outs.push_back(ops::make_tensor(std::move(slice), m.sizes, m.dtype));
           } else {
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
@@ -215,7 +218,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   }
   workspace.reset();
   recorded_draw.reset();
-  if (measure && std::any_of(workspaces.begin(), workspaces.end(), [](size_t b) { return b > 0; })) {
+  if (measure &&
+      std::any_of(workspaces.begin(), workspaces.end(), [](size_t b) { return b > 0; })) {
     measured_ = std::make_unique<const MemoryPlan>(plan_memory(g, schedule_, workspaces));
     current_.store(measured_.get(), std::memory_order_release);
   }

@@ -45,10 +45,10 @@ struct Value {
   int64_t offset = 0;  // in elements of the storage
   DType dtype = kFloat32;
   Device device;
-  int32_t storage = 0;  // values with one storage alias each other
-  int32_t producer = -1;      // the node of a kNode value
-  int32_t output_index = 0;   // which output of the producer
-  int32_t slot = -1;          // position among the inputs, captured values or constants
+  int32_t storage = 0;          // values with one storage alias each other
+  int32_t producer = -1;        // the node of a kNode value
+  int32_t output_index = 0;     // which output of the producer
+  int32_t slot = -1;            // position among the inputs, captured values or constants
   bool wrapped_number = false;  // a number the program wrote: promotes below tensors
 };
 
@@ -111,7 +111,8 @@ class Graph {
 
  private:
   ValueId add_value(Value v, const Tensor& like, int32_t storage);
-  ValueId add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like, int32_t storage);
+  ValueId add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like,
+                     int32_t storage);
   int32_t new_storage(const Tensor& like, ValueId root);
 
   std::vector<Value> values_;

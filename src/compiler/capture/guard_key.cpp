@@ -1,4 +1,4 @@
-#include "compiler/guard_key.h"
+#include "compiler/capture/guard_key.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "compiler/symbolic_shapes.h"
+#include "compiler/ir/symbolic_shapes.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "compiler/device_graph.h"
+#include "compiler/runtime/device_graph.h"
 
 #include <algorithm>
 #include <array>
@@ -40,7 +40,8 @@ Tensor layout_only(const Tensor& t) {
 }
 
 const char* bytes_of(const Tensor& t) {
-  return static_cast<const char*>(t.storage()->data()) + t.storage_offset() * static_cast<int64_t>(t.element_size());
+  return static_cast<const char*>(t.storage()->data()) +
+         t.storage_offset() * static_cast<int64_t>(t.element_size());
 }
 
 // The copy of a layout's whole extent (src and dst have equal sizes and strides).
@@ -56,7 +57,8 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
   std::vector<std::string> out;
   std::vector<Device> devices;
   for (const Value& v : g.values())
-    if (v.kind != ValueKind::kConstant && std::find(devices.begin(), devices.end(), v.device) == devices.end())
+    if (v.kind != ValueKind::kConstant &&
+        std::find(devices.begin(), devices.end(), v.device) == devices.end())
       devices.push_back(v.device);
   for (const Device& d : devices) {
     if (!d.is_cuda()) {
@@ -76,7 +78,8 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
     const auto s = static_cast<size_t>(g.value(g.inputs()[i]).storage);
     if (written[s]) out.push_back(detail::str_cat("it writes argument ", i, " in place"));
     if (input_of_storage[s] >= 0) {
-      out.push_back(detail::str_cat("arguments ", input_of_storage[s], " and ", i, " share memory"));
+      out.push_back(
+          detail::str_cat("arguments ", input_of_storage[s], " and ", i, " share memory"));
     }
     input_of_storage[s] = static_cast<int32_t>(i);
   }
@@ -89,7 +92,8 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
   return out;
 }
 
-GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, const TensorList& inputs)
+GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe,
+                                     const TensorList& inputs)
     : exe_(std::move(exe)) {
   const Trace& trace = exe_->trace();
   const Graph& g = trace.graph;
@@ -102,7 +106,8 @@ GraphedExecutable::GraphedExecutable(std::shared_ptr<const Executable> exe, cons
   // The generators the random ops draw from, each a slot of the graph's
   // seed and base offset words.
   for (const Node& n : g.nodes())
-    if (n.draw_count >= 0 && std::find(generators_.begin(), generators_.end(), n.generator) == generators_.end())
+    if (n.draw_count >= 0 &&
+        std::find(generators_.begin(), generators_.end(), n.generator) == generators_.end())
       generators_.push_back(n.generator);
   record_compact(inputs);
   for (const Tensor& t : trace.captured) captured_at_.push_back(t.storage()->data());
@@ -149,8 +154,10 @@ void GraphedExecutable::record(const TensorList& inputs, size_t reserve) {
   // Random kernels read their seed and base offset from the words, which
   // each call sets from a draw of the whole graph's count (drawn_).
   PhiloxRecording philox;
-  auto* words = philox_words_.defined() ? static_cast<uint64_t*>(philox_words_.data_ptr()) : nullptr;
-  for (size_t s = 0; s < generators_.size(); ++s) philox.slots.push_back({generators_[s], words + 2 * s, 0});
+  auto* words =
+      philox_words_.defined() ? static_cast<uint64_t*>(philox_words_.data_ptr()) : nullptr;
+  for (size_t s = 0; s < generators_.size(); ++s)
+    philox.slots.push_back({generators_[s], words + 2 * s, 0});
   // The arguments (and the words) come in, and the results go out, by copy
   // kernels of the graph's own where the backend records them: a call sets
   // their addresses and launches once. Recorded with the sizes of every call,
@@ -267,7 +274,8 @@ GraphedExecutable::Outcome GraphedExecutable::run(const TensorList& inputs, Tens
   if (!generators_.empty()) {
     auto* words = static_cast<uint64_t*>(philox_words_.data_ptr());
     for (size_t s = 0; s < generators_.size(); ++s) {
-      const ops::PhiloxDraw draw = ops::draw_philox(generators_[s], static_cast<int64_t>(drawn_[s]));
+      const ops::PhiloxDraw draw =
+          ops::draw_philox(generators_[s], static_cast<int64_t>(drawn_[s]));
       writes.push_back({words + 2 * s, static_cast<uint64_t>(draw.seed)});
       writes.push_back({words + 2 * s + 1, static_cast<uint64_t>(draw.offset)});
     }

@@ -1,4 +1,4 @@
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 
 #include <bit>
 #include <ostream>
@@ -138,7 +138,8 @@ struct Hasher {
   void add_scalar(const Scalar& s) {
     add(s.is_floating() ? 1 : s.is_bool() ? 2 : 3);
     if (!with_sizes) return;
-    add(s.is_floating() ? std::bit_cast<uint64_t>(s.to_double()) : static_cast<uint64_t>(s.to_int()));
+    add(s.is_floating() ? std::bit_cast<uint64_t>(s.to_double())
+                        : static_cast<uint64_t>(s.to_int()));
   }
   void add_value(const Value& v) {
     add(static_cast<uint64_t>(v.kind));
@@ -207,7 +208,8 @@ ValueId Graph::add_value(Value v, const Tensor& like, int32_t storage) {
   return id;
 }
 
-ValueId Graph::add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like, int32_t storage) {
+ValueId Graph::add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like,
+                          int32_t storage) {
   Value v;
   v.kind = kind;
   v.slot = static_cast<int32_t>(list.size());
@@ -332,10 +334,12 @@ void verify(const Graph& g) {
         const Value& t = values[n.target];
         if (v.storage != t.storage)
           fail(i, n, detail::str_cat("output %", out, " should alias its target %", n.target));
-        if (e.sizes() != t.sizes || v.sizes != t.sizes || v.strides != t.strides || v.offset != t.offset ||
-            v.dtype != t.dtype || !ops::can_cast(e.dtype(), t.dtype))
-          fail(i, n, detail::str_cat("in-place output %", out, " ", v.dtype, v.sizes, " differs from its target ",
-                                     t.dtype, t.sizes, " or the result ", e.dtype(), e.sizes()));
+        if (e.sizes() != t.sizes || v.sizes != t.sizes || v.strides != t.strides ||
+            v.offset != t.offset || v.dtype != t.dtype || !ops::can_cast(e.dtype(), t.dtype))
+          fail(i, n,
+               detail::str_cat("in-place output %", out, " ", v.dtype, v.sizes,
+                               " differs from its target ", t.dtype, t.sizes, " or the result ",
+                               e.dtype(), e.sizes()));
         defined[out] = true;
         continue;
       }
@@ -346,11 +350,14 @@ void verify(const Graph& g) {
       if (!is_view && g.storages()[static_cast<size_t>(v.storage)].root != out)
         fail(i, n, detail::str_cat("output %", out, " should own a new storage"));
       if (e.sizes() != v.sizes || e.dtype() != v.dtype || e.device() != v.device)
-        fail(i, n, detail::str_cat("output %", out, " is recorded as ", v.dtype, v.sizes, " ", v.device,
-                                   ", the shape rule gives ", e.dtype(), e.sizes(), " ", e.device()));
-      if (schema.has_flag(ops::kView) && (e.strides() != v.strides || e.storage_offset() != v.offset))
-        fail(i, n, detail::str_cat("view output %", out, " has strides ", v.strides, "+", v.offset,
-                                   ", the shape rule gives ", e.strides(), "+", e.storage_offset()));
+        fail(i, n,
+             detail::str_cat("output %", out, " is recorded as ", v.dtype, v.sizes, " ", v.device,
+                             ", the shape rule gives ", e.dtype(), e.sizes(), " ", e.device()));
+      if (schema.has_flag(ops::kView) &&
+          (e.strides() != v.strides || e.storage_offset() != v.offset))
+        fail(i, n,
+             detail::str_cat("view output %", out, " has strides ", v.strides, "+", v.offset,
+                             ", the shape rule gives ", e.strides(), "+", e.storage_offset()));
       defined[out] = true;
     }
   }
@@ -403,8 +410,9 @@ std::string to_dot(const Graph& g, const LayoutText& layout) {
   }
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    os << "  n" << i << " [shape=box, label=\"" << ops::op_schema(n.op).name << (n.inplace() ? "_" : "")
-       << "\"" << (n.inplace() ? ", style=filled, fillcolor=\"#f4d6a0\"" : "") << "];\n";
+    os << "  n" << i << " [shape=box, label=\"" << ops::op_schema(n.op).name
+       << (n.inplace() ? "_" : "") << "\""
+       << (n.inplace() ? ", style=filled, fillcolor=\"#f4d6a0\"" : "") << "];\n";
     for (ValueId in : n.inputs) {
       if (in == kNoValue) continue;
       const Value& v = g.value(in);
@@ -416,8 +424,8 @@ std::string to_dot(const Graph& g, const LayoutText& layout) {
   os << "  out [shape=plaintext, label=\"return\"];\n";
   for (ValueId id : g.outputs()) {
     const Value& v = g.value(id);
-    os << "  " << (v.kind == ValueKind::kNode ? "n" : "v") << (v.kind == ValueKind::kNode ? v.producer : id)
-       << " -> out [label=\"%" << id << "\"];\n";
+    os << "  " << (v.kind == ValueKind::kNode ? "n" : "v")
+       << (v.kind == ValueKind::kNode ? v.producer : id) << " -> out [label=\"%" << id << "\"];\n";
   }
   os << "}\n";
   return os.str();
@@ -448,7 +456,8 @@ uint64_t hash_graph(const Graph& g, bool with_sizes) {
     h.add(n.attrs.size());
     for (size_t i = 0; i < n.attrs.size(); ++i) {
       const std::string_view name = i < schema.attrs.size() ? schema.attrs[i].name : "";
-      if (schema.has_flag(ops::kRandom) && (name == "seed" || name == "offset")) continue;  // drawn per call
+      if (schema.has_flag(ops::kRandom) && (name == "seed" || name == "offset"))
+        continue;  // drawn per call
       h.add_attr(n.attrs[i]);
     }
     for (ValueId out : n.outputs) h.add_value(g.value(out));

@@ -15,15 +15,15 @@
 // Results equal eager's bitwise: the same kernels on the same values, with
 // buffers as aligned as eager's (a fused step rounds each element as the
 // nodes it covers do). Autograd is not recorded: calls that need
-// gradients replay through dispatch instead (compiler/capture.h).
+// gradients replay through dispatch instead (compiler/capture/capture.h).
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <vector>
 
-#include "compiler/capture.h"
-#include "compiler/memory_plan.h"
+#include "compiler/capture/capture.h"
+#include "compiler/schedule/memory_plan.h"
 #include "compiler/schedule/schedule.h"
 
 namespace kiln::compiler {
@@ -38,7 +38,8 @@ class Executable {
   // While a device graph records the run, `philox` says where its random
   // kernels read their draws at each replay. `observe` sees each step's
   // results under the index of its last node.
-  TensorList run(const TensorList& inputs, const NodeObserver& observe = {}, PhiloxRecording* philox = nullptr) const;
+  TensorList run(const TensorList& inputs, const NodeObserver& observe = {},
+                 PhiloxRecording* philox = nullptr) const;
 
   // The plan calls use now: with the workspaces once a run has measured them.
   const MemoryPlan& plan() const noexcept { return *current_.load(std::memory_order_acquire); }
@@ -50,7 +51,7 @@ class Executable {
   struct Step;
   std::shared_ptr<const Trace> trace_;
   Schedule schedule_;
-  MemoryPlan plan_;  // without workspaces
+  MemoryPlan plan_;                                     // without workspaces
   mutable std::unique_ptr<const MemoryPlan> measured_;  // with them, set once
   mutable std::atomic<const MemoryPlan*> current_;
   mutable std::atomic<bool> measuring_{false};  // a run has taken the measurement

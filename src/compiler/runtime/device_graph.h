@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "compiler/executable.h"
+#include "compiler/runtime/executable.h"
 #include "kiln/cuda.h"
 
 namespace kiln::compiler {

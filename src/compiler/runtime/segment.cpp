@@ -1,4 +1,4 @@
-#include "compiler/segment.h"
+#include "compiler/runtime/segment.h"
 
 #include <algorithm>
 #include <optional>
@@ -95,7 +95,8 @@ TraceSignature signature_of(const Trace& traced) {
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 void record_graph(Segment& seg, const TensorList& tensors, const std::string& name) {
@@ -113,14 +114,17 @@ void record_graph(Segment& seg, const TensorList& tensors, const std::string& na
   seg.record_ms += ms;
   if (!failure.empty()) {
     seg.graph_obstacles.push_back(failure);
-    log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order, ": not a CUDA graph: ", failure));
+    log(LogChannel::kPerf,
+        detail::str_cat(name, ", graph ", seg.order, ": not a CUDA graph: ", failure));
   } else {
-    log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order, ": recorded as a CUDA graph in ", ms,
-                                           " ms; it holds ", seg.graphed->pool_bytes(), " bytes of device memory"));
+    log(LogChannel::kPerf,
+        detail::str_cat(name, ", graph ", seg.order, ": recorded as a CUDA graph in ", ms,
+                        " ms; it holds ", seg.graphed->pool_bytes(), " bytes of device memory"));
   }
 }
 
-TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name, int64_t& graph_calls) {
+TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name,
+                       int64_t& graph_calls) {
   if (!seg.executable) return replay(*seg.trace, tensors);
   std::shared_ptr<GraphedExecutable> graphed;
   {
@@ -141,8 +145,9 @@ TensorList run_segment(Segment& seg, const TensorList& tensors, const std::strin
           if (seg.graphed != graphed) break;  // another thread is recording it anew
           seg.graphed.reset();
         }
-        log(LogChannel::kPerf, detail::str_cat(name, ", graph ", seg.order,
-                                               ": a captured tensor moved to other memory; recording again"));
+        log(LogChannel::kPerf,
+            detail::str_cat(name, ", graph ", seg.order,
+                            ": a captured tensor moved to other memory; recording again"));
         TensorList out = seg.executable->run(tensors);
         record_graph(seg, tensors, name);
         return out;
@@ -152,7 +157,8 @@ TensorList run_segment(Segment& seg, const TensorList& tensors, const std::strin
   return seg.executable->run(tensors);
 }
 
-TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptions& options, int64_t& graph_calls) {
+TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptions& options,
+                     int64_t& graph_calls) {
   const auto start = std::chrono::steady_clock::now();
   std::optional<backend::autotune::Scope> tune;
   if (options.mode == Mode::MaxAutotune) tune.emplace();
@@ -167,8 +173,10 @@ TensorList first_run(Segment& seg, const TensorList& tensors, const CompileOptio
 void apply_grad_writes(const Segment& seg, TensorList& outs) {
   if (seg.grad_writes.empty()) return;
   const size_t results = outs.size() - static_cast<size_t>(std::count_if(
-      seg.grad_writes.begin(), seg.grad_writes.end(), [](const GradWrite& w) { return w.output >= 0; }));
-  for (const GradWrite& w : seg.grad_writes) w.owner.set_grad(w.output >= 0 ? outs.at(static_cast<size_t>(w.output)) : Tensor());
+                                           seg.grad_writes.begin(), seg.grad_writes.end(),
+                                           [](const GradWrite& w) { return w.output >= 0; }));
+  for (const GradWrite& w : seg.grad_writes)
+    w.owner.set_grad(w.output >= 0 ? outs.at(static_cast<size_t>(w.output)) : Tensor());
   outs.resize(results);
 }
 
@@ -184,7 +192,8 @@ std::string read_key(const Tensor& t) {
   NoGradGuard no_grad;
   const Tensor c = t.detach().to(Device::cpu()).contiguous();
   std::string key = detail::str_cat(dtype_name(c.dtype()), ":");
-  key.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * c.element_size());
+  key.append(static_cast<const char*>(c.data_ptr()),
+             static_cast<size_t>(c.numel()) * c.element_size());
   return key;
 }
 

@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "compiler/graph.h"
+#include "compiler/ir/graph.h"
 #include "compiler/schedule/schedule.h"
 
 namespace kiln::compiler {
