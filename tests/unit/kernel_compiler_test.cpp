@@ -201,13 +201,25 @@ TEST(KernelCompiler, NoCompilerOrABuildErrorIsAReason) {
     EXPECT_FALSE(c.load(adder(4), "kiln_test_add", why));
     EXPECT_NE(why.find("KILN_CXX is '/nonexistent-kiln-dir/g++'"), std::string::npos) << why;
   }
+  {
+    ScopedEnv cxx("KILN_CXX", "kiln-no-such-compiler");
+    EXPECT_FALSE(c.load(adder(4), "kiln_test_add", why));
+    EXPECT_NE(why.find("KILN_CXX is 'kiln-no-such-compiler'"), std::string::npos) << why;
+  }
+  {
+    // A bare name is found on PATH.
+    ScopedEnv cxx("KILN_CXX", "g++");
+    const auto k = c.load(adder(4), "kiln_test_add", why);
+    ASSERT_TRUE(k) << why;
+    EXPECT_EQ(call(*k, 0, 0), 4);
+  }
   EXPECT_FALSE(
       c.load("extern \"C\" int kiln_test_add(int a) { return a + ; }\n", "kiln_test_add", why));
   EXPECT_NE(why.find("error"), std::string::npos) << why;
   EXPECT_NE(why.find("failed (exit status"), std::string::npos) << why;
-  // Nothing is stored for a failed build.
-  EXPECT_EQ(cache.entries(), 0u);
-  EXPECT_EQ(c.stats().compiled, 0);
+  // Nothing is stored for a failed build (the entry is g++'s library above).
+  EXPECT_EQ(cache.entries(), 1u);
+  EXPECT_EQ(c.stats().compiled, 1);
 }
 
 // A cache directory this process cannot write (as root, the child drops to

@@ -98,20 +98,28 @@ const char* KernelCompiler::flags() {
 }
 
 std::string KernelCompiler::find_compiler(std::string& why) {
-  if (const char* cxx = std::getenv("KILN_CXX"); cxx && *cxx) {
-    if (executable_file(cxx)) return cxx;
-    why = std::string("KILN_CXX is '") + cxx + "', which is not an executable file";
-    return "";
-  }
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "");
   std::vector<std::string> searched;
   for (std::string dir; std::getline(dirs, dir, ':');) searched.push_back(dir.empty() ? "." : dir);
-  for (const char* name : {"c++", "g++", "clang++"}) {
+  const auto on_path = [&](const std::string& name) -> std::string {
     for (const std::string& dir : searched) {
       const fs::path candidate = fs::path(dir) / name;
       if (executable_file(candidate)) return candidate.string();
     }
+    return "";
+  };
+  if (const char* cxx = std::getenv("KILN_CXX"); cxx && *cxx) {
+    // A name without a slash is looked up on PATH, as a shell would.
+    const std::string found = std::string(cxx).find('/') == std::string::npos ? on_path(cxx)
+                              : executable_file(cxx)                          ? std::string(cxx)
+                                                                              : std::string();
+    if (!found.empty()) return found;
+    why = std::string("KILN_CXX is '") + cxx + "', which is not an executable file";
+    return "";
+  }
+  for (const char* name : {"c++", "g++", "clang++"}) {
+    if (std::string found = on_path(name); !found.empty()) return found;
   }
   why = "no C++ compiler (c++, g++ or clang++) on PATH, and KILN_CXX is not set";
   return "";
