@@ -24,6 +24,7 @@ struct Executable::Step {
   Device device;                         // where its kernel runs (its workspaces)
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
+  ValueId fused_result = kNoValue;  // a fused step's one result (its last node's output)
 };
 
 namespace {
@@ -63,7 +64,8 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.node = &call;
       s.schema = &ops::op_schema(call.op);
       s.attrs = std::move(inferred.attrs);
-      const Value& out = g.value(schedule_.result(g, steps_.size()));
+      s.fused_result = schedule_.result(g, steps_.size());
+      const Value& out = g.value(s.fused_result);
       s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
       s.device = out.device;
     } else if (n.inplace()) {
@@ -176,8 +178,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         for (size_t i = 0; i < s.input_casts.size() && i < args.size(); ++i)
           if (s.input_casts[i]) args[i] = args[i].to(*s.input_casts[i]);
         const bool fused = s.kind == Step::Kind::kFused;
-        const ValueId fused_result = fused ? schedule_.result(g, index) : kNoValue;
-        const std::span<const ValueId> made = fused ? std::span<const ValueId>(&fused_result, 1)
+        const std::span<const ValueId> made = fused ? std::span<const ValueId>(&s.fused_result, 1)
                                                     : std::span<const ValueId>(n.outputs);
         TensorList outs;
         outs.reserve(s.outputs.size());
