@@ -182,6 +182,15 @@ struct ExplainReport {
     // Each fused group ("conv2d + add_ + relu_ (nodes 7-9): one conv2d call
     // with epilogue add, relu"), and each candidate left apart, with why.
     std::vector<std::string> fused, not_fused;
+    // Of the steps, those that run a kernel kiln generated for a group of
+    // pointwise nodes (CPU), and how they were had: "2 kernels compiled in
+    // 412 ms", "... read from the disk cache in 3 ms", or why there are
+    // none ("generated kernels are off: no C++ compiler ..."; the groups
+    // run on the library kernels). Empty where no group was found.
+    int64_t generated_kernels = 0;
+    std::string codegen;
+    bool codegen_compiled = false;  // this graph's build ran the C++ compiler
+    double codegen_ms = 0;          // the time building or loading them took
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)

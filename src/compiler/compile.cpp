@@ -305,6 +305,9 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
       const Schedule& schedule = seg.executable->schedule();
       log(LogChannel::kFusion, detail::str_cat(options.name, ": ", seg.trace->graph.nodes().size(),
                                                " nodes in ", schedule.steps.size(), " steps"));
+      if (!seg.executable->kernels().summary.empty())
+        log(LogChannel::kFusion,
+            detail::str_cat(options.name, ": ", seg.executable->kernels().summary));
       for (const std::string& line : schedule.fused)
         log(LogChannel::kFusion, detail::str_cat(options.name, ": ", line));
       for (const std::string& line : schedule.not_fused)
@@ -824,6 +827,10 @@ ExplainReport Core::explain() const {
       g.steps = static_cast<int64_t>(schedule.steps.size());
       g.fused = schedule.fused;
       g.not_fused = schedule.not_fused;
+      g.generated_kernels = static_cast<int64_t>(schedule.kernels.size());
+      g.codegen = s.executable->kernels().summary;
+      g.codegen_compiled = s.executable->kernels().compiled;
+      g.codegen_ms = s.executable->kernels().ms;
     }
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;

@@ -45,6 +45,7 @@ std::string ExplainReport::to_string() const {
     if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
     if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
     os << "\n";
+    if (!g.codegen.empty()) os << "  generated kernels: " << g.codegen << "\n";
     for (const auto& f : g.fused) os << "  fused: " << f << "\n";
     for (const auto& f : g.not_fused) os << "  " << f << "\n";
     os << "  guards:\n";
@@ -91,6 +92,10 @@ std::string ExplainReport::to_json() const {
                            {"steps", g.steps},
                            {"fused", g.fused},
                            {"not_fused", g.not_fused},
+                           {"generated_kernels", g.generated_kernels},
+                           {"codegen", g.codegen},
+                           {"codegen_compiled", g.codegen_compiled},
+                           {"codegen_ms", g.codegen_ms},
                            {"traced_nodes", g.traced_nodes},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},

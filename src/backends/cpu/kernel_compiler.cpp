@@ -94,7 +94,7 @@ KernelCompiler::KernelCompiler(fs::path cache_dir, uint64_t cache_max_bytes)
 const char* KernelCompiler::flags() {
   // -ffp-contract=off: each operation rounds on its own, as in the library
   // kernels (no fused multiply-add that eager does not do).
-  return "-std=c++17 -O3 -march=native -ffp-contract=off -fPIC -shared";
+  return "-std=c++20 -O3 -march=native -fno-math-errno -ffp-contract=off -fPIC -shared";
 }
 
 std::string KernelCompiler::find_compiler(std::string& why) {
@@ -127,6 +127,16 @@ std::string KernelCompiler::find_compiler(std::string& why) {
 
 std::optional<LoadedKernel> KernelCompiler::load(const std::string& source,
                                                  const std::string& symbol, std::string& why) {
+  auto loaded = load_all(source, std::span<const std::string>(&symbol, 1), why);
+  if (!loaded) return std::nullopt;
+  return LoadedKernel{loaded->functions[0], loaded->library};
+}
+
+std::optional<LoadedKernels> KernelCompiler::load_all(const std::string& source,
+                                                      std::span<const std::string> symbols,
+                                                      std::string& why) {
+  const auto start = std::chrono::steady_clock::now();
+  LoadedKernels loaded;
   const std::string compiler = find_compiler(why);
   if (compiler.empty()) return std::nullopt;
   const std::string key = build_identity(compiler) + "source\n" + source;
@@ -135,6 +145,7 @@ std::optional<LoadedKernel> KernelCompiler::load(const std::string& source,
   if (auto it = libraries_.find(key); it != libraries_.end()) {
     library = it->second;
     ++stats_.memory_hits;
+    loaded.origin = LoadedKernels::Origin::kMemory;
   } else {
     double ms = 0;
     bool hit = false;
@@ -159,6 +170,7 @@ std::optional<LoadedKernel> KernelCompiler::load(const std::string& source,
         },
         why, &hit);
     if (!path) return std::nullopt;
+    loaded.origin = hit ? LoadedKernels::Origin::kDisk : LoadedKernels::Origin::kCompiled;
     if (hit) {
       ++stats_.disk_hits;
     } else {
@@ -179,13 +191,19 @@ std::optional<LoadedKernel> KernelCompiler::load(const std::string& source,
     library = std::shared_ptr<void>(handle, [](void* h) { ::dlclose(h); });
     libraries_.emplace(key, library);
   }
-  ::dlerror();
-  void* fn = ::dlsym(library.get(), symbol.c_str());
-  if (!fn) {
-    why = "the compiled library has no function " + symbol;
-    return std::nullopt;
+  for (const std::string& symbol : symbols) {
+    ::dlerror();
+    void* fn = ::dlsym(library.get(), symbol.c_str());
+    if (!fn) {
+      why = "the compiled library has no function " + symbol;
+      return std::nullopt;
+    }
+    loaded.functions.push_back(fn);
   }
-  return LoadedKernel{fn, library};
+  loaded.library = std::move(library);
+  loaded.ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return loaded;
 }
 
 KernelCompilerStats KernelCompiler::stats() const {

@@ -19,8 +19,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/kernel_cache.h"
 
@@ -29,6 +31,14 @@ namespace kiln::backend::cpu {
 struct LoadedKernel {
   void* function = nullptr;       // the extern "C" symbol asked for
   std::shared_ptr<void> library;  // keeps it loaded
+};
+
+// Several functions of one source.
+struct LoadedKernels {
+  std::vector<void*> functions;  // as the symbols asked for
+  std::shared_ptr<void> library;
+  enum class Origin : uint8_t { kCompiled, kDisk, kMemory } origin = Origin::kCompiled;
+  double ms = 0;  // the time load_all took (compiling included)
 };
 
 struct KernelCompilerStats {
@@ -49,6 +59,10 @@ class KernelCompiler {
   // when it cannot be had.
   std::optional<LoadedKernel> load(const std::string& source, const std::string& symbol,
                                    std::string& why);
+
+  // The functions `symbols` of one source, as load() finds one.
+  std::optional<LoadedKernels> load_all(const std::string& source,
+                                        std::span<const std::string> symbols, std::string& why);
 
   KernelCompilerStats stats() const;
   KernelCacheStats cache_stats() const { return cache_.stats(); }

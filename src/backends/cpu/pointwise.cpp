@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
+#include "backends/cpu/scalar_ops.h"
 #include "backends/device_copy.h"
 #include "backends/int_math.h"
 #include "core/convert.h"
@@ -32,12 +33,7 @@ void register_cpu_misc_pointwise_kernels(KernelTable& t) {
           bound(0, kReal ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest());
       const C hi =
           bound(1, kReal ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max());
-      map_elements<T, T>(it, [lo, hi](T x) -> T {
-        // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; a NaN value
-        // or bound gives NaN (lo != lo only for a NaN).
-        const C v = C(x) < lo || lo != lo ? lo : C(x);
-        return T(v > hi || hi != hi ? hi : v);
-      });
+      map_elements<T, T>(it, [lo, hi](T x) -> T { return T(scalar::clamp(C(x), lo, hi)); });
     });
   });
   t.set(OpId::masked_fill, [](const KernelCall& c) {

@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
+#include "backends/cpu/scalar_ops.h"
 #include "backends/int_math.h"
 
 namespace kiln::backend::cpu {
@@ -61,23 +62,38 @@ void check_no_integer_zero(const KernelCall& c, const Tensor& divisor) {
   if (found) throw ValueError(detail::str_cat(c.schema.name, ": integer division by zero"));
 }
 
+template <typename C>
+constexpr bool kFloating = std::is_floating_point_v<C>;
+
+// Floats are scalar_ops.h's arithmetic, which generated kernels share;
+// integers wrap as the type does.
 void add_kernel(const KernelCall& c, double sign) {
   const Scalar& alpha = c.attrs.scalar(0);
   if (alpha.to_double() == 1.0 && sign > 0) {
-    binary_same(c, [](auto a, auto b) { return wrap_add(a, b); });
+    binary_same(c, [](auto a, auto b) {
+      if constexpr (kFloating<decltype(a)>)
+        return scalar::add(a, b);
+      else
+        return wrap_add(a, b);
+    });
   } else if (alpha.to_double() == 1.0) {
-    binary_same(c, [](auto a, auto b) { return wrap_sub(a, b); });
+    binary_same(c, [](auto a, auto b) {
+      if constexpr (kFloating<decltype(a)>)
+        return scalar::sub(a, b);
+      else
+        return wrap_sub(a, b);
+    });
   } else {
     visit_dtype(c.out().dtype(), [&]<typename T>() {
       using C = compute_t<T>;
       if constexpr (std::is_same_v<C, bool>) {
         binary_same(c, [&](auto a, auto b) { return a || (alpha.to<bool>() && b); });
-      } else {
+      } else if constexpr (kFloating<C>) {
         const C k = static_cast<C>(sign * alpha.to_double());
-        const C ki = wrap_mul(static_cast<C>(sign), alpha.to<C>());
-        const C scale = std::is_floating_point_v<C> ? k : ki;
-        binary_same(
-            c, [scale](auto a, auto b) { return wrap_add(a, wrap_mul(decltype(a)(scale), b)); });
+        binary_same(c, [k](auto a, auto b) { return scalar::add_scaled(a, b, decltype(a)(k)); });
+      } else {
+        const C k = wrap_mul(static_cast<C>(sign), alpha.to<C>());
+        binary_same(c, [k](auto a, auto b) { return wrap_add(a, wrap_mul(decltype(a)(k), b)); });
       }
     });
   }
@@ -93,26 +109,29 @@ void register_cpu_binary_kernels(KernelTable& t) {
     binary_same(c, [](auto a, auto b) {
       if constexpr (std::is_same_v<decltype(a), bool>)
         return a && b;
+      else if constexpr (kFloating<decltype(a)>)
+        return scalar::mul(a, b);
       else
         return wrap_mul(a, b);
     });
   });
-  t.set(OpId::div,
-        [](const KernelCall& c) { binary_same(c, [](auto a, auto b) { return a / b; }); });
+  t.set(OpId::div, [](const KernelCall& c) {
+    binary_same(c, [](auto a, auto b) { return scalar::div(a, b); });
+  });
   t.set(OpId::pow, [](const KernelCall& c) {
     binary_same(c, [](auto a, auto b) {
       using C = decltype(a);
-      if constexpr (std::is_floating_point_v<C>)
-        return std::pow(a, b);
+      if constexpr (kFloating<C>)
+        return scalar::pow(a, b);
       else
         return integer_pow(a, b);
     });
   });
   t.set(OpId::maximum, [](const KernelCall& c) {
-    binary_same(c, [](auto a, auto b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); });
+    binary_same(c, [](auto a, auto b) { return scalar::maximum(a, b); });
   });
   t.set(OpId::minimum, [](const KernelCall& c) {
-    binary_same(c, [](auto a, auto b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); });
+    binary_same(c, [](auto a, auto b) { return scalar::minimum(a, b); });
   });
   t.set(OpId::remainder, [](const KernelCall& c) {
     check_no_integer_zero(c, c.in(1));

@@ -4,7 +4,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/pointwise.h"
-#include "backends/cpu/vec_math.h"
+#include "backends/cpu/scalar_ops.h"
 #include "backends/int_math.h"
 
 namespace kiln::backend::cpu {
@@ -46,116 +46,88 @@ void unary_to_bool(const KernelCall& c, F f) {
   });
 }
 
-// The helpers, and the lambdas that call them, are always inlined: a call
-// inside the element loop would keep it from vectorizing.
-template <typename C>
-[[gnu::always_inline]] inline C sigmoid_of(C x) {
-  return C(1) / (C(1) + exp_f32(-x));
-}
-
-template <typename C>
-[[gnu::always_inline]] inline C gelu_erf(C x) {
-  // erfc keeps precision where 1 + erf(x) cancels (large negative x).
-  return C(0.5) * x * erfc_f32(x * C(-0.70710678118654752440));
-}
-
-template <typename C>
-[[gnu::always_inline]] inline C gelu_tanh(C x) {
-  const C inner = C(0.79788456080286535588) * (x + C(0.044715) * x * x * x);
-  return C(0.5) * x * (C(1) + tanh_f32(inner));
-}
-
 }  // namespace
 
 void register_cpu_unary_kernels(KernelTable& t) {
   using ops::OpId;
-  t.set(OpId::neg, [](const KernelCall& c) { unary_same(c, [](auto x) { return wrap_neg(x); }); });
+  // The floating arithmetic is scalar_ops.h's, which generated kernels share.
+#define KILN_FLOAT_UNARY(name)                                                     \
+  t.set(OpId::name, [](const KernelCall& c) {                                      \
+    unary_float(                                                                   \
+        c, [](auto x) __attribute__((always_inline)) { return scalar::name(x); }); \
+  })
+  KILN_FLOAT_UNARY(exp);
+  KILN_FLOAT_UNARY(log);
+  KILN_FLOAT_UNARY(log1p);
+  KILN_FLOAT_UNARY(expm1);
+  KILN_FLOAT_UNARY(sqrt);
+  KILN_FLOAT_UNARY(rsqrt);
+  KILN_FLOAT_UNARY(reciprocal);
+  KILN_FLOAT_UNARY(sin);
+  KILN_FLOAT_UNARY(cos);
+  KILN_FLOAT_UNARY(tanh);
+  KILN_FLOAT_UNARY(sigmoid);
+  KILN_FLOAT_UNARY(silu);
+  KILN_FLOAT_UNARY(erf);
+#undef KILN_FLOAT_UNARY
+  t.set(OpId::gelu, [](const KernelCall& c) {
+    if (c.attrs.str(0) == "tanh")
+      unary_float(
+          c, [](auto x) __attribute__((always_inline)) { return scalar::gelu_tanh(x); });
+    else
+      unary_float(
+          c, [](auto x) __attribute__((always_inline)) { return scalar::gelu_erf(x); });
+  });
+  // Ops of every dtype: integers wrap as the type does (abs(INT_MIN) is
+  // INT_MIN, as PyTorch), floats are scalar_ops.h's.
+  t.set(OpId::neg, [](const KernelCall& c) {
+    unary_same(c, [](auto x) {
+      if constexpr (std::is_floating_point_v<decltype(x)>)
+        return scalar::neg(x);
+      else
+        return wrap_neg(x);
+    });
+  });
   t.set(OpId::abs, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
       using C = decltype(x);
       if constexpr (std::is_floating_point_v<C>)
-        return std::fabs(x);
+        return scalar::abs(x);
       else
-        return x < C(0) ? wrap_neg(x) : x;  // abs(INT_MIN) is INT_MIN, as PyTorch
+        return x < C(0) ? wrap_neg(x) : x;
     });
   });
-  t.set(OpId::exp, [](const KernelCall& c) {
-    unary_float(
-        c, [](auto x) __attribute__((always_inline)) { return exp_f32(x); });
+  t.set(OpId::square, [](const KernelCall& c) {
+    unary_same(c, [](auto x) {
+      if constexpr (std::is_floating_point_v<decltype(x)>)
+        return scalar::square(x);
+      else
+        return wrap_mul(x, x);
+    });
   });
-  t.set(OpId::log, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log(x); }); });
-  t.set(OpId::log1p,
-        [](const KernelCall& c) { unary_float(c, [](auto x) { return std::log1p(x); }); });
-  t.set(OpId::expm1,
-        [](const KernelCall& c) { unary_float(c, [](auto x) { return std::expm1(x); }); });
-  t.set(OpId::sqrt,
-        [](const KernelCall& c) { unary_float(c, [](auto x) { return std::sqrt(x); }); });
-  t.set(OpId::rsqrt, [](const KernelCall& c) {
-    unary_float(c, [](auto x) { return decltype(x)(1) / std::sqrt(x); });
-  });
-  t.set(OpId::reciprocal,
-        [](const KernelCall& c) { unary_float(c, [](auto x) { return decltype(x)(1) / x; }); });
-  t.set(OpId::square,
-        [](const KernelCall& c) { unary_same(c, [](auto x) { return wrap_mul(x, x); }); });
-  t.set(OpId::sin, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::sin(x); }); });
-  t.set(OpId::cos, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::cos(x); }); });
-  t.set(OpId::tanh, [](const KernelCall& c) {
-    unary_float(
-        c, [](auto x) __attribute__((always_inline)) { return tanh_f32(x); });
-  });
-  t.set(OpId::sigmoid, [](const KernelCall& c) {
-    unary_float(
-        c, [](auto x) __attribute__((always_inline)) { return sigmoid_of(x); });
-  });
-  t.set(OpId::relu, [](const KernelCall& c) {
-    unary_same(c, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });  // keeps NaN
-  });
-  t.set(OpId::gelu, [](const KernelCall& c) {
-    if (c.attrs.str(0) == "tanh")
-      unary_float(
-          c, [](auto x) __attribute__((always_inline)) { return gelu_tanh(x); });
-    else
-      unary_float(
-          c, [](auto x) __attribute__((always_inline)) { return gelu_erf(x); });
-  });
-  t.set(OpId::silu, [](const KernelCall& c) {
-    unary_float(
-        c, [](auto x) __attribute__((always_inline)) { return x * sigmoid_of(x); });
-  });
-  t.set(OpId::erf, [](const KernelCall& c) { unary_float(c, [](auto x) { return std::erf(x); }); });
+  t.set(OpId::relu,
+        [](const KernelCall& c) { unary_same(c, [](auto x) { return scalar::relu(x); }); });
   t.set(OpId::sign, [](const KernelCall& c) {
     unary_same(c, [](auto x) {
-      using C = decltype(x);
-      if constexpr (std::is_same_v<C, bool>)
+      if constexpr (std::is_same_v<decltype(x), bool>)
         return x;
       else
-        return C((C(0) < x) - (x < C(0)));
+        return scalar::sign(x);
     });
   });
-  t.set(OpId::floor, [](const KernelCall& c) {
-    unary_same(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>)
-        return std::floor(x);
-      else
-        return x;
-    });
-  });
-  t.set(OpId::ceil, [](const KernelCall& c) {
-    unary_same(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>)
-        return std::ceil(x);
-      else
-        return x;
-    });
-  });
-  t.set(OpId::round, [](const KernelCall& c) {
-    unary_same(c, [](auto x) {
-      if constexpr (std::is_floating_point_v<decltype(x)>)
-        return std::nearbyint(x);
-      else
-        return x;
-    });
-  });
+#define KILN_ROUNDING(name)                                \
+  t.set(OpId::name, [](const KernelCall& c) {              \
+    unary_same(c, [](auto x) {                             \
+      if constexpr (std::is_floating_point_v<decltype(x)>) \
+        return scalar::name(x);                            \
+      else                                                 \
+        return x; /* integers are whole already */         \
+    });                                                    \
+  })
+  KILN_ROUNDING(floor);
+  KILN_ROUNDING(ceil);
+  KILN_ROUNDING(round);
+#undef KILN_ROUNDING
   t.set(OpId::logical_not,
         [](const KernelCall& c) { unary_to_bool(c, [](auto x) { return x == decltype(x)(0); }); });
   t.set(OpId::isnan, [](const KernelCall& c) { unary_to_bool(c, [](auto x) { return x != x; }); });

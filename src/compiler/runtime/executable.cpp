@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "backends/writes_nothing.h"
+#include "compiler/codegen/generated.h"
 #include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
@@ -25,6 +26,7 @@ struct Executable::Step {
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
   ValueId fused_result = kNoValue;  // a fused step's one result (its last node's output)
+  codegen::PointwiseFn generated = nullptr;  // a generated kernel's function
 };
 
 namespace {
@@ -45,6 +47,19 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
     : trace_(std::move(trace)), current_(&plan_) {
   const Graph& g = trace_->graph;
   schedule_ = schedule_graph(g, options);
+  if (!schedule_.kernels.empty()) {
+    std::string why;
+    if (auto built = codegen::build_kernels(schedule_.kernels, why)) {
+      kernels_ = std::move(*built);
+    } else {
+      // No compiler, or a build error: the library kernels run the groups.
+      ScheduleOptions off = options;
+      off.generate = false;
+      off.generate_off = detail::str_cat("generated kernels are off: ", why);
+      schedule_ = schedule_graph(g, off);
+      kernels_.summary = off.generate_off;
+    }
+  }
   plan_ = plan_memory(g, schedule_);
   NoGradGuard no_grad;
   steps_.reserve(schedule_.steps.size());
@@ -54,7 +69,14 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
     s.node = &n;
     s.scheduled = &scheduled;
     s.schema = &ops::op_schema(n.op);
-    if (scheduled.fused()) {
+    if (scheduled.kernel >= 0) {
+      s.kind = Step::Kind::kFused;
+      s.generated = kernels_.functions[static_cast<size_t>(scheduled.kernel)];
+      s.fused_result = schedule_.result(g, steps_.size());
+      const Value& out = g.value(s.fused_result);
+      s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
+      s.device = out.device;
+    } else if (scheduled.fused()) {
       // The library call's attributes as its shape rule canonicalizes them.
       const Node& call = g.nodes()[static_cast<size_t>(scheduled.nodes.front())];
       TensorList metas;
@@ -197,7 +219,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
           }
         }
-        if (fused) {
+        if (s.generated) {
+          detail::count_kernel_launch();
+          codegen::run_pointwise(s.generated, outs[0], args);
+        } else if (fused) {
           detail::count_kernel_launch();
           s.scheduled->lowering->run(backend::KernelCall{*s.schema, args, outs, *attrs},
                                      s.scheduled->epilogue);

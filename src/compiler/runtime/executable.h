@@ -1,7 +1,7 @@
 // An executable: a trace lowered to a linear schedule of kernel launches over
 // a memory plan (docs/architecture.md, "Executables and CUDA graphs"). Each step calls
 // the kernel eager dispatch would call, or for a fused step (compiler/schedule/)
-// its backend's library call with an epilogue, with the attributes, input
+// its backend's library call with an epilogue or its generated kernel, with the attributes, input
 // casts and output layouts worked out once at lowering, so a call runs no
 // shape rule and no type promotion; every
 // intermediate lives in one arena per device (one allocation per call from
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compiler/capture/capture.h"
+#include "compiler/codegen/generated.h"
 #include "compiler/schedule/memory_plan.h"
 #include "compiler/schedule/schedule.h"
 
@@ -46,6 +47,9 @@ class Executable {
   const Trace& trace() const noexcept { return *trace_; }
   const Schedule& schedule() const noexcept { return schedule_; }
   size_t num_steps() const noexcept;
+  // Its generated kernels: how they were had ("3 kernels compiled in
+  // 410 ms"), or why there are none where groups were found.
+  const codegen::BuiltKernels& kernels() const noexcept { return kernels_; }
 
  private:
   struct Step;
@@ -55,6 +59,7 @@ class Executable {
   mutable std::unique_ptr<const MemoryPlan> measured_;  // with them, set once
   mutable std::atomic<const MemoryPlan*> current_;
   mutable std::atomic<bool> measuring_{false};  // a run has taken the measurement
+  codegen::BuiltKernels kernels_;
   std::vector<Step> steps_;
   std::vector<std::vector<ValueId>> release_after_;  // by step: values whose storage it uses last
 };

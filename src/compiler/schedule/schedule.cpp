@@ -1,6 +1,7 @@
 #include "compiler/schedule/schedule.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "compiler/ir/readers.h"
 #include "core/shape_util.h"
@@ -17,6 +18,7 @@ struct Candidate {
   Epilogue epilogue;
   std::vector<ValueId> inputs;
   const backend::EpilogueLowering* lowering = nullptr;
+  std::optional<codegen::PointwiseKernel> kernel;
 };
 
 bool library_call(ops::OpId op) { return op == ops::OpId::conv2d || op == ops::OpId::conv1d; }
@@ -93,6 +95,96 @@ std::string node_list(const Graph& g, const std::vector<int32_t>& nodes) {
   return detail::str_cat(s, " (node", nodes.size() > 1 ? "s " : " ", nodes.front(),
                          nodes.size() > 1 ? detail::str_cat("-", nodes.back()) : std::string(),
                          ")");
+}
+
+// Groups of pointwise nodes, each grown from a node (its result) back
+// through the producers whose every reader is in the group, and made one
+// generated kernel. The cost model (docs/architecture.md, "Schedules and
+// fused steps"): a value made and read only inside a group never goes
+// through memory, which saves a write and a read of its bytes per reader;
+// nothing is computed twice, as every node of a group has the result's
+// sizes (a smaller value, say a broadcast bias, is an input instead); no
+// library call is ever taken apart (only pointwise ops join).
+void pointwise_groups(const Graph& g, const Readers& readers, const ScheduleOptions& options,
+                      std::vector<bool>& taken, std::vector<Candidate>& groups,
+                      std::vector<std::string>& fused, std::vector<std::string>& not_fused) {
+  const auto& nodes = g.nodes();
+  const std::vector<bool> written = written_storages(g), returned = returned_storages(g);
+  std::vector<bool> fusible(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    fusible[i] = !taken[i] && codegen::why_not_generated(g, nodes[i]).empty();
+  std::vector<int32_t> inside_reads(g.values().size(), 0);
+  std::vector<bool> member(nodes.size(), false);
+  std::vector<std::string> lines;
+  for (auto root = static_cast<int32_t>(nodes.size()) - 1; root >= 0; --root) {
+    if (!fusible[static_cast<size_t>(root)] || taken[static_cast<size_t>(root)]) continue;
+    const Value& result = g.value(nodes[static_cast<size_t>(root)].outputs[0]);
+    Candidate cand;
+    std::vector<ValueId> counted;
+    auto join = [&](int32_t k) {
+      cand.nodes.push_back(k);
+      member[static_cast<size_t>(k)] = true;
+      std::vector<ValueId> read = nodes[static_cast<size_t>(k)].inputs;
+      std::sort(read.begin(), read.end());
+      read.erase(std::unique(read.begin(), read.end()), read.end());
+      for (ValueId v : read) {
+        if (v == kNoValue) continue;
+        if (inside_reads[static_cast<size_t>(v)]++ == 0) counted.push_back(v);
+      }
+    };
+    join(root);
+    // Producers come before their readers: going down once decides each
+    // after all its readers.
+    for (int32_t k = root - 1; k >= 0; --k) {
+      const auto ku = static_cast<size_t>(k);
+      if (!fusible[ku] || taken[ku]) continue;
+      const ValueId out = nodes[ku].outputs[0];
+      const Value& v = g.value(out);
+      const int32_t reads = inside_reads[static_cast<size_t>(out)];
+      if (reads == 0 || reads != readers.count[static_cast<size_t>(out)]) continue;
+      if (v.sizes != result.sizes || written[static_cast<size_t>(v.storage)] ||
+          returned[static_cast<size_t>(v.storage)])
+        continue;
+      join(k);
+    }
+    for (ValueId v : counted) inside_reads[static_cast<size_t>(v)] = 0;
+    std::sort(cand.nodes.begin(), cand.nodes.end());
+    if (cand.nodes.size() >= 2) {
+      for (int32_t k : cand.nodes)
+        for (ValueId in : nodes[static_cast<size_t>(k)].inputs) {
+          const bool inside = in != kNoValue && g.value(in).producer >= 0 &&
+                              member[static_cast<size_t>(g.value(in).producer)] &&
+                              g.value(in).kind == ValueKind::kNode;
+          if (in != kNoValue && !inside &&
+              std::find(cand.inputs.begin(), cand.inputs.end(), in) == cand.inputs.end())
+            cand.inputs.push_back(in);
+        }
+      const std::string what = node_list(g, cand.nodes);
+      std::string why;
+      if (!options.generate)
+        why = options.generate_off;
+      else if (ops::ReferenceModeGuard::enabled())
+        why = "the CPU runs its reference kernels";
+      if (!why.empty()) {
+        // No part of the group would fare better: one line for it.
+        for (int32_t k : cand.nodes) fusible[static_cast<size_t>(k)] = false;
+      }
+      if (why.empty()) why = moved_past_a_write(g, cand);
+      if (why.empty()) cand.kernel = codegen::lower_group(g, cand.nodes, cand.inputs, why);
+      if (!why.empty()) {
+        lines.push_back(detail::str_cat(what, " not fused: ", why));
+      } else {
+        for (int32_t k : cand.nodes) taken[static_cast<size_t>(k)] = true;
+        lines.push_back(detail::str_cat(what, ": one generated kernel of ", cand.inputs.size(),
+                                        cand.inputs.size() == 1 ? " input" : " inputs"));
+        groups.push_back(std::move(cand));
+      }
+    }
+    for (int32_t k : cand.nodes) member[static_cast<size_t>(k)] = false;
+  }
+  // In program order, as the epilogue groups' lines.
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it)
+    (it->find(" not fused: ") == std::string::npos ? fused : not_fused).push_back(*it);
 }
 
 }  // namespace
@@ -175,12 +267,14 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
       continue;
     }
     for (int32_t k : cand.nodes) taken[static_cast<size_t>(k)] = true;
-    group_at[static_cast<size_t>(cand.nodes.back())] = static_cast<int32_t>(groups.size());
     s.fused.push_back(detail::str_cat(what, ": one ", ops::op_schema(n.op).name,
                                       " call with epilogue ", cand.epilogue.describe()));
     cand.lowering = lowering;
     groups.push_back(std::move(cand));
   }
+  pointwise_groups(g, readers, options, taken, groups, s.fused, s.not_fused);
+  for (size_t k = 0; k < groups.size(); ++k)
+    group_at[static_cast<size_t>(groups[k].nodes.back())] = static_cast<int32_t>(k);
   // The steps in program order: a group at its last node's place.
   s.step_of.assign(nodes.size(), -1);
   s.materialized.assign(g.storages().size(), true);
@@ -193,6 +287,10 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
       st.lowering = c.lowering;
       st.epilogue = c.epilogue;
       st.inputs = c.inputs;
+      if (c.kernel) {
+        st.kernel = static_cast<int32_t>(s.kernels.size());
+        s.kernels.push_back(*c.kernel);
+      }
       // Values inside the group live in storages of their own unless the
       // epilogue wrote in place into the call's result.
       const int32_t result_storage = g.value(nodes[i].outputs[0]).storage;

@@ -1,8 +1,9 @@
 // The schedule of an executable (docs/architecture.md, "Schedules and fused
 // steps"): the graph's nodes in steps, each step one call at run time. A
 // step is one node (a kernel, a view, an in-place write) or a group of nodes
-// a backend runs as one call: today a library call with an epilogue (a
-// convolution with its bias, residual add and relu). The memory plan, the
+// run as one call: a library call with an epilogue (a convolution with its
+// residual add and relu), or pointwise nodes as one generated kernel
+// (compiler/codegen/). The memory plan, the
 // workspaces and the plan's check count time in steps, so a value made and
 // read only inside a group never gets bytes.
 //
@@ -15,14 +16,20 @@
 #include <vector>
 
 #include "backends/epilogue.h"
+#include "compiler/codegen/pointwise_kernel.h"
 #include "compiler/ir/graph.h"
 
 namespace kiln::compiler {
 
 struct ScheduleOptions {
   // Results bitwise eager's (CompileOptions::strict): no group that rounds
-  // otherwise than the nodes it covers. (Epilogue groups round as eager.)
+  // otherwise than the nodes it covers. (Epilogue groups and generated
+  // kernels round as eager.)
   bool strict = false;
+  // Pointwise groups as generated kernels; off where they cannot be built
+  // (no C++ compiler), with `generate_off` saying why.
+  bool generate = true;
+  std::string generate_off;
 };
 
 struct ScheduledStep {
@@ -35,9 +42,12 @@ struct ScheduledStep {
   // kAdd) and makes the last node's output.
   const backend::EpilogueLowering* lowering = nullptr;
   backend::Epilogue epilogue;
+  // A group of pointwise nodes as one generated kernel (Schedule::kernels),
+  // reading `inputs`, the values from outside the group, in its order.
+  int32_t kernel = -1;
   std::vector<ValueId> inputs;
 
-  bool fused() const noexcept { return lowering != nullptr; }
+  bool fused() const noexcept { return lowering != nullptr || kernel >= 0; }
 };
 
 struct Schedule {
@@ -46,6 +56,8 @@ struct Schedule {
   // By storage: false when only the inside of a fused step touches it
   // (the step never makes it, and it gets no bytes).
   std::vector<bool> materialized;
+  // The generated kernels' IR, by ScheduledStep::kernel.
+  std::vector<codegen::PointwiseKernel> kernels;
   // Each fused step, and each candidate left apart with why (explain()).
   std::vector<std::string> fused, not_fused;
 
@@ -59,7 +71,8 @@ struct Schedule {
 // One step per node: what an executable runs without fusion.
 Schedule unfused_schedule(const Graph& graph);
 // The graph's steps with library calls and their epilogues fused where the
-// backend of their device can run them so.
+// backend of their device can run them so, and groups of pointwise nodes as
+// generated kernels (options.generate).
 Schedule schedule_graph(const Graph& graph, const ScheduleOptions& options);
 
 }  // namespace kiln::compiler

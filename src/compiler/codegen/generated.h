@@ -1,0 +1,38 @@
+// Generated kernels at run time (docs/architecture.md, "Generated kernels and
+// their cache"): an executable's kernels built as one source by the CPU's
+// kernel compiler (backends/cpu/kernel_compiler.h), and one kernel's call
+// over tensors.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/pointwise_kernel.h"
+
+namespace kiln::compiler::codegen {
+
+using PointwiseFn = void (*)(char* const* ptrs, const int64_t* sizes, const int64_t* strides,
+                             int64_t ndim, int64_t begin, int64_t end, int64_t* index);
+
+struct BuiltKernels {
+  std::vector<PointwiseFn> functions;  // by kernel
+  std::shared_ptr<void> library;       // keeps them loaded
+  // "2 kernels compiled in 412 ms" / "... from the disk cache" / "... loaded".
+  std::string summary;
+  bool compiled = false;  // this build ran the compiler
+  double ms = 0;
+};
+
+// The kernels' functions; null, with why (no compiler, a build error), when
+// they cannot be had. The source goes to $KILN_DUMP_DIR when set.
+std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kernels,
+                                          std::string& why);
+
+// Runs fn over out = the group of `inputs` (each broadcast to out's sizes),
+// split across the CPU's threads when large.
+void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs);
+
+}  // namespace kiln::compiler::codegen

@@ -1,0 +1,457 @@
+#include "compiler/codegen/pointwise_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+#include "core/shape_util.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler::codegen {
+
+extern const std::string_view kCodegenPrelude;  // cmake/codegen_prelude.cmake
+
+namespace {
+
+using ops::OpId;
+
+enum class Form : uint8_t { kNone, kUnary, kBinary, kCompare, kWhere, kClamp, kCast };
+
+Form form_of(OpId op) {
+  switch (op) {
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::expm1:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::reciprocal:
+    case OpId::square:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::relu:
+    case OpId::gelu:
+    case OpId::silu:
+    case OpId::erf:
+    case OpId::sign:
+    case OpId::floor:
+    case OpId::ceil:
+    case OpId::round:
+      return Form::kUnary;
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::pow:
+    case OpId::maximum:
+    case OpId::minimum:
+      return Form::kBinary;
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+      return Form::kCompare;
+    case OpId::where:
+      return Form::kWhere;
+    case OpId::clamp:
+      return Form::kClamp;
+    case OpId::copy:
+      return Form::kCast;
+    default:
+      return Form::kNone;
+  }
+}
+
+bool floating(DType t) { return t == kFloat32 || t == kFloat64; }
+// Integers are read to be cast (x * 2 holds the 2 as int64), never computed on.
+bool loadable(DType t) { return floating(t) || t == kBool || t == kInt64 || t == kInt32; }
+
+const char* type_name(DType t) {
+  if (t == kFloat32) return "float";
+  if (t == kFloat64) return "double";
+  if (t == kInt64) return "int64_t";
+  if (t == kInt32) return "int32_t";
+  return "bool";
+}
+
+size_t element_size_of(DType t) { return dtype_size(t); }
+
+const char* compare_operator(OpId op) {
+  switch (op) {
+    case OpId::eq:
+      return "==";
+    case OpId::ne:
+      return "!=";
+    case OpId::lt:
+      return "<";
+    case OpId::le:
+      return "<=";
+    case OpId::gt:
+      return ">";
+    default:
+      return ">=";
+  }
+}
+
+// A value of the compute type `t` as a C++ expression of exactly that value.
+std::string literal(double v, DType t) {
+  const std::string type = type_name(t);
+  if (std::isnan(v))
+    return detail::str_cat(std::signbit(v) ? "-" : "", "std::numeric_limits<", type,
+                           ">::quiet_NaN()");
+  if (std::isinf(v))
+    return detail::str_cat(v < 0 ? "-" : "", "std::numeric_limits<", type, ">::infinity()");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return detail::str_cat("static_cast<", type, ">(", buf, ")");
+}
+
+// A scalar attribute as the compute type t rounds it (the library kernels' Scalar::to).
+double as_compute(const Scalar& s, DType t) {
+  return t == kFloat32 ? static_cast<double>(s.to<float>()) : s.to<double>();
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string cast_expression(const std::string& v, DType to) {
+  if (to == kBool) return detail::str_cat("(", v, " != 0)");
+  return detail::str_cat("static_cast<", type_name(to), ">(", v, ")");
+}
+
+// The expression of instruction i (not a load) over its arguments' names.
+std::string expression(const std::vector<Instr>& body, size_t i) {
+  const Instr& in = body[i];
+  auto arg = [&](size_t k) { return detail::str_cat("v", in.args[k]); };
+  if (in.kind == Instr::Kind::kCast || form_of(in.op) == Form::kCast)
+    return cast_expression(arg(0), in.dtype);
+  const std::string name(ops::op_schema(in.op).name);
+  switch (form_of(in.op)) {
+    case Form::kUnary:
+      if (in.op == OpId::gelu)
+        return detail::str_cat("scalar::gelu_", in.tanh_form ? "tanh" : "erf", "(", arg(0), ")");
+      return detail::str_cat("scalar::", name, "(", arg(0), ")");
+    case Form::kBinary:
+      if ((in.op == OpId::add || in.op == OpId::sub) && in.constants[0])
+        return detail::str_cat("scalar::add_scaled(", arg(0), ", ", arg(1), ", ",
+                               literal(*in.constants[0], in.dtype), ")");
+      return detail::str_cat("scalar::", name, "(", arg(0), ", ", arg(1), ")");
+    case Form::kCompare:
+      return detail::str_cat("(", arg(0), " ", compare_operator(in.op), " ", arg(1), ")");
+    case Form::kWhere:
+      return detail::str_cat("(", arg(0), " ? ", arg(1), " : ", arg(2), ")");
+    case Form::kClamp: {
+      const double inf = std::numeric_limits<double>::infinity();
+      return detail::str_cat("scalar::clamp(", arg(0), ", ",
+                             literal(in.constants[0].value_or(-inf), in.dtype), ", ",
+                             literal(in.constants[1].value_or(inf), in.dtype), ")");
+    }
+    default:
+      throw Error(detail::str_cat("compiler: codegen: no expression for ", name));
+  }
+}
+
+// The element loop's body: loads (through `load(k)`), values, the store.
+std::string element_body(const PointwiseKernel& k, const std::string& indent,
+                         const std::function<std::string(size_t)>& load) {
+  std::string s;
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    const Instr& in = k.body[i];
+    const std::string value =
+        in.kind == Instr::Kind::kLoad ? load(static_cast<size_t>(in.input)) : expression(k.body, i);
+    s += detail::str_cat(indent, "const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string why_not_generated(const Graph& g, const Node& n) {
+  const std::string name(ops::op_schema(n.op).name);
+  if (form_of(n.op) == Form::kNone) return detail::str_cat(name, " has no generated form");
+  if (n.inplace()) return detail::str_cat(name, "_ writes in place");
+  if (n.outputs.size() != 1) return detail::str_cat(name, " has ", n.outputs.size(), " outputs");
+  const Value& out = g.value(n.outputs[0]);
+  if (!out.device.is_cpu()) return detail::str_cat(name, " runs on ", out.device);
+  if (!(floating(out.dtype) || (out.dtype == kBool && form_of(n.op) == Form::kCompare) ||
+        (out.dtype == kBool && form_of(n.op) == Form::kCast)))
+    return detail::str_cat(name, " makes ", out.dtype, " (generated: float32, float64)");
+  for (ValueId in : n.inputs) {
+    if (in == kNoValue) continue;
+    const DType t = g.value(in).dtype;
+    if (!loadable(t)) return detail::str_cat(name, " reads ", t, " (generated: float32, float64)");
+  }
+  if (form_of(n.op) == Form::kCompare && !floating(g.value(n.inputs[0]).dtype) &&
+      !floating(g.value(n.inputs[1]).dtype))
+    return detail::str_cat(name, " compares bool values");
+  if (!contiguous_layout(out.sizes, out.strides))
+    return detail::str_cat(name, " makes a non-contiguous result");
+  return "";
+}
+
+std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32_t> nodes,
+                                           std::span<const ValueId> inputs, std::string& why) {
+  PointwiseKernel k;
+  const ValueId result = g.nodes()[static_cast<size_t>(nodes.back())].outputs[0];
+  const Value& rv = g.value(result);
+  std::vector<Shape> sizes{rv.sizes}, strides{rv.strides};
+  std::vector<size_t> elements{element_size_of(rv.dtype)};
+  std::vector<int32_t> instr_of(g.values().size(), -1);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& v = g.value(inputs[i]);
+    sizes.push_back(v.sizes);
+    strides.push_back(v.strides);
+    elements.push_back(element_size_of(v.dtype));
+    Instr load;
+    load.kind = Instr::Kind::kLoad;
+    load.input = static_cast<int32_t>(i);
+    load.dtype = v.dtype;
+    instr_of[static_cast<size_t>(inputs[i])] = static_cast<int32_t>(k.body.size());
+    k.body.push_back(load);
+  }
+  const LoopLayout layout = loop_layout(rv.sizes, sizes, strides, elements);
+  k.output = {rv.dtype, inner_of(layout, 0, elements[0])};
+  for (size_t i = 0; i < inputs.size(); ++i)
+    k.inputs.push_back({g.value(inputs[i]).dtype, inner_of(layout, i + 1, elements[i + 1])});
+
+  for (int32_t index : nodes) {
+    const Node& n = g.nodes()[static_cast<size_t>(index)];
+    TensorList metas;
+    for (ValueId id : n.inputs) metas.push_back(g.meta_tensor(id));
+    const ops::Inferred inferred = ops::infer(n.op, metas, n.attrs);
+    Instr op;
+    op.op = n.op;
+    op.dtype = g.value(n.outputs[0]).dtype;
+    for (size_t a = 0; a < n.inputs.size(); ++a) {
+      int32_t arg = instr_of[static_cast<size_t>(n.inputs[a])];
+      const std::optional<DType> cast =
+          a < inferred.input_casts.size() ? inferred.input_casts[a] : std::nullopt;
+      if (cast && *cast != k.body[static_cast<size_t>(arg)].dtype) {
+        Instr c;
+        c.kind = Instr::Kind::kCast;
+        c.dtype = *cast;
+        c.args = {arg};
+        arg = static_cast<int32_t>(k.body.size());
+        k.body.push_back(c);
+      }
+      op.args.push_back(arg);
+    }
+    const ops::Attrs& attrs = inferred.attrs;
+    if (n.op == OpId::add || n.op == OpId::sub) {
+      const double alpha = attrs.scalar(0).to_double();
+      if (alpha == 1.0) {
+        op.constants = {std::nullopt};
+      } else {
+        const double sign = n.op == OpId::add ? 1.0 : -1.0;
+        const double factor = sign * alpha;
+        op.constants = {op.dtype == kFloat32 ? static_cast<double>(static_cast<float>(factor))
+                                             : factor};
+      }
+    } else if (n.op == OpId::clamp) {
+      for (size_t b = 0; b < 2; ++b)
+        op.constants.push_back(attrs.has(b)
+                                   ? std::optional<double>(as_compute(attrs.scalar(b), op.dtype))
+                                   : std::nullopt);
+    } else if (n.op == OpId::gelu) {
+      op.tanh_form = attrs.str(0) == "tanh";
+    }
+    // The arguments as the library kernel gets them (after its casts).
+    const Form form = form_of(n.op);
+    for (size_t a = 0; a < op.args.size(); ++a) {
+      const DType t = k.body[static_cast<size_t>(op.args[a])].dtype;
+      const DType want = form == Form::kCompare ? k.body[static_cast<size_t>(op.args[0])].dtype
+                         : form == Form::kWhere && a == 0 ? kBool
+                         : form == Form::kCast            ? t
+                                                          : op.dtype;
+      if (t != want || (form == Form::kCompare && !floating(t))) {
+        why = detail::str_cat(ops::op_schema(n.op).name, " (node ", index, ") computes on ", t,
+                              " where the generator has ", want);
+        return std::nullopt;
+      }
+    }
+    instr_of[static_cast<size_t>(n.outputs[0])] = static_cast<int32_t>(k.body.size());
+    k.body.push_back(std::move(op));
+  }
+  // The name: a hash of what the source depends on.
+  std::string key;
+  for (const KernelOperand& o : k.inputs)
+    key += detail::str_cat("in ", o.dtype, " ", static_cast<int>(o.inner), "\n");
+  key += detail::str_cat("out ", k.output.dtype, " ", static_cast<int>(k.output.inner), "\n");
+  for (size_t i = 0; i < k.body.size(); ++i)
+    if (k.body[i].kind != Instr::Kind::kLoad) key += expression(k.body, i) + "\n";
+  char name[40];
+  std::snprintf(name, sizeof name, "kiln_pointwise_%016llx",
+                static_cast<unsigned long long>(fnv1a(key)));
+  k.symbol = name;
+  return k;
+}
+
+std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
+  std::string s =
+      "// Generated by kiln (docs/architecture.md, \"Generated kernels and their cache\").\n"
+      "#include <algorithm>\n#include <cstdint>\n#include <limits>\n\n";
+  s += kCodegenPrelude;
+  s += "namespace kiln::backend::cpu {\n";
+  for (const PointwiseKernel& k : kernels) {
+    const size_t n_ops = k.inputs.size() + 1;
+    auto inner_size = [&](size_t op) -> std::string {
+      const KernelOperand& o = op == 0 ? k.output : k.inputs[op - 1];
+      if (o.inner == Inner::kBroadcast) return "0";
+      return detail::str_cat(element_size_of(o.dtype));
+    };
+    auto is = [&](size_t op, Inner kind) {
+      return (op == 0 ? k.output : k.inputs[op - 1]).inner == kind;
+    };
+    const std::string out_type = type_name(k.output.dtype);
+    const size_t last = k.body.size() - 1;
+    s += detail::str_cat("\n// ", k.inputs.size(), " inputs, ", k.body.size(), " values\n");
+    s += detail::str_cat("[[gnu::always_inline]] inline void ", k.symbol,
+                         "_run(char* const* p, const int64_t* s, int64_t n) {\n");
+    // The loop the graph's layout has: contiguous and broadcast operands
+    // with strides the compiler knows, so that it vectorizes.
+    std::string cond;
+    for (size_t op = 0; op < n_ops; ++op) {
+      if (is(op, Inner::kStrided)) continue;
+      if (!cond.empty()) cond += " && ";
+      cond += detail::str_cat("s[", op, "] == ", inner_size(op));
+    }
+    if (!cond.empty()) {
+      s += detail::str_cat("  if (", cond, ") {\n");
+      if (is(0, Inner::kContiguous))
+        s += detail::str_cat("    ", out_type, "* __restrict o = reinterpret_cast<", out_type,
+                             "*>(p[0]);\n");
+      for (size_t i = 0; i < k.inputs.size(); ++i) {
+        const std::string t = type_name(k.inputs[i].dtype);
+        if (is(i + 1, Inner::kContiguous))
+          s += detail::str_cat("    const ", t, "* __restrict a", i, " = reinterpret_cast<const ",
+                               t, "*>(p[", i + 1, "]);\n");
+        else if (is(i + 1, Inner::kBroadcast))
+          s += detail::str_cat("    const ", t, " b", i, " = *reinterpret_cast<const ", t, "*>(p[",
+                               i + 1, "]);\n");
+      }
+      s += "    for (int64_t i = 0; i < n; ++i) {\n";
+      s += element_body(k, "      ", [&](size_t i) {
+        if (is(i + 1, Inner::kContiguous)) return detail::str_cat("a", i, "[i]");
+        if (is(i + 1, Inner::kBroadcast)) return detail::str_cat("b", i);
+        const std::string t = type_name(k.inputs[i].dtype);
+        return detail::str_cat("*reinterpret_cast<const ", t, "*>(p[", i + 1, "] + i * s[", i + 1,
+                               "])");
+      });
+      if (is(0, Inner::kContiguous))
+        s += detail::str_cat("      o[i] = v", last, ";\n");
+      else
+        s += detail::str_cat("      *reinterpret_cast<", out_type, "*>(p[0] + i * s[0]) = v", last,
+                             ";\n");
+      s += "    }\n    return;\n  }\n";
+    }
+    // Any strides.
+    s += "  for (int64_t i = 0; i < n; ++i) {\n";
+    s += element_body(k, "    ", [&](size_t i) {
+      const std::string t = type_name(k.inputs[i].dtype);
+      return detail::str_cat("*reinterpret_cast<const ", t, "*>(p[", i + 1, "] + i * s[", i + 1,
+                             "])");
+    });
+    s += detail::str_cat("    *reinterpret_cast<", out_type, "*>(p[0] + i * s[0]) = v", last,
+                         ";\n  }\n}\n");
+    s += detail::str_cat(
+        "extern \"C\" void ", k.symbol,
+        "(char* const* ptrs, const int64_t* sizes, const int64_t* strides, int64_t ndim,\n"
+        "    int64_t begin, int64_t end, int64_t* index) {\n"
+        "  constexpr int64_t kOperands = ",
+        n_ops,
+        ";\n"
+        "  int64_t rem = begin;\n"
+        "  for (int64_t d = ndim - 1; d >= 0; --d) {\n"
+        "    index[d] = rem % sizes[d];\n"
+        "    rem /= sizes[d];\n"
+        "  }\n"
+        "  const int64_t* inner = strides + (ndim - 1) * kOperands;\n"
+        "  char* p[kOperands];\n"
+        "  for (int64_t pos = begin; pos < end;) {\n"
+        "    for (int64_t k = 0; k < kOperands; ++k) {\n"
+        "      char* q = ptrs[k];\n"
+        "      for (int64_t d = 0; d < ndim; ++d) q += index[d] * strides[d * kOperands + k];\n"
+        "      p[k] = q;\n"
+        "    }\n"
+        "    const int64_t n = std::min(sizes[ndim - 1] - index[ndim - 1], end - pos);\n    ",
+        k.symbol,
+        "_run(p, inner, n);\n"
+        "    pos += n;\n"
+        "    index[ndim - 1] += n;\n"
+        "    for (int64_t d = ndim - 1; d > 0 && index[d] == sizes[d]; --d) {\n"
+        "      index[d] = 0;\n"
+        "      ++index[d - 1];\n"
+        "    }\n"
+        "  }\n"
+        "}\n");
+  }
+  s += "\n}  // namespace kiln::backend::cpu\n";
+  return s;
+}
+
+LoopLayout loop_layout(const Shape& out_sizes, std::span<const Shape> sizes,
+                       std::span<const Shape> strides, std::span<const size_t> element_sizes) {
+  const size_t ops = sizes.size();
+  const size_t rank = out_sizes.size();
+  LoopLayout l;
+  l.numel = 1;
+  for (int64_t s : out_sizes) l.numel *= s;
+  // Dims outer to inner, each with its operands' byte strides; size-1 dims dropped.
+  std::vector<int64_t> dim_sizes;
+  std::vector<std::vector<int64_t>> dim_strides;
+  for (size_t d = 0; d < rank; ++d) {
+    if (out_sizes[d] == 1) continue;
+    std::vector<int64_t> st(ops, 0);
+    for (size_t k = 0; k < ops; ++k) {
+      const size_t r = sizes[k].size();
+      if (d + r < rank) continue;  // a dim the operand does not have
+      const size_t j = d + r - rank;
+      if (sizes[k][j] != 1) st[k] = strides[k][j] * static_cast<int64_t>(element_sizes[k]);
+    }
+    if (!dim_sizes.empty()) {
+      bool merge = true;
+      for (size_t k = 0; k < ops && merge; ++k)
+        merge = dim_strides.back()[k] == st[k] * out_sizes[d];
+      if (merge) {
+        dim_sizes.back() *= out_sizes[d];
+        dim_strides.back() = st;
+        continue;
+      }
+    }
+    dim_sizes.push_back(out_sizes[d]);
+    dim_strides.push_back(std::move(st));
+  }
+  if (dim_sizes.empty()) {
+    // One element: any stride reads it; the element sizes keep the kernel's
+    // contiguous loop (one kernel for every size of a dynamic dim).
+    dim_sizes.push_back(1);
+    dim_strides.emplace_back(element_sizes.begin(), element_sizes.end());
+  }
+  l.sizes = dim_sizes;
+  for (const auto& st : dim_strides) l.strides.insert(l.strides.end(), st.begin(), st.end());
+  return l;
+}
+
+Inner inner_of(const LoopLayout& layout, size_t operand, size_t element_size) {
+  const size_t ops = layout.strides.size() / layout.sizes.size();
+  const int64_t s = layout.strides[(layout.sizes.size() - 1) * ops + operand];
+  if (s == static_cast<int64_t>(element_size)) return Inner::kContiguous;
+  if (s == 0) return Inner::kBroadcast;
+  return Inner::kStrided;
+}
+
+}  // namespace kiln::compiler::codegen

@@ -1,0 +1,89 @@
+// Generated kernels for groups of pointwise nodes (docs/architecture.md,
+// "Generated kernels and their cache"): the loop-level IR of one group, its
+// lowering from graph nodes, and its C++ source.
+//
+// A kernel computes, for every element of its output, the group's nodes in
+// program order on that element: each node's inputs cast as its shape rule
+// casts them, its arithmetic that of backends/cpu/scalar_ops.h (the library
+// kernels' own), its result rounded to its dtype. The result is therefore
+// the nodes' results bit for bit, and strict mode fuses too.
+//
+// Sizes are not in the kernel: it takes them (and the strides) at run time,
+// so one kernel serves every size of a dynamic dim. What it does depend on
+// is each operand's dtype and the kind of its innermost stride (contiguous,
+// broadcast or other), for which it has a vectorizable loop; a call whose
+// strides differ takes the kernel's general loop instead.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/graph.h"
+
+namespace kiln::compiler::codegen {
+
+enum class Inner : uint8_t { kContiguous, kBroadcast, kStrided };
+
+struct KernelOperand {
+  DType dtype = kFloat32;
+  Inner inner = Inner::kContiguous;  // as the graph's layout has it
+};
+
+// One value of the kernel's element loop.
+struct Instr {
+  enum class Kind : uint8_t { kLoad, kCast, kOp } kind = Kind::kOp;
+  ops::OpId op{};             // kOp
+  std::vector<int32_t> args;  // earlier instructions
+  DType dtype = kFloat32;     // the value's dtype
+  int32_t input = -1;         // kLoad: which input
+  // kOp: add/sub's factor on the second operand (absent: alpha 1), clamp's
+  // bounds (absent: none), as values of the compute type; gelu's form.
+  std::vector<std::optional<double>> constants;
+  bool tanh_form = false;
+};
+
+struct PointwiseKernel {
+  std::vector<KernelOperand> inputs;
+  KernelOperand output;
+  std::vector<Instr> body;  // the result is the last
+  // Its function's name in the source: "kiln_pointwise_<hash of its IR>".
+  std::string symbol;
+};
+
+// Whether node can be in a generated kernel (a CPU pointwise op of
+// float32/float64 arithmetic the generator has); empty when it can, else why not.
+std::string why_not_generated(const Graph& graph, const Node& node);
+
+// The kernel of a group: `nodes` ascending, the last one's output the
+// result, `inputs` the values from outside the group it reads. Null, with
+// why, where a node's arguments are not of the dtypes the generator has.
+std::optional<PointwiseKernel> lower_group(const Graph& graph, std::span<const int32_t> nodes,
+                                           std::span<const ValueId> inputs, std::string& why);
+
+// One translation unit holding the kernels, each an extern "C" function
+//   void <symbol>(char* const* ptrs, const int64_t* sizes,
+//                 const int64_t* strides, int64_t ndim,
+//                 int64_t begin, int64_t end, int64_t* index)
+// over elements [begin, end) of an output of `ndim` dims of `sizes`; ptrs
+// are the output's then the inputs' first elements, strides in bytes, by
+// dim then operand (the output first); index is scratch of ndim entries.
+std::string emit_cpp(std::span<const PointwiseKernel> kernels);
+
+// Dims of the output's sizes merged where every operand's strides allow and
+// dims of size 1 dropped: at least one dim. Strides in bytes, by dim then
+// operand (output first); an input of fewer dims or of size 1 along a dim is
+// broadcast (stride 0).
+struct LoopLayout {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t numel = 0;
+};
+LoopLayout loop_layout(const Shape& out_sizes, std::span<const Shape> sizes,
+                       std::span<const Shape> strides, std::span<const size_t> element_sizes);
+// The inner-stride kind of each operand in a layout.
+Inner inner_of(const LoopLayout& layout, size_t operand, size_t element_size);
+
+}  // namespace kiln::compiler::codegen

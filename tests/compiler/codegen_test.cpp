@@ -1,0 +1,454 @@
+// Generated kernels (compiler/codegen/): groups of pointwise nodes run as one
+// kernel kiln writes, compiles and loads. Every op the generator has, alone
+// after one other node and in chains, gives eager's results bitwise (the
+// same arithmetic, backends/cpu/scalar_ops.h) and the reference kernels'
+// within tolerance, for each dtype, sizes 0 and 1, odd vector tails, sizes
+// on both sides of the parallel threshold, broadcasts, non-contiguous and
+// offset inputs. Without a compiler the groups run on the library kernels,
+// with a note.
+#include <gtest/gtest.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "backends/cpu/kernel_compiler.h"
+#include "backends/cpu/loops.h"
+#include "compiler/compiler_testing.h"
+#include "compiler/runtime/executable.h"
+#include "compiler/schedule/memory_plan.h"
+#include "kiln/kiln.h"
+#include "ops/dispatch.h"
+
+extern char** environ;
+
+namespace kiln::compiler {
+namespace {
+
+using testing::Program;
+
+bool have_compiler() {
+  std::string why;
+  return !backend::cpu::KernelCompiler::find_compiler(why).empty();
+}
+
+#define KILN_NEEDS_COMPILER() \
+  if (!have_compiler()) GTEST_SKIP() << "no C++ compiler: kernels cannot be generated here"
+
+struct Lowered {
+  std::shared_ptr<const Trace> trace;
+  std::unique_ptr<Executable> exe;
+};
+
+Lowered lower(const Program& f, const TensorList& args, ScheduleOptions options = {}) {
+  Lowered l;
+  l.trace = std::make_shared<const Trace>(testing::trace_of(f, args));
+  verify(l.trace->graph);
+  l.exe = std::make_unique<Executable>(l.trace, options);
+  check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
+  return l;
+}
+
+size_t generated_steps(const Schedule& s) {
+  size_t n = 0;
+  for (const auto& st : s.steps) n += st.kernel >= 0;
+  return n;
+}
+
+// Within the per-dtype tolerance of docs/compile.md of the reference kernels
+// (float32: 1e-5 relative, 1e-6 absolute; float64: 1e-12, 1e-13), NaN where
+// they have NaN, infinities equal.
+void expect_near_reference(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const bool f64 = got.dtype() == kFloat64;
+  const double rel = f64 ? 1e-12 : 2e-5, abs = f64 ? 1e-13 : 1e-6;
+  const auto a = got.to_vector<double>(), b = want.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(std::isnan(a[i]), std::isnan(b[i]))
+        << what << ": element " << i << " " << a[i] << " vs " << b[i];
+    if (std::isnan(b[i])) continue;
+    if (std::isinf(b[i])) {
+      ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
+      continue;
+    }
+    ASSERT_LE(std::abs(a[i] - b[i]), abs + rel * std::abs(b[i]))
+        << what << ": element " << i << " " << a[i] << " vs " << b[i];
+  }
+}
+
+// f through its executable (the measuring run and a planned one) against
+// eager (bitwise) and the reference kernels; `kernels` groups generated.
+void expect_generated(const Program& f, const TensorList& args, size_t kernels,
+                      const std::string& what) {
+  NoGradGuard no_grad;
+  const Lowered l = lower(f, args);
+  ASSERT_EQ(generated_steps(l.exe->schedule()), kernels)
+      << what << "\n"
+      << to_text(l.trace->graph) << "not fused:\n"
+      << (l.exe->schedule().not_fused.empty() ? "" : l.exe->schedule().not_fused[0]);
+  const TensorList want = f(args);
+  TensorList reference;
+  {
+    ops::ReferenceModeGuard ref;
+    reference = f(args);
+  }
+  for (int run = 0; run < 2; ++run) {
+    const TensorList got = l.exe->run(args);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(testing::same(got[i], want[i]))
+          << what << ": run " << run << " output " << i << "\n"
+          << to_text(l.trace->graph);
+      expect_near_reference(got[i], reference[i], what);
+    }
+  }
+  check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
+}
+
+// Values over the ops' interesting ranges: signed, some large, zeros, and a
+// NaN and infinities where there is room.
+Tensor values(const Shape& sizes, DType dtype, Generator& gen) {
+  Tensor x = (randn(sizes, {}, &gen) * 3.0).to(dtype);
+  if (x.numel() >= 8) {
+    Tensor flat = x.reshape({-1});
+    flat.narrow(0, 1, 1).fill_(0.0);
+    flat.narrow(0, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+    flat.narrow(0, 5, 1).fill_(std::numeric_limits<double>::infinity());
+    flat.narrow(0, 6, 1).fill_(-std::numeric_limits<double>::infinity());
+  }
+  return x;
+}
+
+Tensor positive(const Shape& sizes, DType dtype, Generator& gen) {
+  return (rand(sizes, {}, &gen) * 4.0 + 0.25).to(dtype);
+}
+
+using Unary = std::function<Tensor(const Tensor&)>;
+
+struct UnaryCase {
+  const char* name;
+  Unary op;
+  bool positive_only = false;  // log, sqrt...: inputs in (0.25, 4.25)
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return -x; }},
+      {"abs", [](const Tensor& x) { return x.abs(); }},
+      {"exp", [](const Tensor& x) { return x.exp(); }},
+      {"log", [](const Tensor& x) { return x.log(); }, true},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, true},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
+      {"sqrt", [](const Tensor& x) { return x.sqrt(); }, true},
+      {"rsqrt", [](const Tensor& x) { return x.rsqrt(); }, true},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, true},
+      {"square", [](const Tensor& x) { return x.square(); }},
+      {"sin", [](const Tensor& x) { return x.sin(); }},
+      {"cos", [](const Tensor& x) { return x.cos(); }},
+      {"tanh", [](const Tensor& x) { return x.tanh(); }},
+      {"sigmoid", [](const Tensor& x) { return x.sigmoid(); }},
+      {"relu", [](const Tensor& x) { return x.relu(); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"erf", [](const Tensor& x) { return erf(x); }},
+      {"sign", [](const Tensor& x) { return sign(x); }},
+      {"floor", [](const Tensor& x) { return floor(x); }},
+      {"ceil", [](const Tensor& x) { return ceil(x); }},
+      {"round", [](const Tensor& x) { return round(x); }},
+      {"clamp", [](const Tensor& x) { return x.clamp(-1.5, 2.25); }},
+      {"clamp_min", [](const Tensor& x) { return x.clamp(0.5, std::nullopt); }},
+      {"clamp_max", [](const Tensor& x) { return x.clamp(std::nullopt, -0.5); }},
+  };
+}
+
+TEST(Codegen, EveryUnaryOpAfterAnotherNodeIsOneKernelOfEagersBits) {
+  KILN_NEEDS_COMPILER();
+  Generator gen(5);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const UnaryCase& c : unary_cases()) {
+      for (int64_t n : {0, 1, 7, 33}) {
+        const Tensor x = c.positive_only ? positive({n}, dtype, gen) : values({n}, dtype, gen);
+        const Tensor b = positive({n}, dtype, gen) * 0.01;
+        const Unary op = c.op;
+        // op(x + b): the add and the op in one kernel.
+        expect_generated([op](const TensorList& a) { return TensorList{op(a[0] + a[1])}; }, {x, b},
+                         1, detail::str_cat(c.name, " ", dtype, " [", n, "]"));
+      }
+    }
+  }
+}
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+};
+
+std::vector<BinaryCase> binary_cases() {
+  return {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+      {"add alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 0.3); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+      {"sub alpha", [](const Tensor& a, const Tensor& b) { return sub(a, b, 2.5); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return a.abs().pow(b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"where gt", [](const Tensor& a, const Tensor& b) { return where(a > b, a, b * 2.0); }},
+      {"where lt", [](const Tensor& a, const Tensor& b) { return where(a < b, a.exp(), b); }},
+      {"where eq", [](const Tensor& a, const Tensor& b) { return where(a == b, a, -b); }},
+      {"where ne", [](const Tensor& a, const Tensor& b) { return where(a != b, a, b + 1.0); }},
+      {"where le ge",
+       [](const Tensor& a, const Tensor& b) { return where(a <= b, a, where(a >= 0.5, b, a)); }},
+      {"scalar constants", [](const Tensor& a, const Tensor& b) { return (a * 0.5 + 2) * b - 1; }},
+      {"cast",
+       [](const Tensor& a, const Tensor& b) { return (a.to(kFloat64) * 3.0).to(b.dtype()) + b; }},
+  };
+}
+
+TEST(Codegen, EveryBinaryOpCompareAndWhereInChainsIsOneKernelOfEagersBits) {
+  KILN_NEEDS_COMPILER();
+  Generator gen(6);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const BinaryCase& c : binary_cases()) {
+      for (int64_t n : {0, 1, 9, 40}) {
+        const Tensor a = values({n, 3}, dtype, gen), b = values({n, 3}, dtype, gen);
+        const auto op = c.op;
+        // relu(op(a, b) * a): the op between two other nodes.
+        expect_generated(
+            [op](const TensorList& t) { return TensorList{(op(t[0], t[1]) * t[0]).relu()}; },
+            {a, b}, 1, detail::str_cat(c.name, " ", dtype, " [", n, ", 3]"));
+      }
+    }
+  }
+}
+
+TEST(Codegen, BroadcastsNonContiguousAndOffsetInputsAndBothSidesOfTheParallelThreshold) {
+  KILN_NEEDS_COMPILER();
+  Generator gen(7);
+  const auto chain = [](const TensorList& t) {
+    return TensorList{gelu(t[0] * t[1] + t[2]).sigmoid() * 2.0};
+  };
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (int64_t rows : {1, 3, 129, 2053}) {  // 2053 x 19: above the parallel threshold
+      const std::string what = detail::str_cat(dtype, " rows ", rows);
+      const Tensor x = values({rows, 19}, dtype, gen);
+      // A row broadcast, a column broadcast, a 0-d tensor.
+      expect_generated(chain, {x, values({19}, dtype, gen), values({rows, 1}, dtype, gen)}, 1,
+                       what + " broadcasts");
+      expect_generated(chain, {x, values({}, dtype, gen), x}, 1, what + " 0-d");
+      // A transposed input, a strided one and one at an offset.
+      const Tensor t = values({19, rows}, dtype, gen).t();
+      const Tensor strided = values({rows, 38}, dtype, gen).narrow(1, 0, 38).slice(1, 0, 38, 2);
+      const Tensor offset = values({rows + 1, 19}, dtype, gen).narrow(0, 1, rows);
+      expect_generated(chain, {t, strided, offset}, 1, what + " transposed, strided, offset");
+    }
+  }
+  EXPECT_GT(int64_t{2053} * 19, backend::cpu::kParallelGrain);
+}
+
+TEST(Codegen, GroupsStopAtLibraryCallsReductionsAndValuesReadOutside) {
+  KILN_NEEDS_COMPILER();
+  Generator gen(8);
+  const Tensor x = values({6, 8}, kFloat32, gen), w = values({8, 8}, kFloat32, gen);
+  // matmul -> (add, tanh) -> sum -> (mul, exp): two groups around the calls.
+  expect_generated(
+      [](const TensorList& t) {
+        const Tensor h = (t[0].matmul(t[1]) + 1.0).tanh();
+        return TensorList{(h.sum({1}) * 0.5).exp()};
+      },
+      {x, w}, 2, "around a matmul and a sum");
+  // An inner value that is also a result stays out of the group that reads it.
+  NoGradGuard no_grad;
+  const Program two_results = [](const TensorList& t) {
+    const Tensor y = t[0] * 2.0;
+    return TensorList{y, (y + 1.0).relu()};
+  };
+  const Lowered l = lower(two_results, {x});
+  EXPECT_EQ(generated_steps(l.exe->schedule()), 1u);
+  ASSERT_EQ(l.exe->schedule().steps.size(), 2u);  // y, then add + relu
+  EXPECT_EQ(l.exe->schedule().steps[1].nodes.size(), 2u);
+  // A diamond: x*2 read by both exp and sin, whose sum is the result: one kernel.
+  expect_generated(
+      [](const TensorList& t) {
+        const Tensor y = t[0] * 2.0;
+        return TensorList{y.exp() + y.sin()};
+      },
+      {x}, 1, "diamond");
+}
+
+TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {
+  KILN_NEEDS_COMPILER();
+  const auto f =
+      compile([](const Tensor& x) { return ((x * 2.0).tanh() + 1.0).relu(); }, {.name = "chain"});
+  const Tensor x = randn({4, 16});
+  EXPECT_TRUE(testing::same(f(x), ((x * 2.0).tanh() + 1.0).relu()));
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_EQ(r.graphs[0].generated_kernels, 1);
+  EXPECT_EQ(r.graphs[0].steps, 1);
+  ASSERT_EQ(r.graphs[0].fused.size(), 1u);
+  // x and the constants 2 and 1.
+  EXPECT_EQ(r.graphs[0].fused[0],
+            "mul + tanh + add + relu (nodes 0-3): one generated kernel of 3 inputs");
+  EXPECT_NE(r.graphs[0].codegen.find("1 kernel "), std::string::npos) << r.graphs[0].codegen;
+  EXPECT_NE(r.to_string().find("generated kernels: 1 kernel"), std::string::npos);
+  EXPECT_NE(r.to_json().find("\"generated_kernels\": 1"), std::string::npos);
+  // The three values inside get no bytes (the result is the caller's).
+  EXPECT_EQ(r.graphs[0].planned_bytes, 0u);
+  // A second compile of the same program loads nothing new.
+  const auto g =
+      compile([](const Tensor& x) { return ((x * 2.0).tanh() + 1.0).relu(); }, {.name = "again"});
+  g(x);
+  EXPECT_NE(g.explain().graphs[0].codegen.find("already loaded"), std::string::npos)
+      << g.explain().graphs[0].codegen;
+}
+
+TEST(Codegen, OneKernelServesEverySizeOfADynamicDim) {
+  KILN_NEEDS_COMPILER();
+  auto program = [](const Tensor& x, const Tensor& b) { return gelu(x * 0.125 + b).tanh(); };
+  const auto f = compile(program, {.dynamic = Dynamic::On, .name = "lengths"});
+  const Tensor b = randn({32});
+  f(randn({1, 8, 32}), b);  // the first size compiles the kernel
+  const auto before = backend::cpu::KernelCompiler::instance().stats();
+  for (int64_t length = 9; length <= 128; length += 17) {
+    const Tensor x = randn({1, length, 32});
+    EXPECT_TRUE(testing::same(f(x, b), program(x, b))) << length;
+  }
+  const auto after = backend::cpu::KernelCompiler::instance().stats();
+  EXPECT_EQ(after.compiled, before.compiled);
+  EXPECT_EQ(after.disk_hits, before.disk_hits);
+  const ExplainReport r = f.explain();
+  for (const auto& g : r.graphs) EXPECT_EQ(g.generated_kernels, 1);
+}
+
+// Sets an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Codegen, WithoutACompilerTheGroupsRunOnTheLibraryKernelsWithANote) {
+  ScopedEnv cxx("KILN_CXX", "/nonexistent/c++");
+  testing::LogCapture logs("fusion");
+  const auto program = [](const Tensor& x) { return (x.exp() * 2.0).sigmoid(); };
+  const auto f = compile(program, {.name = "nocc"});
+  const Tensor x = randn({5, 7});
+  EXPECT_TRUE(testing::same(f(x), program(x)));
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_EQ(r.graphs[0].generated_kernels, 0);
+  EXPECT_EQ(r.graphs[0].steps, 3);
+  EXPECT_EQ(r.graphs[0].codegen,
+            "generated kernels are off: KILN_CXX is '/nonexistent/c++', which is not an "
+            "executable file");
+  ASSERT_EQ(r.graphs[0].not_fused.size(), 1u);
+  EXPECT_EQ(r.graphs[0].not_fused[0],
+            "exp + mul + sigmoid (nodes 0-2) not fused: generated kernels are off: KILN_CXX is "
+            "'/nonexistent/c++', which is not an executable file");
+  EXPECT_TRUE(logs.contains("nocc: generated kernels are off"));
+}
+
+TEST(Codegen, KilnDumpDirHoldsTheReadableSource) {
+  KILN_NEEDS_COMPILER();
+  const auto dir =
+      std::filesystem::temp_directory_path() / detail::str_cat("kiln-dump-", ::getpid());
+  std::filesystem::remove_all(dir);
+  {
+    ScopedEnv dump("KILN_DUMP_DIR", dir.string());
+    const auto f = compile([](const Tensor& x) { return (x + 3.0).sqrt() * x; }, {.name = "dump"});
+    f(randn({3}));
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find("scalar::sqrt("), std::string::npos) << text;
+    EXPECT_NE(text.find("extern \"C\" void kiln_pointwise_"), std::string::npos);
+  }
+  EXPECT_EQ(files, 1u);
+  std::filesystem::remove_all(dir);
+}
+
+// Run by the next test in a new process of this binary: compiles a program
+// whose kernel it writes to $KILN_CODEGEN_TEST_OUT ("compiled" or not).
+TEST(Codegen, DISABLED_ChildProcessCompilesAProgram) {
+  const auto f =
+      compile([](const Tensor& x) { return (x * 1.25 - 0.5).tanh().exp(); }, {.name = "child"});
+  const Tensor x = randn({17});
+  ASSERT_TRUE(testing::same(f(x), (x * 1.25 - 0.5).tanh().exp()));
+  const ExplainReport r = f.explain();
+  std::ofstream(std::getenv("KILN_CODEGEN_TEST_OUT"))
+      << (r.graphs[0].codegen_compiled ? "compiled" : "not compiled") << "\n"
+      << r.graphs[0].codegen << "\n";
+}
+
+std::string run_child(const std::filesystem::path& cache, const std::filesystem::path& out) {
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e) {
+    const std::string s = *e;
+    if (s.rfind("KILN_KERNEL_CACHE=", 0) && s.rfind("KILN_CODEGEN_TEST_OUT=", 0) &&
+        s.rfind("GTEST_", 0))
+      env_text.push_back(s);
+  }
+  env_text.push_back("KILN_KERNEL_CACHE=" + cache.string());
+  env_text.push_back("KILN_CODEGEN_TEST_OUT=" + out.string());
+  std::vector<char*> env;
+  for (auto& s : env_text) env.push_back(s.data());
+  env.push_back(nullptr);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=Codegen.DISABLED_ChildProcessCompilesAProgram";
+  std::string disabled = "--gtest_also_run_disabled_tests";
+  char* argv[] = {self.data(), filter.data(), disabled.data(), nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, env.data()) != 0)
+    return "spawn failed";
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "child failed";
+  std::ifstream in(out);
+  std::string first;
+  std::getline(in, first);
+  return first;
+}
+
+TEST(Codegen, AWarmStartInANewProcessCompilesNothing) {
+  KILN_NEEDS_COMPILER();
+  const auto base =
+      std::filesystem::temp_directory_path() / detail::str_cat("kiln-warm-", ::getpid());
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  EXPECT_EQ(run_child(base / "cache", base / "first"), "compiled");
+  EXPECT_EQ(run_child(base / "cache", base / "second"), "not compiled");
+  std::ifstream second(base / "second");
+  std::string line;
+  std::getline(second, line);
+  std::getline(second, line);
+  EXPECT_NE(line.find("read from the disk cache"), std::string::npos) << line;
+  std::filesystem::remove_all(base);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
