@@ -46,6 +46,9 @@ struct Latency {
 // CUDA-graph recording, autotuning) and running it. Eager: total only.
 struct FirstCall {
   double total_ms = 0, trace_ms = 0, passes_ms = 0, build_ms = 0, run_ms = 0;
+  // Of build: generating the CPU kernels of fused groups and compiling (or
+  // loading) them.
+  double codegen_ms = 0;
 };
 
 // One framework in one mode on one case.
@@ -64,6 +67,11 @@ struct Result {
   // an eager op's kernels, a compiled step, a CUDA graph's launch); -1: not
   // measured (PyTorch).
   double launches_per_call = -1;
+  // Kernels kiln generated for groups of pointwise nodes, over the graphs;
+  // of the graphs that have any, those whose kernels came from the disk
+  // cache or were already loaded (not compiled in this run). -1: not
+  // measured (PyTorch).
+  int64_t generated_kernels = -1, kernel_cache_hits = -1;
   // Against kiln eager's outputs (eager itself: 0), and against PyTorch's
   // eager outputs when they were measured (-1: not measured). Relative error
   // is the largest absolute difference over the reference's largest

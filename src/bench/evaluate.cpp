@@ -103,6 +103,7 @@ void take_first_call(const ExplainReport& r, FirstCall& f) {
     f.trace_ms += g.trace_ms + g.verify_ms;
     f.passes_ms += g.passes_ms;
     f.build_ms += g.lower_ms + g.record_ms + g.autotune_ms;
+    f.codegen_ms += g.codegen_ms;
   }
   f.run_ms = std::max(0.0, f.total_ms - f.trace_ms - f.passes_ms - f.build_ms);
 }
@@ -110,6 +111,11 @@ void take_first_call(const ExplainReport& r, FirstCall& f) {
 // Graphs, breaks and recompiles after all calls, and what to know about them.
 void take_counts(const ExplainReport& r, Result& out) {
   out.graphs = static_cast<int64_t>(r.graphs.size());
+  out.generated_kernels = out.kernel_cache_hits = 0;
+  for (const auto& g : r.graphs) {
+    out.generated_kernels += g.generated_kernels;
+    if (g.generated_kernels > 0 && !g.codegen_compiled) ++out.kernel_cache_hits;
+  }
   out.graph_breaks = r.stats.graph_breaks;
   out.recompiles = static_cast<int64_t>(r.recompiles.size());
   auto add_note = [&out](const std::string& n) { out.note += (out.note.empty() ? "" : "; ") + n; };
@@ -118,6 +124,12 @@ void take_counts(const ExplainReport& r, Result& out) {
                                    r.graph_breaks.empty() ? "" : ": " + r.graph_breaks.front()));
   }
   if (!r.cuda_graph_skips.empty()) add_note("no CUDA graph: " + r.cuda_graph_skips.front());
+  for (const auto& g : r.graphs) {
+    if (g.generated_kernels == 0 && !g.codegen.empty()) {
+      add_note(g.codegen);  // why the fused groups run on the library kernels
+      break;
+    }
+  }
 }
 
 int64_t bytes_of(const Tensor& t) { return static_cast<int64_t>(t.numel() * t.element_size()); }
@@ -231,7 +243,8 @@ Case evaluate(const Subject& subject, const Options& o) {
       take_first_call(compiled->explain(), r.first_call);
     } else {
       r.first_call.trace_ms = r.first_call.passes_ms = r.first_call.build_ms = r.first_call.run_ms =
-          -1;
+          r.first_call.codegen_ms = -1;
+      r.generated_kernels = r.kernel_cache_hits = 0;
     }
     if (mode == "eager") {
       reference = keep(outputs);

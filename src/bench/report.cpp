@@ -1,4 +1,5 @@
 // kiln::bench::Report as JSON (docs/bench.md), CSV and a terminal table.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -122,12 +123,15 @@ json to_json(const Result& r) {
         {"trace", figure(f.trace_ms)},
         {"passes", figure(f.passes_ms)},
         {"build", figure(f.build_ms)},
-        {"run", figure(f.run_ms)}}},
+        {"run", figure(f.run_ms)},
+        {"codegen", figure(f.codegen_ms)}}},
       {"peak_bytes", count(r.peak_bytes)},
       {"graphs", count(r.graphs)},
       {"graph_breaks", count(r.graph_breaks)},
       {"recompiles", count(r.recompiles)},
       {"launches_per_call", figure(r.launches_per_call)},
+      {"generated_kernels", count(r.generated_kernels)},
+      {"kernel_cache_hits", count(r.kernel_cache_hits)},
       {"max_abs_error", figure(r.max_abs_error)},
       {"max_rel_error", figure(r.max_rel_error)},
       {"max_abs_error_vs_torch", figure(r.max_abs_error_vs_torch)},
@@ -150,13 +154,17 @@ Result result_from(const Reader& j) {
                   l.num("mean"),   l.num("stddev"), l.integer("samples")};
   r.throughput = j.num("throughput");
   const Reader f = j.child("first_call_ms");
-  r.first_call = {f.opt_num("total"), f.opt_num("trace"), f.opt_num("passes"), f.opt_num("build"),
-                  f.opt_num("run")};
+  r.first_call = {f.opt_num("total"),  f.opt_num("trace"),
+                  f.opt_num("passes"), f.opt_num("build"),
+                  f.opt_num("run"),    f.has("codegen") ? f.opt_num("codegen") : -1};
   r.peak_bytes = j.opt_integer("peak_bytes");
   r.graphs = j.opt_integer("graphs");
   r.graph_breaks = j.opt_integer("graph_breaks");
   r.recompiles = j.opt_integer("recompiles");
   r.launches_per_call = j.opt_num("launches_per_call");
+  // Reports saved before kiln generated kernels lack these: not measured.
+  r.generated_kernels = j.has("generated_kernels") ? j.opt_integer("generated_kernels") : -1;
+  r.kernel_cache_hits = j.has("kernel_cache_hits") ? j.opt_integer("kernel_cache_hits") : -1;
   r.max_abs_error = j.opt_num("max_abs_error");
   r.max_rel_error = j.opt_num("max_rel_error");
   r.max_abs_error_vs_torch = j.opt_num("max_abs_error_vs_torch");
@@ -313,9 +321,11 @@ std::string Report::to_csv() const {
   std::ostringstream out;
   out << "model,batch,seq_len,dtype,device,framework,mode,median_ms,p10_ms,p90_ms,p99_ms,min_ms,"
          "max_ms,mean_ms,"
-         "stddev_ms,samples,throughput,first_call_ms,trace_ms,passes_ms,build_ms,run_ms,peak_bytes,"
+         "stddev_ms,samples,throughput,first_call_ms,trace_ms,passes_ms,build_ms,run_ms,codegen_ms,"
+         "peak_bytes,"
          "weights_bytes,"
-         "graphs,graph_breaks,recompiles,launches_per_call,max_abs_error,max_rel_error,max_abs_"
+         "graphs,graph_breaks,recompiles,launches_per_call,generated_kernels,kernel_cache_hits,"
+         "max_abs_error,max_rel_error,max_abs_"
          "error_vs_torch,"
          "max_rel_error_vs_torch,speedup_vs_eager,speedup_vs_torch_eager,speedup_vs_torch_mode,"
          "speedup_vs_torch_best,torch_best_mode,note\n";
@@ -329,14 +339,17 @@ std::string Report::to_csv() const {
       for (double v : {l.median, l.p10, l.p90, l.p99, l.min, l.max, l.mean, l.stddev})
         out << ',' << csv_number(v);
       out << ',' << l.samples << ',' << csv_number(r.throughput);
-      for (double v : {f.total_ms, f.trace_ms, f.passes_ms, f.build_ms, f.run_ms})
+      for (double v : {f.total_ms, f.trace_ms, f.passes_ms, f.build_ms, f.run_ms, f.codegen_ms})
         out << ',' << csv_number(v);
       out << ',' << csv_number(static_cast<double>(r.peak_bytes)) << ',' << c.weights_bytes;
       for (int64_t v : {r.graphs, r.graph_breaks, r.recompiles})
         out << ',' << csv_number(static_cast<double>(v));
-      for (double v : {r.launches_per_call, r.max_abs_error, r.max_rel_error,
-                       r.max_abs_error_vs_torch, r.max_rel_error_vs_torch, r.speedup_vs_eager,
-                       r.speedup_vs_torch_eager, r.speedup_vs_torch_mode, r.speedup_vs_torch_best})
+      out << ',' << csv_number(r.launches_per_call);
+      for (int64_t v : {r.generated_kernels, r.kernel_cache_hits})
+        out << ',' << csv_number(static_cast<double>(v));
+      for (double v : {r.max_abs_error, r.max_rel_error, r.max_abs_error_vs_torch,
+                       r.max_rel_error_vs_torch, r.speedup_vs_eager, r.speedup_vs_torch_eager,
+                       r.speedup_vs_torch_mode, r.speedup_vs_torch_best})
         out << ',' << csv_number(v);
       out << ',' << csv_field(c.torch_best_mode) << ',' << csv_field(r.note) << '\n';
     }
@@ -346,10 +359,12 @@ std::string Report::to_csv() const {
 
 std::string Report::to_table(bool color) const {
   static const std::vector<std::string> header = {
-      "framework", "mode",           "median ms",          "p10-p90 ms",
-      "samples/s", "first call",     "peak MiB",           "graphs",
-      "breaks",    "recomp.",        "launches",           "max err",
-      "vs eager",  "vs torch eager", "vs torch same mode", "vs torch best"};
+      "framework",          "mode",         "median ms", "p10-p90 ms", "samples/s",
+      "first call",         "peak MiB",     "graphs",    "breaks",     "recomp.",
+      "launches",           "generated",    "max err",   "vs eager",   "vs torch eager",
+      "vs torch same mode", "vs torch best"};
+  const size_t kVsEager =
+      static_cast<size_t>(std::find(header.begin(), header.end(), "vs eager") - header.begin());
   std::ostringstream out;
   for (const Case& c : cases) {
     out << c.model << ", batch " << c.batch;
@@ -374,6 +389,9 @@ std::string Report::to_table(bool color) const {
            r.graphs < 0 ? "-" : std::to_string(r.graphs),
            r.graph_breaks < 0 ? "-" : std::to_string(r.graph_breaks),
            r.recompiles < 0 ? "-" : std::to_string(r.recompiles), fmt("%.1f", r.launches_per_call),
+           r.generated_kernels < 0   ? "-"
+           : r.kernel_cache_hits > 0 ? std::to_string(r.generated_kernels) + " cached"
+                                     : std::to_string(r.generated_kernels),
            fmt_error(r.max_abs_error), fmt_speedup(r.speedup_vs_eager),
            fmt_speedup(r.speedup_vs_torch_eager), fmt_speedup(r.speedup_vs_torch_mode),
            fmt_speedup(r.speedup_vs_torch_best)});
@@ -391,7 +409,7 @@ std::string Report::to_table(bool color) const {
         const std::string pad(width[k] - cell.size(), ' ');
         const char* on = "";
         if (color && i == 0) on = "\033[1m";
-        if (color && i > 0 && k == 12 && speedups[i - 1] >= 0)
+        if (color && i > 0 && k == kVsEager && speedups[i - 1] >= 0)
           on = speedups[i - 1] >= 1 ? "\033[32m" : "\033[31m";
         out << ' ' << (left ? "" : pad) << on << cell << (*on ? "\033[0m" : "")
             << (left ? pad : "");

@@ -77,6 +77,7 @@ TEST(BenchEvaluate, MeasuresAModuleEagerAndCompiled) {
   EXPECT_GT(eager.first_call.total_ms, 0);
   // linear, relu, linear: one kernel each.
   EXPECT_DOUBLE_EQ(eager.launches_per_call, 3);
+  EXPECT_EQ(eager.generated_kernels, 0);
   EXPECT_DOUBLE_EQ(eager.speedup_vs_eager, 1);
 
   const Result& compiled = c.results[1];
@@ -89,6 +90,9 @@ TEST(BenchEvaluate, MeasuresAModuleEagerAndCompiled) {
   EXPECT_LE(compiled.max_abs_error, 1e-6);
   EXPECT_GT(compiled.first_call.trace_ms, 0);  // measured (eager's is -1)
   EXPECT_GT(compiled.first_call.run_ms, 0);
+  // linear, relu, linear: no pointwise group, no kernel to generate.
+  EXPECT_EQ(compiled.generated_kernels, 0);
+  EXPECT_EQ(compiled.first_call.codegen_ms, 0);
   EXPECT_NEAR(compiled.first_call.trace_ms + compiled.first_call.passes_ms +
                   compiled.first_call.build_ms + compiled.first_call.run_ms,
               compiled.first_call.total_ms, 1e-9 + 1e-6 * compiled.first_call.total_ms);

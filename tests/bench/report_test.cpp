@@ -23,6 +23,9 @@ Result row(std::string framework, std::string mode, double median) {
   r.peak_bytes = 1 << 20;
   r.graphs = 1;
   r.launches_per_call = 12.5;
+  r.first_call.codegen_ms = 7.5;
+  r.generated_kernels = 4;
+  r.kernel_cache_hits = 1;
   r.max_abs_error = 1.5e-6;
   r.max_rel_error = 2.5e-7;
   return r;
@@ -57,6 +60,7 @@ Report sample_report() {
   c.results[3].peak_bytes = -1;
   c.results[3].graphs = c.results[3].graph_breaks = c.results[3].recompiles = -1;
   c.results[3].launches_per_call = -1;
+  c.results[3].generated_kernels = c.results[3].kernel_cache_hits = -1;
   c.results[4].max_abs_error = std::numeric_limits<double>::infinity();
   c.compute_speedups();
   report.cases.push_back(c);
@@ -175,6 +179,25 @@ TEST(BenchReport, JsonRoundTripKeepsEveryField) {
   EXPECT_NE(text.find("\"schema_version\": 1"), std::string::npos);
   EXPECT_NE(text.find("\"peak_bytes\": null"), std::string::npos);
   EXPECT_NE(text.find("\"max_abs_error\": \"inf\""), std::string::npos);
+  EXPECT_EQ(back.cases[0].results[1].generated_kernels, 4);
+  EXPECT_EQ(back.cases[0].results[1].kernel_cache_hits, 1);
+  EXPECT_DOUBLE_EQ(back.cases[0].results[1].first_call.codegen_ms, 7.5);
+  EXPECT_EQ(back.cases[0].results[3].generated_kernels, -1);
+}
+
+TEST(BenchReport, ReportsSavedBeforeGeneratedKernelsReadThemAsNotMeasured) {
+  nlohmann::json old = nlohmann::json::parse(sample_report().to_json());
+  for (auto& result : old["cases"][0]["results"]) {
+    result.erase("generated_kernels");
+    result.erase("kernel_cache_hits");
+    result["first_call_ms"].erase("codegen");
+  }
+  const Report back = Report::from_json(old.dump());
+  const Result& r = back.cases[0].results[1];
+  EXPECT_EQ(r.generated_kernels, -1);
+  EXPECT_EQ(r.kernel_cache_hits, -1);
+  EXPECT_EQ(r.first_call.codegen_ms, -1);
+  EXPECT_NE(back.to_json().find("\"generated_kernels\": null"), std::string::npos);
 }
 
 TEST(BenchReport, FromJsonNamesWhatIsWrong) {
@@ -220,6 +243,7 @@ TEST(BenchReport, TableAlignsColumnsAndColoursOnlyWhenAsked) {
   EXPECT_NE(plain.find("lstm_loop, batch 8, sequence 32"), std::string::npos);
   EXPECT_NE(plain.find("4.00x"), std::string::npos);
   EXPECT_NE(plain.find("note: kiln reduce-overhead: a note"), std::string::npos);
+  EXPECT_NE(plain.find("4 cached"), std::string::npos);  // generated kernels, from the cache
   // Every row of a case's table is as wide as its header.
   const size_t start = plain.find("  framework");
   const size_t header_end = plain.find('\n', start);

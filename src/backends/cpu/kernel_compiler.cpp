@@ -92,9 +92,11 @@ KernelCompiler::KernelCompiler(fs::path cache_dir, uint64_t cache_max_bytes)
     : cache_(std::move(cache_dir), cache_max_bytes) {}
 
 const char* KernelCompiler::flags() {
-  // -ffp-contract=off: each operation rounds on its own, as in the library
-  // kernels (no fused multiply-add that eager does not do).
-  return "-std=c++20 -O3 -march=native -fno-math-errno -ffp-contract=off -fPIC -shared";
+  // The library's floating-point flags (CMakeLists.txt): each operation
+  // rounds on its own, as in the library kernels (no fused multiply-add that
+  // eager does not do), and loops with selects vectorize.
+  return "-std=c++20 -O3 -march=native -fno-math-errno -fno-trapping-math -ffp-contract=off -fPIC "
+         "-shared";
 }
 
 std::string KernelCompiler::find_compiler(std::string& why) {

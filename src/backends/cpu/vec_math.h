@@ -1,4 +1,5 @@
-// Branch-free float math that GCC vectorizes (std::exp does not vectorize
+// Branch-free float math that GCC vectorizes under kiln's flags
+// (-fno-math-errno -fno-trapping-math; std::exp does not vectorize
 // without -ffast-math). Accurate to about 2 ulp; NaN and infinities propagate.
 #pragma once
 
