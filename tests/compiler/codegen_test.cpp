@@ -33,13 +33,9 @@ namespace {
 
 using testing::Program;
 
-bool have_compiler() {
-  std::string why;
-  return !backend::cpu::KernelCompiler::find_compiler(why).empty();
-}
-
-#define KILN_NEEDS_COMPILER() \
-  if (!have_compiler()) GTEST_SKIP() << "no C++ compiler: kernels cannot be generated here"
+#define KILN_NEEDS_COMPILER()           \
+  if (!testing::can_generate_kernels()) \
+  GTEST_SKIP() << "no C++ compiler: kernels cannot be generated here"
 
 struct Lowered {
   std::shared_ptr<const Trace> trace;
@@ -448,6 +444,28 @@ TEST(Codegen, AWarmStartInANewProcessCompilesNothing) {
   std::getline(second, line);
   EXPECT_NE(line.find("read from the disk cache"), std::string::npos) << line;
   std::filesystem::remove_all(base);
+}
+
+// Kernel counts pinned per reference model, so that a fusion regression
+// fails: what is generated, and the steps a call runs.
+TEST(Codegen, ReferenceModelsGenerateThePinnedKernels) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  auto bert = testing::small_bert();
+  const Tensor ids = randint(0, 100, {1, 16});
+  const auto f = compile([&](const Tensor& x) { return bert->forward(x).last_hidden_state; },
+                         {.check = true, .name = "bert"});
+  const Tensor got = f(ids);
+  EXPECT_TRUE(testing::same(got, bert->forward(ids).last_hidden_state));
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  const auto& g = r.graphs[0];
+  // The embeddings' two adds; the rest are library calls (linear, the
+  // attention, layer_norm, gelu alone).
+  EXPECT_EQ(g.generated_kernels, 1);
+  ASSERT_EQ(g.fused.size(), 1u);
+  EXPECT_EQ(g.fused[0], "add + add (nodes 7-8): one generated kernel of 3 inputs");
+  EXPECT_EQ(g.steps, g.nodes - 1);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/kernel_compiler.h"
 #include "compiler/capture/capture.h"
 #include "compiler/logs.h"
 #include "kiln/kiln.h"
@@ -30,6 +31,13 @@ inline Trace trace_of(const Program& f, const TensorList& args) {
   TensorList proxies;
   for (const Tensor& a : args) proxies.push_back(tracer.input(a));
   return tracer.finish(f(proxies));
+}
+
+// Whether this machine has a C++ compiler for generated kernels (without
+// one, fused pointwise groups run on the library kernels).
+inline bool can_generate_kernels() {
+  std::string why;
+  return !backend::cpu::KernelCompiler::find_compiler(why).empty();
 }
 
 // The graph's ops in order, in-place ones with a trailing underscore.
