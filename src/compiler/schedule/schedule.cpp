@@ -149,16 +149,17 @@ void pointwise_groups(const Graph& g, const Readers& readers, const ScheduleOpti
     }
     for (ValueId v : counted) inside_reads[static_cast<size_t>(v)] = 0;
     std::sort(cand.nodes.begin(), cand.nodes.end());
+    // The values it reads from outside, in order of first use.
+    for (int32_t k : cand.nodes)
+      for (ValueId in : nodes[static_cast<size_t>(k)].inputs) {
+        const bool inside = in != kNoValue && g.value(in).kind == ValueKind::kNode &&
+                            member[static_cast<size_t>(g.value(in).producer)];
+        if (in != kNoValue && !inside &&
+            std::find(cand.inputs.begin(), cand.inputs.end(), in) == cand.inputs.end())
+          cand.inputs.push_back(in);
+      }
+    for (int32_t k : cand.nodes) member[static_cast<size_t>(k)] = false;
     if (cand.nodes.size() >= 2) {
-      for (int32_t k : cand.nodes)
-        for (ValueId in : nodes[static_cast<size_t>(k)].inputs) {
-          const bool inside = in != kNoValue && g.value(in).producer >= 0 &&
-                              member[static_cast<size_t>(g.value(in).producer)] &&
-                              g.value(in).kind == ValueKind::kNode;
-          if (in != kNoValue && !inside &&
-              std::find(cand.inputs.begin(), cand.inputs.end(), in) == cand.inputs.end())
-            cand.inputs.push_back(in);
-        }
       const std::string what = node_list(g, cand.nodes);
       std::string why;
       if (!options.generate)
@@ -180,7 +181,6 @@ void pointwise_groups(const Graph& g, const Readers& readers, const ScheduleOpti
         groups.push_back(std::move(cand));
       }
     }
-    for (int32_t k : cand.nodes) member[static_cast<size_t>(k)] = false;
   }
   // In program order, as the epilogue groups' lines.
   for (auto it = lines.rbegin(); it != lines.rend(); ++it)
