@@ -31,25 +31,13 @@ extern char** environ;
 namespace kiln::compiler {
 namespace {
 
+using testing::lower;
+using testing::Lowered;
 using testing::Program;
 
 #define KILN_NEEDS_COMPILER()           \
   if (!testing::can_generate_kernels()) \
   GTEST_SKIP() << "no C++ compiler: kernels cannot be generated here"
-
-struct Lowered {
-  std::shared_ptr<const Trace> trace;
-  std::unique_ptr<Executable> exe;
-};
-
-Lowered lower(const Program& f, const TensorList& args, ScheduleOptions options = {}) {
-  Lowered l;
-  l.trace = std::make_shared<const Trace>(testing::trace_of(f, args));
-  verify(l.trace->graph);
-  l.exe = std::make_unique<Executable>(l.trace, options);
-  check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
-  return l;
-}
 
 size_t generated_steps(const Schedule& s) {
   size_t n = 0;

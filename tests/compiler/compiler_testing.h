@@ -3,12 +3,15 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/kernel_compiler.h"
 #include "compiler/capture/capture.h"
 #include "compiler/logs.h"
+#include "compiler/runtime/executable.h"
+#include "compiler/schedule/memory_plan.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
 
@@ -31,6 +34,23 @@ inline Trace trace_of(const Program& f, const TensorList& args) {
   TensorList proxies;
   for (const Tensor& a : args) proxies.push_back(tracer.input(a));
   return tracer.finish(f(proxies));
+}
+
+// A program traced on args and lowered to an executable (its memory plan
+// checked), for tests of schedules and fused steps.
+struct Lowered {
+  std::shared_ptr<const Trace> trace;
+  std::unique_ptr<Executable> exe;
+};
+
+inline Lowered lower(const Program& f, const TensorList& args,
+                     const ScheduleOptions& options = {}) {
+  Lowered l;
+  l.trace = std::make_shared<const Trace>(trace_of(f, args));
+  verify(l.trace->graph);
+  l.exe = std::make_unique<Executable>(l.trace, options);
+  check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
+  return l;
 }
 
 // Whether this machine has a C++ compiler for generated kernels (without

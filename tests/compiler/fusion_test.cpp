@@ -18,6 +18,8 @@
 namespace kiln::compiler {
 namespace {
 
+using testing::lower;
+using testing::Lowered;
 using testing::Program;
 
 // Within float32's tolerance of docs/compile.md (1e-5 relative, 1e-6
@@ -32,20 +34,6 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
       ASSERT_LE(std::abs(a[i] - b[i]), 1e-6 + 1e-5 * std::abs(b[i])) << what << ": element " << i;
     }
   }
-}
-
-struct Lowered {
-  std::shared_ptr<const Trace> trace;
-  std::unique_ptr<Executable> exe;
-};
-
-Lowered lower(const Program& f, const TensorList& args, ScheduleOptions options = {}) {
-  Lowered l;
-  l.trace = std::make_shared<const Trace>(testing::trace_of(f, args));
-  verify(l.trace->graph);
-  l.exe = std::make_unique<Executable>(l.trace, options);
-  check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
-  return l;
 }
 
 // Runs f eagerly and through its executable (twice: the measuring run and a

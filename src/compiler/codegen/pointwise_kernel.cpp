@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 
+#include "backends/kernel_cache.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 
@@ -117,15 +118,6 @@ std::string literal(double v, DType t) {
 // A scalar attribute as the compute type t rounds it (the library kernels' Scalar::to).
 double as_compute(const Scalar& s, DType t) {
   return t == kFloat32 ? static_cast<double>(s.to<float>()) : s.to<double>();
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 std::string cast_expression(const std::string& v, DType to) {
@@ -293,10 +285,7 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   key += detail::str_cat("out ", k.output.dtype, " ", static_cast<int>(k.output.inner), "\n");
   for (size_t i = 0; i < k.body.size(); ++i)
     if (k.body[i].kind != Instr::Kind::kLoad) key += expression(k.body, i) + "\n";
-  char name[40];
-  std::snprintf(name, sizeof name, "kiln_pointwise_%016llx",
-                static_cast<unsigned long long>(fnv1a(key)));
-  k.symbol = name;
+  k.symbol = "kiln_pointwise_" + backend::hex_hash(key);
   return k;
 }
 
