@@ -125,10 +125,13 @@ std::string cast_expression(const std::string& v, DType to) {
   return detail::str_cat("static_cast<", type_name(to), ">(", v, ")");
 }
 
-// The expression of instruction i (not a load) over its arguments' names.
-std::string expression(const std::vector<Instr>& body, size_t i) {
+std::string value_name(int32_t v) { return detail::str_cat("v", v); }
+
+// The expression of instruction i (not a load), its arguments named by `arg_name`.
+std::string expression(const std::vector<Instr>& body, size_t i,
+                       const std::function<std::string(int32_t)>& arg_name) {
   const Instr& in = body[i];
-  auto arg = [&](size_t k) { return detail::str_cat("v", in.args[k]); };
+  auto arg = [&](size_t k) { return arg_name(in.args[k]); };
   if (in.kind == Instr::Kind::kCast || form_of(in.op) == Form::kCast)
     return cast_expression(arg(0), in.dtype);
   const std::string name(ops::op_schema(in.op).name);
@@ -163,10 +166,73 @@ std::string element_body(const PointwiseKernel& k, const std::string& indent,
   std::string s;
   for (size_t i = 0; i < k.body.size(); ++i) {
     const Instr& in = k.body[i];
-    const std::string value =
-        in.kind == Instr::Kind::kLoad ? load(static_cast<size_t>(in.input)) : expression(k.body, i);
+    const std::string value = in.kind == Instr::Kind::kLoad ? load(static_cast<size_t>(in.input))
+                                                            : expression(k.body, i, value_name);
     s += detail::str_cat(indent, "const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
   }
+  return s;
+}
+
+// The fast loop, where every operand's innermost stride is as the graph's
+// layout has it: the elements in blocks of kBlock, and in each block every
+// instruction one loop of its own over a buffer on the stack, as the
+// library kernels run one op per loop. Each loop stays small enough to
+// vectorize with no register spills (one loop for a whole chain of exp,
+// erfc and tanh polynomials ran slower than the library's separate passes),
+// and the values between them stay in the L1 cache instead of memory.
+// Values of broadcast operands alone are computed once.
+std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size_t, Inner)>& is) {
+  const size_t last = k.body.size() - 1;
+  std::vector<bool> uniform(k.body.size(), false);
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    const Instr& in = k.body[i];
+    if (in.kind == Instr::Kind::kLoad) {
+      uniform[i] = is(static_cast<size_t>(in.input) + 1, Inner::kBroadcast);
+    } else {
+      uniform[i] = i != last;
+      for (int32_t a : in.args) uniform[i] = uniform[i] && uniform[static_cast<size_t>(a)];
+    }
+  }
+  // A value inside the block loop: a load, a uniform value or a buffer.
+  auto at = [&](int32_t v) -> std::string {
+    const Instr& in = k.body[static_cast<size_t>(v)];
+    if (uniform[static_cast<size_t>(v)]) return detail::str_cat("v", v);
+    if (in.kind == Instr::Kind::kLoad) {
+      const auto op = static_cast<size_t>(in.input) + 1;
+      if (is(op, Inner::kContiguous)) return detail::str_cat("a", in.input, "[i0 + i]");
+      return detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype), "*>(p[", op,
+                             "] + (i0 + i) * s[", op, "])");
+    }
+    return detail::str_cat("v", v, "[i]");
+  };
+  std::string s;
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    if (!uniform[i]) continue;
+    const Instr& in = k.body[i];
+    const std::string value = in.kind == Instr::Kind::kLoad
+                                  ? detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype),
+                                                    "*>(p[", in.input + 1, "])")
+                                  : expression(k.body, i, value_name);
+    s += detail::str_cat("    const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
+  }
+  s += "    constexpr int64_t kBlock = 256;\n";
+  s += "    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {\n";
+  s += "      const int64_t m = n - i0 < kBlock ? n - i0 : kBlock;\n";
+  for (size_t i = 0; i < last; ++i)
+    if (!uniform[i] && k.body[i].kind != Instr::Kind::kLoad)
+      s += detail::str_cat("      ", type_name(k.body[i].dtype), " v", i, "[kBlock];\n");
+  for (size_t i = 0; i < k.body.size(); ++i) {
+    if (uniform[i] || k.body[i].kind == Instr::Kind::kLoad) continue;
+    const std::string value = expression(k.body, i, at);
+    const std::string target =
+        i != last ? detail::str_cat("v", i, "[i]")
+        : is(0, Inner::kContiguous)
+            ? std::string("o[i0 + i]")
+            : detail::str_cat("*reinterpret_cast<", type_name(k.output.dtype),
+                              "*>(p[0] + (i0 + i) * s[0])");
+    s += detail::str_cat("      for (int64_t i = 0; i < m; ++i) ", target, " = ", value, ";\n");
+  }
+  s += "    }\n";
   return s;
 }
 
@@ -284,7 +350,7 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
     key += detail::str_cat("in ", o.dtype, " ", static_cast<int>(o.inner), "\n");
   key += detail::str_cat("out ", k.output.dtype, " ", static_cast<int>(k.output.inner), "\n");
   for (size_t i = 0; i < k.body.size(); ++i)
-    if (k.body[i].kind != Instr::Kind::kLoad) key += expression(k.body, i) + "\n";
+    if (k.body[i].kind != Instr::Kind::kLoad) key += expression(k.body, i, value_name) + "\n";
   k.symbol = "kiln_pointwise_" + backend::hex_hash(key);
   return k;
 }
@@ -328,24 +394,9 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
         if (is(i + 1, Inner::kContiguous))
           s += detail::str_cat("    const ", t, "* __restrict a", i, " = reinterpret_cast<const ",
                                t, "*>(p[", i + 1, "]);\n");
-        else if (is(i + 1, Inner::kBroadcast))
-          s += detail::str_cat("    const ", t, " b", i, " = *reinterpret_cast<const ", t, "*>(p[",
-                               i + 1, "]);\n");
       }
-      s += "    for (int64_t i = 0; i < n; ++i) {\n";
-      s += element_body(k, "      ", [&](size_t i) {
-        if (is(i + 1, Inner::kContiguous)) return detail::str_cat("a", i, "[i]");
-        if (is(i + 1, Inner::kBroadcast)) return detail::str_cat("b", i);
-        const std::string t = type_name(k.inputs[i].dtype);
-        return detail::str_cat("*reinterpret_cast<const ", t, "*>(p[", i + 1, "] + i * s[", i + 1,
-                               "])");
-      });
-      if (is(0, Inner::kContiguous))
-        s += detail::str_cat("      o[i] = v", last, ";\n");
-      else
-        s += detail::str_cat("      *reinterpret_cast<", out_type, "*>(p[0] + i * s[0]) = v", last,
-                             ";\n");
-      s += "    }\n    return;\n  }\n";
+      s += blocked_loop(k, is);
+      s += "    return;\n  }\n";
     }
     // Any strides.
     s += "  for (int64_t i = 0; i < n; ++i) {\n";
