@@ -1,6 +1,8 @@
 // kiln's op microbenchmarks, each set beside the bound it is judged against,
 // measured in the same run: memory-bound ops against memcpy of the same bytes,
-// matmul against oneDNN's sgemm, convolution against a direct oneDNN primitive.
+// matmul against oneDNN's sgemm, convolution against a direct oneDNN primitive,
+// pointwise chains compiled into one generated kernel against eager
+// (codegen_bench.cpp).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -252,6 +254,12 @@ std::vector<kiln::bench::RatioPair> ratio_pairs() {
        "bytes_per_second", 0.5},
       {"layer_norm, 4096-wide rows vs memcpy", "BM_LayerNorm/16777216/repeats:3/real_time",
        memcpy_big, "bytes_per_second", 0.5},
+      {"5-op pointwise chain 16M: generated vs eager",
+       "BM_CheapChainCompiled/16777216/repeats:3/real_time",
+       "BM_CheapChainEager/16777216/repeats:3/real_time", "items_per_second", 2.0},
+      {"gelu+tanh chain 1M: generated vs eager",
+       "BM_HeavyChainCompiled/1048576/repeats:3/real_time",
+       "BM_HeavyChainEager/1048576/repeats:3/real_time", "items_per_second", 1.05},
       {"matmul 1024^3 fp32 vs dnnl_sgemm", "BM_MatmulKiln/1024/repeats:3/real_time",
        "BM_MatmulSgemm/1024/repeats:3/real_time", "FLOPS", 0.9},
   };
