@@ -305,13 +305,11 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
       const Schedule& schedule = seg.executable->schedule();
       log(LogChannel::kFusion, detail::str_cat(options.name, ": ", seg.trace->graph.nodes().size(),
                                                " nodes in ", schedule.steps.size(), " steps"));
-      if (!seg.executable->kernels().summary.empty())
-        log(LogChannel::kFusion,
-            detail::str_cat(options.name, ": ", seg.executable->kernels().summary));
-      for (const std::string& line : schedule.fused)
-        log(LogChannel::kFusion, detail::str_cat(options.name, ": ", line));
-      for (const std::string& line : schedule.not_fused)
-        log(LogChannel::kFusion, detail::str_cat(options.name, ": ", line));
+      std::vector<std::string> lines = {seg.executable->kernels().summary};
+      lines.insert(lines.end(), schedule.fused.begin(), schedule.fused.end());
+      lines.insert(lines.end(), schedule.not_fused.begin(), schedule.not_fused.end());
+      for (const std::string& line : lines)
+        if (!line.empty()) log(LogChannel::kFusion, detail::str_cat(options.name, ": ", line));
     }
   }
   seg.lower_ms = ms_since(lower_start);
