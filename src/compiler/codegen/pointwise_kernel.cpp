@@ -83,8 +83,6 @@ const char* type_name(DType t) {
   return "bool";
 }
 
-size_t element_size_of(DType t) { return dtype_size(t); }
-
 const char* compare_operator(OpId op) {
   switch (op) {
     case OpId::eq:
@@ -267,13 +265,13 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   const ValueId result = g.nodes()[static_cast<size_t>(nodes.back())].outputs[0];
   const Value& rv = g.value(result);
   std::vector<Shape> sizes{rv.sizes}, strides{rv.strides};
-  std::vector<size_t> elements{element_size_of(rv.dtype)};
+  std::vector<size_t> elements{dtype_size(rv.dtype)};
   std::vector<int32_t> instr_of(g.values().size(), -1);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(inputs[i]);
     sizes.push_back(v.sizes);
     strides.push_back(v.strides);
-    elements.push_back(element_size_of(v.dtype));
+    elements.push_back(dtype_size(v.dtype));
     Instr load;
     load.kind = Instr::Kind::kLoad;
     load.input = static_cast<int32_t>(i);
@@ -366,7 +364,7 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     auto inner_size = [&](size_t op) -> std::string {
       const KernelOperand& o = op == 0 ? k.output : k.inputs[op - 1];
       if (o.inner == Inner::kBroadcast) return "0";
-      return detail::str_cat(element_size_of(o.dtype));
+      return detail::str_cat(dtype_size(o.dtype));
     };
     auto is = [&](size_t op, Inner kind) {
       return (op == 0 ? k.output : k.inputs[op - 1]).inner == kind;
