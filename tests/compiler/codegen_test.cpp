@@ -269,6 +269,130 @@ TEST(Codegen, GroupsStopAtLibraryCallsReductionsAndValuesReadOutside) {
       {x}, 1, "diamond");
 }
 
+struct ReductionCase {
+  const char* name;
+  Unary op;  // of a [.., n] input
+};
+
+std::vector<ReductionCase> row_reduction_cases(const Tensor& w, const Tensor& b) {
+  return {
+      {"softmax", [](const Tensor& x) { return x.softmax(-1); }},
+      {"log_softmax", [](const Tensor& x) { return x.log_softmax(-1); }},
+      {"sum", [](const Tensor& x) { return x.sum({-1}); }},
+      {"sum of two dims",
+       [](const Tensor& x) {
+         return x.sum({-2, -1}, true);
+       }},
+      {"mean", [](const Tensor& x) { return x.mean({-1}, true); }},
+      {"prod", [](const Tensor& x) { return prod(x * 0.01 + 1.0, {-1}); }},
+      {"amax", [](const Tensor& x) { return amax(x, {-1}); }},
+      {"amin", [](const Tensor& x) { return amin(x, {-1}, true); }},
+      {"var", [](const Tensor& x) { return var(x, {-1}); }},
+      {"std", [](const Tensor& x) { return stddev(x, {-1}, 0.0, true); }},
+      {"norm", [](const Tensor& x) { return norm(x, 2.0, {-1}); }},
+      {"logsumexp", [](const Tensor& x) { return logsumexp(x, {-1}); }},
+      {"layer_norm",
+       [w, b](const Tensor& x) { return nn::functional::layer_norm(x, {x.size(-1)}, w, b); }},
+      {"layer_norm, no affine",
+       [](const Tensor& x) { return nn::functional::layer_norm(x, {x.size(-1)}); }},
+  };
+}
+
+// A reduction over rows whose input a pointwise group makes is that group's
+// last node (codegen/row_reduction.h): eager's bits, for rows on both sides
+// of the threads' count and of a block, odd row lengths, no rows, NaN and
+// infinities, a broadcast bias and a transposed input.
+TEST(Codegen, EveryRowReductionJoinsTheGroupThatMakesItsInputWithEagersBits) {
+  KILN_NEEDS_COMPILER();
+  Generator gen(11);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const auto& [rows, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 5}, {1, 1}, {3, 33}, {2, 300}, {67, 7}, {501, 61}, {4, 0}}) {
+      const Tensor w = values({n}, dtype, gen), b = values({n}, dtype, gen);
+      const Tensor x = (randn({2, rows, n}, {}, &gen) * 2.0).to(dtype);
+      const Tensor bias = (randn({n}, {}, &gen)).to(dtype);
+      for (const ReductionCase& c : row_reduction_cases(w, b)) {
+        const Unary op = c.op;
+        if (n == 0) {
+          try {  // rows of nothing: the ops without an identity refuse them
+            op(x);
+          } catch (const Error&) {
+            continue;
+          }
+        }
+        const Program f = [op](const TensorList& t) {
+          return TensorList{op((t[0] * 0.5 + t[1]).tanh())};
+        };
+        const std::string what = detail::str_cat(c.name, " ", dtype, " [2, ", rows, ", ", n, "]");
+        expect_generated(f, {x, bias}, 1, what);
+        NoGradGuard no_grad;
+        const Lowered l = lower(f, {x, bias});
+        ASSERT_EQ(l.exe->schedule().steps.size(), 1u) << what;
+        EXPECT_TRUE(l.exe->schedule().steps[0].reduction.has_value()) << what;
+      }
+    }
+  }
+  // NaN and infinities in a row; a transposed input (where eager's result of
+  // the group keeps the input's layout, the reduction reads it from memory).
+  const Tensor odd = values({9, 40}, kFloat32, gen);
+  const Tensor t = values({40, 9}, kFloat32, gen).t();
+  for (const ReductionCase& c : row_reduction_cases(values({40}, kFloat32, gen), Tensor())) {
+    const Unary op = c.op;
+    const Program f = [op](const TensorList& a) { return TensorList{op(a[0] * 2.0 - a[1])}; };
+    expect_generated(f, {odd, flip(odd, {1})}, 1, detail::str_cat(c.name, " NaN and inf"));
+    expect_generated(f, {t, odd}, 1, detail::str_cat(c.name, " transposed"));
+  }
+}
+
+TEST(Codegen, RowReductionsOverOtherDimsOrReadOnceMoreStayApartAndSayWhy) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  const Tensor x = randn({6, 8});
+  const auto fused_lines = [&](const Program& f) {
+    const Lowered l = lower(f, {x});
+    std::string text;
+    for (const auto& s : l.exe->schedule().fused) text += s + "\n";
+    for (const auto& s : l.exe->schedule().not_fused) text += s + "\n";
+    return text;
+  };
+  // Along the first dim: the mul and the exp are one kernel, the sum apart.
+  EXPECT_EQ(
+      fused_lines([](const TensorList& t) { return TensorList{(t[0] * 2.0).exp().sum({0})}; }),
+      "mul + exp (nodes 0-1): one generated kernel of 2 inputs\n"
+      "exp + sum (nodes 1-2) not fused: sum reduces dims [0] of [6, 8], not trailing ones\n");
+  EXPECT_NE(fused_lines([](const TensorList& t) { return TensorList{(t[0] * 2.0).softmax(0)}; })
+                .find("mul + softmax (nodes 0-1) not fused: softmax runs along dim 0, not the "
+                      "last of [6, 8]"),
+            std::string::npos);
+  // A widening mean: its input is cast.
+  EXPECT_NE(fused_lines([](const TensorList& t) {
+              return TensorList{mean(t[0] * 2.0, {1}, false, kFloat64)};
+            }).find("not fused: its input is cast to float64"),
+            std::string::npos);
+  // The input read again: the sum reads it from memory.
+  const Lowered twice = lower(
+      [](const TensorList& t) {
+        const Tensor y = (t[0] * 2.0).exp();
+        return TensorList{y.sum({1}), amax(y, {1})};
+      },
+      {x});
+  EXPECT_EQ(generated_steps(twice.exe->schedule()), 1u);
+  EXPECT_FALSE(twice.exe->schedule().steps[0].reduction.has_value());
+  // explain() names the reduction of a group.
+  const auto f =
+      compile([](const Tensor& s, const Tensor& m) { return (s * 0.125 + m).softmax(-1); },
+              {.name = "attention scores"});
+  const Tensor s = randn({2, 4, 16, 16}), m = randn({2, 1, 1, 16});
+  EXPECT_TRUE(testing::same(f(s, m), (s * 0.125 + m).softmax(-1)));
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs[0].fused.size(), 1u);
+  EXPECT_EQ(r.graphs[0].fused[0],
+            "mul + add + softmax (nodes 0-2): one generated kernel of 3 inputs, its rows reduced "
+            "by softmax in cache");
+  EXPECT_EQ(r.graphs[0].steps, 1);
+  EXPECT_EQ(r.graphs[0].planned_bytes, 0u);
+}
+
 TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {
   KILN_NEEDS_COMPILER();
   const auto f =
@@ -448,12 +572,17 @@ TEST(Codegen, ReferenceModelsGenerateThePinnedKernels) {
   const ExplainReport r = f.explain();
   ASSERT_EQ(r.graphs.size(), 1u);
   const auto& g = r.graphs[0];
-  // The embeddings' two adds; the rest are library calls (linear, the
-  // attention, layer_norm, gelu alone).
-  EXPECT_EQ(g.generated_kernels, 1);
-  ASSERT_EQ(g.fused.size(), 1u);
-  EXPECT_EQ(g.fused[0], "add + add (nodes 7-8): one generated kernel of 3 inputs");
-  EXPECT_EQ(g.steps, g.nodes - 1);
+  // The embeddings' two adds and each residual add, each with the
+  // layer_norm after it; the rest are library calls (linear, the attention,
+  // gelu alone). The layers' groups have one IR: they share one kernel.
+  EXPECT_EQ(g.generated_kernels, 2);
+  ASSERT_EQ(g.fused.size(), 5u);
+  EXPECT_EQ(g.fused[0],
+            "add + add + layer_norm (nodes 7-9): one generated kernel of 5 inputs, its rows "
+            "reduced by layer_norm in cache");
+  for (size_t k = 1; k < g.fused.size(); ++k)
+    EXPECT_NE(g.fused[k].find("add + layer_norm (nodes "), std::string::npos) << g.fused[k];
+  EXPECT_EQ(g.steps, g.nodes - 6);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 #include "backends/writes_nothing.h"
 #include "compiler/codegen/generated.h"
+#include "compiler/codegen/row_reduction.h"
 #include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
@@ -219,7 +220,12 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
           }
         }
-        if (s.generated) {
+        if (s.generated && s.scheduled->reduction) {
+          detail::count_kernel_launch();
+          const Value& x = g.value(n.inputs[0]);
+          codegen::run_row_reduction(s.generated, *s.scheduled->reduction, x.sizes, x.dtype,
+                                     outs[0], args);
+        } else if (s.generated) {
           detail::count_kernel_launch();
           codegen::run_pointwise(s.generated, outs[0], args);
         } else if (fused) {

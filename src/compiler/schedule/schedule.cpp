@@ -19,6 +19,7 @@ struct Candidate {
   std::vector<ValueId> inputs;
   const backend::EpilogueLowering* lowering = nullptr;
   std::optional<codegen::PointwiseKernel> kernel;
+  std::optional<codegen::RowReduction> reduction;
 };
 
 bool library_call(ops::OpId op) { return op == ops::OpId::conv2d || op == ops::OpId::conv1d; }
@@ -104,32 +105,123 @@ std::string node_list(const Graph& g, const std::vector<int32_t>& nodes) {
 // through memory, which saves a write and a read of its bytes per reader;
 // nothing is computed twice, as every node of a group has the result's
 // sizes (a smaller value, say a broadcast bias, is an input instead); no
-// library call is ever taken apart (only pointwise ops join).
-void pointwise_groups(const Graph& g, const Readers& readers, const ScheduleOptions& options,
-                      std::vector<bool>& taken, std::vector<Candidate>& groups,
-                      std::vector<std::string>& fused, std::vector<std::string>& not_fused) {
-  const auto& nodes = g.nodes();
-  const std::vector<bool> written = written_storages(g), returned = returned_storages(g);
-  std::vector<bool> fusible(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i)
-    fusible[i] = !taken[i] && codegen::why_not_generated(g, nodes[i]).empty();
-  std::vector<int32_t> inside_reads(g.values().size(), 0);
-  std::vector<bool> member(nodes.size(), false);
-  std::vector<std::string> lines;
-  for (auto root = static_cast<int32_t>(nodes.size()) - 1; root >= 0; --root) {
-    if (!fusible[static_cast<size_t>(root)] || taken[static_cast<size_t>(root)]) continue;
-    const Value& result = g.value(nodes[static_cast<size_t>(root)].outputs[0]);
+// library call is ever taken apart (only pointwise ops join). A reduction
+// over rows whose input a group alone makes joins it as the group's last
+// node (codegen/row_reduction.h): its input never goes through memory either.
+class PointwiseGrouper {
+ public:
+  PointwiseGrouper(const Graph& g, const Readers& readers, const ScheduleOptions& options,
+                   std::vector<bool>& taken)
+      : g_(g),
+        readers_(readers),
+        options_(options),
+        taken_(taken),
+        written_(written_storages(g)),
+        returned_(returned_storages(g)),
+        fusible_(g.nodes().size()),
+        inside_reads_(g.values().size(), 0),
+        member_(g.nodes().size(), false) {
+    for (size_t i = 0; i < g.nodes().size(); ++i)
+      fusible_[i] = !taken[i] && codegen::why_not_generated(g, g.nodes()[i]).empty();
+  }
+
+  void run(std::vector<Candidate>& groups, std::vector<std::string>& fused,
+           std::vector<std::string>& not_fused) {
+    std::vector<std::string> lines;
+    for (auto root = static_cast<int32_t>(g_.nodes().size()) - 1; root >= 0; --root) {
+      const auto r = static_cast<size_t>(root);
+      if (taken_[r]) continue;
+      std::optional<codegen::RowReduction> reduction;
+      int32_t start = root;
+      if (!fusible_[r]) {
+        const int32_t p = prologue_of(root);
+        if (p < 0) continue;
+        std::string why;
+        reduction = codegen::row_reduction_of(g_, g_.nodes()[r], why);
+        if (!reduction) {
+          lines.push_back(detail::str_cat(node_list(g_, {p, root}), " not fused: ", why));
+          continue;
+        }
+        start = p;
+      }
+      Candidate cand = grow(start);
+      if (reduction) {
+        const Node& n = g_.nodes()[r];
+        reduction->kernel_inputs = cand.inputs.size();
+        cand.nodes.push_back(root);
+        cand.inputs.insert(cand.inputs.end(), n.inputs.begin() + 1, n.inputs.end());
+        cand.reduction = std::move(reduction);
+      }
+      if (cand.nodes.size() < 2) continue;
+      const std::string what = node_list(g_, cand.nodes);
+      std::string why;
+      if (!options_.generate)
+        why = options_.generate_off;
+      else if (ops::ReferenceModeGuard::enabled())
+        why = "the CPU runs its reference kernels";
+      if (!why.empty()) {
+        // No part of the group would fare better: one line for it.
+        for (int32_t k : cand.nodes) fusible_[static_cast<size_t>(k)] = false;
+      }
+      if (why.empty()) why = moved_past_a_write(g_, cand);
+      if (why.empty()) {
+        const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
+        const size_t kernel_inputs =
+            cand.reduction ? cand.reduction->kernel_inputs : cand.inputs.size();
+        cand.kernel =
+            codegen::lower_group(g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
+                                 std::span<const ValueId>(cand.inputs).first(kernel_inputs), why);
+      }
+      if (!why.empty()) {
+        lines.push_back(detail::str_cat(what, " not fused: ", why));
+        continue;
+      }
+      for (int32_t k : cand.nodes) taken_[static_cast<size_t>(k)] = true;
+      lines.push_back(detail::str_cat(
+          what, ": one generated kernel of ", cand.inputs.size(),
+          cand.inputs.size() == 1 ? " input" : " inputs",
+          cand.reduction ? detail::str_cat(", its rows reduced by ",
+                                           ops::op_schema(g_.nodes()[r].op).name, " in cache")
+                         : std::string()));
+      groups.push_back(std::move(cand));
+    }
+    // In program order, as the epilogue groups' lines.
+    for (auto it = lines.rbegin(); it != lines.rend(); ++it)
+      (it->find(" not fused: ") == std::string::npos ? fused : not_fused).push_back(*it);
+  }
+
+ private:
+  // The node that makes input 0 of a possible row reduction at `node` for
+  // it alone, where it could start the reduction's group; else -1.
+  int32_t prologue_of(int32_t node) const {
+    const Node& n = g_.nodes()[static_cast<size_t>(node)];
+    if (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.size() != 1 || n.inplace())
+      return -1;
+    const Value& x = g_.value(n.inputs[0]);
+    if (x.kind != ValueKind::kNode) return -1;
+    const auto p = static_cast<size_t>(x.producer);
+    if (!fusible_[p] || taken_[p] || readers_.count[static_cast<size_t>(n.inputs[0])] != 1 ||
+        written_[static_cast<size_t>(x.storage)] || returned_[static_cast<size_t>(x.storage)])
+      return -1;
+    return codegen::reduces_rows(n.op) ? x.producer : -1;
+  }
+
+  // The group grown from `root` (its result): nodes ascending, the values
+  // it reads from outside in order of first use.
+  Candidate grow(int32_t root) {
+    const auto& nodes = g_.nodes();
+    const Value& result = g_.value(nodes[static_cast<size_t>(root)].outputs[0]);
     Candidate cand;
     std::vector<ValueId> counted;
     auto join = [&](int32_t k) {
       cand.nodes.push_back(k);
-      member[static_cast<size_t>(k)] = true;
+      member_[static_cast<size_t>(k)] = true;
       std::vector<ValueId> read = nodes[static_cast<size_t>(k)].inputs;
       std::sort(read.begin(), read.end());
       read.erase(std::unique(read.begin(), read.end()), read.end());
       for (ValueId v : read) {
         if (v == kNoValue) continue;
-        if (inside_reads[static_cast<size_t>(v)]++ == 0) counted.push_back(v);
+        if (inside_reads_[static_cast<size_t>(v)]++ == 0) counted.push_back(v);
       }
     };
     join(root);
@@ -137,55 +229,39 @@ void pointwise_groups(const Graph& g, const Readers& readers, const ScheduleOpti
     // after all its readers.
     for (int32_t k = root - 1; k >= 0; --k) {
       const auto ku = static_cast<size_t>(k);
-      if (!fusible[ku] || taken[ku]) continue;
+      if (!fusible_[ku] || taken_[ku]) continue;
       const ValueId out = nodes[ku].outputs[0];
-      const Value& v = g.value(out);
-      const int32_t reads = inside_reads[static_cast<size_t>(out)];
-      if (reads == 0 || reads != readers.count[static_cast<size_t>(out)]) continue;
-      if (v.sizes != result.sizes || written[static_cast<size_t>(v.storage)] ||
-          returned[static_cast<size_t>(v.storage)])
+      const Value& v = g_.value(out);
+      const int32_t reads = inside_reads_[static_cast<size_t>(out)];
+      if (reads == 0 || reads != readers_.count[static_cast<size_t>(out)]) continue;
+      if (v.sizes != result.sizes || written_[static_cast<size_t>(v.storage)] ||
+          returned_[static_cast<size_t>(v.storage)])
         continue;
       join(k);
     }
-    for (ValueId v : counted) inside_reads[static_cast<size_t>(v)] = 0;
+    for (ValueId v : counted) inside_reads_[static_cast<size_t>(v)] = 0;
     std::sort(cand.nodes.begin(), cand.nodes.end());
-    // The values it reads from outside, in order of first use.
     for (int32_t k : cand.nodes)
       for (ValueId in : nodes[static_cast<size_t>(k)].inputs) {
-        const bool inside = in != kNoValue && g.value(in).kind == ValueKind::kNode &&
-                            member[static_cast<size_t>(g.value(in).producer)];
+        const bool inside = in != kNoValue && g_.value(in).kind == ValueKind::kNode &&
+                            member_[static_cast<size_t>(g_.value(in).producer)];
         if (in != kNoValue && !inside &&
             std::find(cand.inputs.begin(), cand.inputs.end(), in) == cand.inputs.end())
           cand.inputs.push_back(in);
       }
-    for (int32_t k : cand.nodes) member[static_cast<size_t>(k)] = false;
-    if (cand.nodes.size() >= 2) {
-      const std::string what = node_list(g, cand.nodes);
-      std::string why;
-      if (!options.generate)
-        why = options.generate_off;
-      else if (ops::ReferenceModeGuard::enabled())
-        why = "the CPU runs its reference kernels";
-      if (!why.empty()) {
-        // No part of the group would fare better: one line for it.
-        for (int32_t k : cand.nodes) fusible[static_cast<size_t>(k)] = false;
-      }
-      if (why.empty()) why = moved_past_a_write(g, cand);
-      if (why.empty()) cand.kernel = codegen::lower_group(g, cand.nodes, cand.inputs, why);
-      if (!why.empty()) {
-        lines.push_back(detail::str_cat(what, " not fused: ", why));
-      } else {
-        for (int32_t k : cand.nodes) taken[static_cast<size_t>(k)] = true;
-        lines.push_back(detail::str_cat(what, ": one generated kernel of ", cand.inputs.size(),
-                                        cand.inputs.size() == 1 ? " input" : " inputs"));
-        groups.push_back(std::move(cand));
-      }
-    }
+    for (int32_t k : cand.nodes) member_[static_cast<size_t>(k)] = false;
+    return cand;
   }
-  // In program order, as the epilogue groups' lines.
-  for (auto it = lines.rbegin(); it != lines.rend(); ++it)
-    (it->find(" not fused: ") == std::string::npos ? fused : not_fused).push_back(*it);
-}
+
+  const Graph& g_;
+  const Readers& readers_;
+  const ScheduleOptions& options_;
+  std::vector<bool>& taken_;
+  const std::vector<bool> written_, returned_;
+  std::vector<bool> fusible_;
+  std::vector<int32_t> inside_reads_;
+  std::vector<bool> member_;
+};
 
 }  // namespace
 
@@ -272,7 +348,7 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
     cand.lowering = lowering;
     groups.push_back(std::move(cand));
   }
-  pointwise_groups(g, readers, options, taken, groups, s.fused, s.not_fused);
+  PointwiseGrouper(g, readers, options, taken).run(groups, s.fused, s.not_fused);
   for (size_t k = 0; k < groups.size(); ++k)
     group_at[static_cast<size_t>(groups[k].nodes.back())] = static_cast<int32_t>(k);
   // The steps in program order: a group at its last node's place.
@@ -288,8 +364,13 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
       st.epilogue = c.epilogue;
       st.inputs = c.inputs;
       if (c.kernel) {
-        st.kernel = static_cast<int32_t>(s.kernels.size());
-        s.kernels.push_back(*c.kernel);
+        // Groups of the same IR (BERT's residual adds, layer after layer)
+        // share one kernel.
+        const auto same = std::find_if(s.kernels.begin(), s.kernels.end(),
+                                       [&](const auto& k) { return k.symbol == c.kernel->symbol; });
+        st.kernel = static_cast<int32_t>(same - s.kernels.begin());
+        if (same == s.kernels.end()) s.kernels.push_back(*c.kernel);
+        st.reduction = c.reduction;
       }
       // Values inside the group live in storages of their own unless the
       // epilogue wrote in place into the call's result.

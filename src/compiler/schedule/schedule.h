@@ -17,6 +17,7 @@
 
 #include "backends/epilogue.h"
 #include "compiler/codegen/pointwise_kernel.h"
+#include "compiler/codegen/row_reduction.h"
 #include "compiler/ir/graph.h"
 
 namespace kiln::compiler {
@@ -46,6 +47,10 @@ struct ScheduledStep {
   // reading `inputs`, the values from outside the group, in its order.
   int32_t kernel = -1;
   std::vector<ValueId> inputs;
+  // A reduction over rows of the kernel's result, the last node
+  // (codegen/row_reduction.h): the kernel reads the first
+  // reduction->kernel_inputs of `inputs`, the reduction the others.
+  std::optional<codegen::RowReduction> reduction;
 
   bool fused() const noexcept { return lowering != nullptr || kernel >= 0; }
 };
@@ -56,7 +61,8 @@ struct Schedule {
   // By storage: false when only the inside of a fused step touches it
   // (the step never makes it, and it gets no bytes).
   std::vector<bool> materialized;
-  // The generated kernels' IR, by ScheduledStep::kernel.
+  // The generated kernels' IR, by ScheduledStep::kernel: one per distinct
+  // IR, which steps may share.
   std::vector<codegen::PointwiseKernel> kernels;
   // Each fused step, and each candidate left apart with why (explain()).
   std::vector<std::string> fused, not_fused;

@@ -1,0 +1,231 @@
+#include "compiler/codegen/row_reduction.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/loops.h"
+#include "core/shape_util.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler::codegen {
+namespace {
+
+using ops::OpId;
+
+// Where the ops keep their attributes (ops/defs/reduce.def, nn.def).
+struct AttrPlace {
+  int dims = -1;  // the list of reduced dims
+  int keepdim = -1;
+  int dim = -1;    // softmax's one dim
+  int shape = -1;  // layer_norm's normalized_shape
+};
+
+std::optional<AttrPlace> place_of(OpId op) {
+  switch (op) {
+    case OpId::sum:
+    case OpId::mean:
+    case OpId::prod:
+    case OpId::amax:
+    case OpId::amin:
+    case OpId::logsumexp:
+      return AttrPlace{.dims = 0, .keepdim = 1};
+    case OpId::var:
+    case OpId::std:
+      return AttrPlace{.dims = 0, .keepdim = 2};
+    case OpId::norm:
+      return AttrPlace{.dims = 1, .keepdim = 2};
+    case OpId::softmax:
+    case OpId::log_softmax:
+      return AttrPlace{.dim = 0};
+    case OpId::layer_norm:
+      return AttrPlace{.shape = 0};
+    default:
+      return std::nullopt;
+  }
+}
+
+// A tensor over `sizes` elements of t's memory from byte `offset` on.
+Tensor view_at(const Tensor& t, int64_t offset, const Shape& sizes) {
+  const auto nbytes = static_cast<size_t>(shape_numel(sizes)) * dtype_size(t.dtype());
+  auto storage = std::make_shared<Storage>(static_cast<char*>(t.data_ptr()) + offset, nbytes,
+                                           Device::cpu(), [keep = t.storage()](void*) {});
+  return ops::make_tensor(std::move(storage), sizes, t.dtype());
+}
+
+// A tensor over caller-owned memory that outlives it.
+Tensor over(void* data, const Shape& sizes, DType dtype) {
+  const auto nbytes = static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype);
+  auto storage = std::make_shared<Storage>(data, nbytes, Device::cpu(), [](void*) {});
+  return ops::make_tensor(std::move(storage), sizes, dtype);
+}
+
+// p moved back by `bytes`, as an address: the kernel adds them again.
+char* before(void* p, int64_t bytes) {
+  return reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(bytes));
+}
+
+// The bytes of a block of rows: a buffer that stays in the core's cache
+// between the kernel's writes and the reduction's passes.
+constexpr int64_t kBlockBytes = 64 * 1024;
+
+}  // namespace
+
+bool reduces_rows(ops::OpId op) { return place_of(op).has_value(); }
+
+std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std::string& why) {
+  const std::string name(ops::op_schema(n.op).name);
+  const std::optional<AttrPlace> place = place_of(n.op);
+  if (!place || n.inputs.empty() || n.outputs.size() != 1 || n.inplace()) {
+    why = detail::str_cat(name, " is not a reduction over rows");
+    return std::nullopt;
+  }
+  const Value& x = g.value(n.inputs[0]);
+  const auto rank = static_cast<int64_t>(x.sizes.size());
+  if (!x.device.is_cpu()) {
+    why = detail::str_cat("generated reductions run on the CPU, not ", x.device);
+    return std::nullopt;
+  }
+  if (x.dtype != kFloat32 && x.dtype != kFloat64) {
+    why = detail::str_cat("its input is ", x.dtype, " (float32 and float64 only)");
+    return std::nullopt;
+  }
+  if (rank == 0) {
+    why = "its input has no dims";
+    return std::nullopt;
+  }
+  if (!contiguous_layout(x.sizes, x.strides)) {
+    why = "its input's layout is not contiguous";
+    return std::nullopt;
+  }
+  TensorList metas;
+  for (ValueId in : n.inputs) metas.push_back(in == kNoValue ? Tensor() : g.meta_tensor(in));
+  ops::Inferred inferred = ops::infer(n.op, metas, n.attrs);
+  for (const auto& cast : inferred.input_casts) {
+    if (cast) {
+      why = detail::str_cat("its input is cast to ", *cast);
+      return std::nullopt;
+    }
+  }
+  if (g.value(n.outputs[0]).dtype != x.dtype) {
+    why = detail::str_cat("its result is ", g.value(n.outputs[0]).dtype, ", its input ", x.dtype);
+    return std::nullopt;
+  }
+  RowReduction r;
+  r.op = n.op;
+  r.attrs = std::move(inferred.attrs);
+  if (place->dim >= 0) {
+    const int64_t dim = r.attrs.i(static_cast<size_t>(place->dim));
+    if (dim != rank - 1) {
+      why = detail::str_cat(name, " runs along dim ", dim, ", not the last of ", x.sizes);
+      return std::nullopt;
+    }
+  } else if (place->shape >= 0) {
+    r.trailing = static_cast<int64_t>(r.attrs.ints(static_cast<size_t>(place->shape)).size());
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] == kNoValue) continue;
+      const Value& p = g.value(n.inputs[k]);
+      if (n.inputs[k] == n.inputs[0] || p.dtype != x.dtype ||
+          !contiguous_layout(p.sizes, p.strides)) {
+        why = detail::str_cat("its input ", k, " is not a contiguous ", x.dtype, " parameter");
+        return std::nullopt;
+      }
+    }
+  } else {
+    const std::vector<int64_t>& dims = r.attrs.ints(static_cast<size_t>(place->dims));
+    // Canonical dims are sorted and unique: trailing when the last is the
+    // input's last and they run without a gap.
+    const bool trailing = !dims.empty() && dims.back() == rank - 1 &&
+                          dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+    if (!trailing) {
+      why = detail::str_cat(name, " reduces dims ", dims, " of ", x.sizes, ", not trailing ones");
+      return std::nullopt;
+    }
+    r.trailing = static_cast<int64_t>(dims.size());
+  }
+  return r;
+}
+
+void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
+                       const Tensor& out, std::span<const Tensor> inputs) {
+  const auto rank = static_cast<int64_t>(sizes.size());
+  int64_t reduced = 1, rows = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < rank - r.trailing ? rows : reduced) *= sizes[d];
+  const std::span<const Tensor> kernel_inputs = inputs.first(r.kernel_inputs);
+
+  // The call of the reduction on [rows, reduced] blocks: its dims the last.
+  const AttrPlace place = *place_of(r.op);
+  ops::Attrs attrs = r.attrs;
+  if (place.dims >= 0) {
+    attrs.ints(static_cast<size_t>(place.dims)) = {1};
+    attrs[static_cast<size_t>(place.keepdim)] = false;
+  } else if (place.dim >= 0) {
+    attrs[static_cast<size_t>(place.dim)] = int64_t{1};
+  } else {
+    attrs.ints(static_cast<size_t>(place.shape)) = {reduced};
+  }
+  TensorList others;  // layer_norm's weight and bias, flat
+  for (const Tensor& t : inputs.subspan(r.kernel_inputs))
+    others.push_back(t.defined() ? view_at(t, 0, {reduced}) : Tensor());
+  const bool keeps_rows = place.dims < 0;  // softmax, log_softmax, layer_norm
+  const ops::OpSchema& schema = ops::op_schema(r.op);
+  const backend::KernelFn& kernel = ops::kernel_for(r.op, Device::cpu());
+  auto reduce = [&](const Tensor& block, int64_t row0) {
+    const int64_t n = block.size(0);
+    TensorList args{block};
+    args.insert(args.end(), others.begin(), others.end());
+    Shape out_sizes{n};
+    if (keeps_rows) out_sizes.push_back(reduced);
+    TensorList outs{
+        view_at(out, row0 * (keeps_rows ? reduced : 1) * static_cast<int64_t>(dtype_size(dtype)),
+                out_sizes)};
+    kernel(backend::KernelCall{schema, args, outs, attrs});
+  };
+
+  const size_t esize = dtype_size(dtype);
+  std::vector<Shape> all_sizes{sizes}, all_strides{contiguous_strides(sizes)};
+  std::vector<size_t> elements{esize};
+  std::vector<char*> ptrs{nullptr};
+  for (const Tensor& t : kernel_inputs) {
+    all_sizes.push_back(t.sizes());
+    all_strides.push_back(t.strides());
+    elements.push_back(dtype_size(t.dtype()));
+    ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
+  }
+  const LoopLayout l = loop_layout(sizes, all_sizes, all_strides, elements);
+  const auto ndim = static_cast<int64_t>(l.sizes.size());
+
+  const int64_t threads = omp_get_max_threads();
+  if (rows < threads || reduced == 0 || omp_in_parallel()) {
+    // The whole input, then one call: eager's split of few rows over threads.
+    Tensor x = ops::make_tensor({rows, reduced}, dtype, Device::cpu());
+    ptrs[0] = static_cast<char*>(x.data_ptr());
+    backend::cpu::parallel_for(l.numel, backend::cpu::kParallelGrain, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> index(l.sizes.size());
+      fn(ptrs.data(), l.sizes.data(), l.strides.data(), ndim, b, e, index.data());
+    });
+    reduce(x, 0);
+    return;
+  }
+  const int64_t row_bytes = reduced * static_cast<int64_t>(esize);
+  const int64_t block_rows =
+      std::clamp<int64_t>(kBlockBytes / row_bytes, 1, (rows + threads - 1) / threads);
+  const int64_t blocks = (rows + block_rows - 1) / block_rows;
+  backend::cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+    std::vector<double> buffer(static_cast<size_t>(block_rows * row_bytes + 7) / 8);
+    std::vector<char*> own = ptrs;
+    std::vector<int64_t> index(l.sizes.size());
+    for (int64_t k = b; k < e; ++k) {
+      const int64_t row0 = k * block_rows, row1 = std::min(rows, row0 + block_rows);
+      own[0] = before(buffer.data(), row0 * row_bytes);
+      fn(own.data(), l.sizes.data(), l.strides.data(), ndim, row0 * reduced, row1 * reduced,
+         index.data());
+      reduce(over(buffer.data(), {row1 - row0, reduced}, dtype), row0);
+    }
+  });
+}
+
+}  // namespace kiln::compiler::codegen
