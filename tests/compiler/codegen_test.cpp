@@ -393,6 +393,102 @@ TEST(Codegen, RowReductionsOverOtherDimsOrReadOnceMoreStayApartAndSayWhy) {
   EXPECT_EQ(r.graphs[0].planned_bytes, 0u);
 }
 
+// In-place chains: the writes to one tensor, with the pure nodes that feed
+// them, run as one kernel that writes the tensor once. On a tensor the
+// program made (a clone) the group makes it; on an argument the kernel
+// writes the argument's memory, as eager does.
+TEST(Codegen, InPlaceChainsAreOneKernelThatWritesTheirTensorOnce) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  Generator gen(12);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (int64_t n : {0, 1, 7, 2053}) {
+      const std::string what = detail::str_cat(dtype, " [", n, ", 19]");
+      const Tensor x = values({n, 19}, dtype, gen), b = values({19}, dtype, gen);
+      const Tensor g = values({n, 19}, dtype, gen);
+      // On a fresh tensor: the clone, its three writes and the relu.
+      expect_generated(
+          [](const TensorList& t) {
+            Tensor y = t[0].clone();
+            y.mul_(2.0).add_(t[1]).relu_();
+            return TensorList{y};
+          },
+          {x, b}, 1, what + " fresh");
+      // On an argument (an optimizer's moment): eager's bits in its memory.
+      const Program ema = [](const TensorList& t) {
+        Tensor m = t[0];
+        m.mul_(0.9).add_(t[1].square(), 0.1);
+        return TensorList{m.sqrt()};
+      };
+      const Lowered l = lower(ema, {x.clone(), g});
+      ASSERT_EQ(l.exe->schedule().steps.size(), 2u) << what;  // the chain, the sqrt
+      EXPECT_EQ(l.exe->schedule().steps[0].writes_input, 0) << what;
+      for (int run = 0; run < 2; ++run) {
+        Tensor got = x.clone(), want = x.clone();
+        const TensorList got_out = l.exe->run({got, g});
+        const TensorList want_out = ema({want, g});
+        EXPECT_TRUE(testing::same(got, want)) << what << " run " << run;
+        EXPECT_TRUE(testing::same(got_out[0], want_out[0])) << what << " run " << run;
+      }
+    }
+  }
+}
+
+TEST(Codegen, InPlaceChainsStayApartWhereAnotherViewOrANodeInBetweenSeesTheirTensor) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  const Tensor a = randn({5, 5}), b = randn({5, 5});
+  const auto check = [&](const Program& f, const std::string& why) {
+    const Lowered l = lower(f, {a.clone(), b});
+    std::string lines;
+    for (const auto& s : l.exe->schedule().not_fused) lines += s + "\n";
+    EXPECT_NE(lines.find(why), std::string::npos) << lines << to_text(l.trace->graph);
+    Tensor got = a.clone(), want = a.clone();
+    const TensorList got_out = l.exe->run({got, b}), want_out = f({want, b});
+    EXPECT_TRUE(testing::same(got, want)) << why;
+    for (size_t i = 0; i < got_out.size(); ++i) EXPECT_TRUE(testing::same(got_out[i], want_out[i]));
+  };
+  // A transposed view made before the writes, read by the last one.
+  check(
+      [](const TensorList& t) {
+        Tensor x = t[0];
+        const Tensor v = x.t();
+        x.mul_(2.0);
+        x.add_(v.contiguous() * 3.0);
+        return TensorList{x * 1.0};
+      },
+      "not fused: it reads another view of the tensor it writes in place");
+  // A view read between the writes sees the first one.
+  check(
+      [](const TensorList& t) {
+        Tensor x = t[0];
+        const Tensor v = x.view({25});
+        x.mul_(2.0);
+        const Tensor s = v.sum();
+        x.add_(t[1]);
+        return TensorList{s, x * 1.0};
+      },
+      "mul_ + add_ (nodes 1-3) not fused: node 2 uses the tensor it writes in place, in between");
+  // explain() says which input a group writes.
+  const auto f = compile(
+      [](const Tensor& m, const Tensor& g) {
+        Tensor w = m;
+        w.mul_(0.5).add_(g);
+        return w * 1.0;
+      },
+      {.name = "moment"});
+  Tensor m = randn({8}), m2 = m.clone();
+  const Tensor g = randn({8});
+  f(m, g);
+  m2.mul_(0.5).add_(g);
+  EXPECT_TRUE(testing::same(m, m2));
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs[0].fused.size(), 1u);
+  EXPECT_EQ(r.graphs[0].fused[0],
+            "mul_ + add_ (nodes 0-1): one generated kernel of 3 inputs, written in place into "
+            "input 0");
+}
+
 TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {
   KILN_NEEDS_COMPILER();
   const auto f =

@@ -134,12 +134,18 @@ std::vector<Case> corpus() {
                0,
                3});
   // 10-13: in-place writes, views, aliasing.
-  c.push_back({"inplace_on_a_copy", [] { return Instance{[](const Args& a, int64_t) {
-                 Tensor x = a[0].clone();
-                 x.mul_(2).add_(a[1]).relu_();
-                 return std::vector<Tensor>{x};
-               }}; },
-               {{{m, m}}, {{m, m}}}, 1, 0});
+  c.push_back({"inplace_on_a_copy",
+               [] {
+                 return Instance{[](const Args& a, int64_t) {
+                   Tensor x = a[0].clone();
+                   x.mul_(2).add_(a[1]).relu_();  // the clone and its writes: one kernel
+                   return std::vector<Tensor>{x};
+                 }};
+               },
+               {{{m, m}}, {{m, m}}},
+               1,
+               0,
+               1});
   c.push_back({"inplace_on_an_argument", [] { return Instance{[](const Args& a, int64_t) {
                  Tensor x = a[0];
                  x.add_(1.0);

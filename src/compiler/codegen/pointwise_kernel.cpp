@@ -239,7 +239,6 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
 std::string why_not_generated(const Graph& g, const Node& n) {
   const std::string name(ops::op_schema(n.op).name);
   if (form_of(n.op) == Form::kNone) return detail::str_cat(name, " has no generated form");
-  if (n.inplace()) return detail::str_cat(name, "_ writes in place");
   if (n.outputs.size() != 1) return detail::str_cat(name, " has ", n.outputs.size(), " outputs");
   const Value& out = g.value(n.outputs[0]);
   if (!out.device.is_cpu()) return detail::str_cat(name, " runs on ", out.device);
@@ -256,6 +255,14 @@ std::string why_not_generated(const Graph& g, const Node& n) {
     return detail::str_cat(name, " compares bool values");
   if (!contiguous_layout(out.sizes, out.strides))
     return detail::str_cat(name, " makes a non-contiguous result");
+  if (n.inplace()) {
+    // Written back as computed: no cast to the target's dtype in between.
+    TensorList metas;
+    for (ValueId id : n.inputs) metas.push_back(g.meta_tensor(id));
+    const DType computed = ops::infer(n.op, metas, n.attrs).outputs[0].dtype;
+    if (computed != out.dtype)
+      return detail::str_cat(name, "_ computes ", computed, " and casts it to ", out.dtype);
+  }
   return "";
 }
 

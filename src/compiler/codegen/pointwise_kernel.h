@@ -54,7 +54,9 @@ struct PointwiseKernel {
 };
 
 // Whether node can be in a generated kernel (a CPU pointwise op of
-// float32/float64 arithmetic the generator has); empty when it can, else why not.
+// float32/float64 arithmetic the generator has, out of place or in place
+// without a cast of its result); empty when it can, else why not. Where an
+// in-place node may go is the schedule's to say.
 std::string why_not_generated(const Graph& graph, const Node& node);
 
 // The kernel of a group: `nodes` ascending, the last one's output the

@@ -205,7 +205,12 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
                                                     : std::span<const ValueId>(n.outputs);
         TensorList outs;
         outs.reserve(s.outputs.size());
+        const int32_t written = s.scheduled->writes_input;
         for (size_t k = 0; k < s.outputs.size(); ++k) {
+          if (written >= 0) {  // a generated group in place: its input's memory
+            outs.push_back(args[static_cast<size_t>(written)]);
+            continue;
+          }
           const ops::TensorMeta& m = s.outputs[k];
           const Value& v = g.value(made[k]);
           const auto storage = static_cast<size_t>(v.storage);
@@ -228,6 +233,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         } else if (s.generated) {
           detail::count_kernel_launch();
           codegen::run_pointwise(s.generated, outs[0], args);
+          if (written >= 0) outs[0].bump_version();
         } else if (fused) {
           detail::count_kernel_launch();
           s.scheduled->lowering->run(backend::KernelCall{*s.schema, args, outs, *attrs},

@@ -20,6 +20,7 @@ struct Candidate {
   const backend::EpilogueLowering* lowering = nullptr;
   std::optional<codegen::PointwiseKernel> kernel;
   std::optional<codegen::RowReduction> reduction;
+  int32_t writes_input = -1;  // a group written in place into this input
 };
 
 bool library_call(ops::OpId op) { return op == ops::OpId::conv2d || op == ops::OpId::conv1d; }
@@ -164,6 +165,7 @@ class PointwiseGrouper {
         for (int32_t k : cand.nodes) fusible_[static_cast<size_t>(k)] = false;
       }
       if (why.empty()) why = moved_past_a_write(g_, cand);
+      if (why.empty() && g_.nodes()[r].inplace()) why = in_place_hazard(cand);
       if (why.empty()) {
         const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
         const size_t kernel_inputs =
@@ -182,7 +184,10 @@ class PointwiseGrouper {
           cand.inputs.size() == 1 ? " input" : " inputs",
           cand.reduction ? detail::str_cat(", its rows reduced by ",
                                            ops::op_schema(g_.nodes()[r].op).name, " in cache")
-                         : std::string()));
+                         : std::string(),
+          cand.writes_input >= 0
+              ? detail::str_cat(", written in place into input ", cand.writes_input)
+              : std::string()));
       groups.push_back(std::move(cand));
     }
     // In program order, as the epilogue groups' lines.
@@ -191,6 +196,40 @@ class PointwiseGrouper {
   }
 
  private:
+  // Why a group rooted in place cannot run at its root's place (empty when
+  // it can); sets cand.writes_input where it writes an input in place. Each
+  // element is read before the kernel writes it, so the group may read the
+  // tensor it writes, at the same elements: not through another view of it.
+  // A node in between that reads or writes that tensor would see it
+  // written too late, or be overwritten.
+  std::string in_place_hazard(Candidate& cand) const {
+    const Value& result = g_.value(g_.nodes()[static_cast<size_t>(cand.nodes.back())].outputs[0]);
+    for (size_t i = 0; i < cand.inputs.size(); ++i) {
+      if (cand.inputs[i] == kNoValue) continue;
+      const Value& v = g_.value(cand.inputs[i]);
+      if (v.storage != result.storage) continue;
+      if (cand.writes_input >= 0 || v.sizes != result.sizes || v.strides != result.strides ||
+          v.offset != result.offset) {
+        cand.writes_input = -1;
+        return "it reads another view of the tensor it writes in place";
+      }
+      cand.writes_input = static_cast<int32_t>(i);
+    }
+    for (int32_t k = cand.nodes.front() + 1; k < cand.nodes.back(); ++k) {
+      if (std::binary_search(cand.nodes.begin(), cand.nodes.end(), k)) continue;
+      const Node& n = g_.nodes()[static_cast<size_t>(k)];
+      std::vector<ValueId> touched = n.inputs;
+      touched.push_back(n.target);
+      for (ValueId v : touched) {
+        if (v != kNoValue && g_.value(v).storage == result.storage) {
+          cand.writes_input = -1;
+          return detail::str_cat("node ", k, " uses the tensor it writes in place, in between");
+        }
+      }
+    }
+    return "";
+  }
+
   // The node that makes input 0 of a possible row reduction at `node` for
   // it alone, where it could start the reduction's group; else -1.
   int32_t prologue_of(int32_t node) const {
@@ -211,12 +250,16 @@ class PointwiseGrouper {
   Candidate grow(int32_t root) {
     const auto& nodes = g_.nodes();
     const Value& result = g_.value(nodes[static_cast<size_t>(root)].outputs[0]);
+    // The storage a root in place writes: the group may hold the writes
+    // before it to that storage, and the node that made it.
+    const int32_t chain = nodes[static_cast<size_t>(root)].inplace() ? result.storage : -1;
     Candidate cand;
     std::vector<ValueId> counted;
     auto join = [&](int32_t k) {
       cand.nodes.push_back(k);
       member_[static_cast<size_t>(k)] = true;
       std::vector<ValueId> read = nodes[static_cast<size_t>(k)].inputs;
+      read.push_back(nodes[static_cast<size_t>(k)].target);  // as Readers counts it
       std::sort(read.begin(), read.end());
       read.erase(std::unique(read.begin(), read.end()), read.end());
       for (ValueId v : read) {
@@ -234,8 +277,9 @@ class PointwiseGrouper {
       const Value& v = g_.value(out);
       const int32_t reads = inside_reads_[static_cast<size_t>(out)];
       if (reads == 0 || reads != readers_.count[static_cast<size_t>(out)]) continue;
-      if (v.sizes != result.sizes || written_[static_cast<size_t>(v.storage)] ||
-          returned_[static_cast<size_t>(v.storage)])
+      if (v.sizes != result.sizes) continue;
+      if (v.storage != chain && (nodes[ku].inplace() || written_[static_cast<size_t>(v.storage)] ||
+                                 returned_[static_cast<size_t>(v.storage)]))
         continue;
       join(k);
     }
@@ -371,6 +415,7 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
         st.kernel = static_cast<int32_t>(same - s.kernels.begin());
         if (same == s.kernels.end()) s.kernels.push_back(*c.kernel);
         st.reduction = c.reduction;
+        st.writes_input = c.writes_input;
       }
       // Values inside the group live in storages of their own unless the
       // epilogue wrote in place into the call's result.

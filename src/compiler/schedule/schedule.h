@@ -51,6 +51,10 @@ struct ScheduledStep {
   // (codegen/row_reduction.h): the kernel reads the first
   // reduction->kernel_inputs of `inputs`, the reduction the others.
   std::optional<codegen::RowReduction> reduction;
+  // A group whose nodes write a tensor in place (a chain such as
+  // `m.mul_(b).add_(g)`, its last node in place): the input it writes, whose
+  // memory is the result's; -1 where the group makes the tensor itself.
+  int32_t writes_input = -1;
 
   bool fused() const noexcept { return lowering != nullptr || kernel >= 0; }
 };
