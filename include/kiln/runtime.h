@@ -25,7 +25,9 @@ struct MemoryStats {
 };
 MemoryStats memory_stats(Device device);
 void reset_peak_memory_stats(Device device);
-// Returns memory cached for reuse to the system.
+// Returns memory cached for reuse to the system: on the CPU, the weight
+// copies kept for inference too (oneDNN's layouts, transposed weights), which
+// the next call makes again.
 void empty_cache(Device device);
 
 // TF32 tensor-core math for float32 on CUDA devices: 10 mantissa bits in the

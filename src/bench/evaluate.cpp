@@ -227,6 +227,10 @@ Case evaluate(const Subject& subject, const Options& o) {
     std::optional<Subject::Compiled> compiled;
     std::function<std::vector<Tensor>()> run = subject.eager;
     synchronize(device);
+    // Each mode starts from empty caches: the weight copies an earlier mode
+    // or model left (freed lazily, which would lower this mode's count) are
+    // gone, and each mode's first call makes its own.
+    empty_cache(device);
     const size_t resident = memory_stats(device).allocated_bytes;
     reset_peak_memory_stats(device);
     if (mode != "eager") {

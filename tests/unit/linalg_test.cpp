@@ -90,6 +90,11 @@ TEST(Linear, InferenceSeesInPlaceChangesOfACachedWeight) {
             1e-4 * want4.abs().max().item<double>());
   backend::cpu::clear_weight_cache();
   EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{0});
+  // empty_cache gives the copies back too (the next call makes them again).
+  (void)linear(x, w, b);
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), one_copy);
+  empty_cache(Device::cpu());
+  EXPECT_EQ(backend::cpu::weight_cache_bytes(), size_t{0});
 }
 
 // Under 16 rows, inference multiplies by a cached contiguous W^T with sgemm

@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include "backends/cpu/weight_cache.h"
+
 #include <cstring>
 
 #include "backends/cpu/cpu_allocator.h"
@@ -36,7 +38,10 @@ MemoryStats CpuBackend::memory_stats(Device) const { return CpuAllocator::instan
 
 void CpuBackend::reset_peak_memory_stats(Device) { CpuAllocator::instance().reset_peak(); }
 
-void CpuBackend::empty_cache(Device) { CpuAllocator::instance().empty_cache(); }
+void CpuBackend::empty_cache(Device) {
+  cpu::clear_weight_cache();  // its copies are memory kept for reuse too
+  CpuAllocator::instance().empty_cache();
+}
 
 Backend& backend_for(DeviceKind kind) {
   static CpuBackend cpu;
