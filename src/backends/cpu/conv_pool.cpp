@@ -410,13 +410,24 @@ void conv_epilogue_kernel(const KernelCall& call, const Epilogue& epilogue) {
   const bool relu_first = !epilogue.ops.empty() && epilogue.ops.front() == Epilogue::Kind::kRelu;
   const bool relu = std::find(epilogue.ops.begin(), epilogue.ops.end(), Epilogue::Kind::kRelu) !=
                     epilogue.ops.end();
-  parallel_for(y.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float v = out[i];
-      if (relu_first) v = v < 0.f ? 0.f : v;  // keeps NaN, as eager's relu
-      if (residual) v = v + residual[i];
-      if (relu && !relu_first) v = v < 0.f ? 0.f : v;
-      out[i] = v;
+  // One branch-free loop per form, over pointers that do not alias, so that
+  // each vectorizes (one loop with the tests inside ran 13 ms of a frozen
+  // ResNet-50's 50 ms here). v < 0 ? 0 : v keeps NaN, as eager's relu.
+  parallel_for(y.numel(), kParallelGrain, [out, residual, relu, relu_first](int64_t b, int64_t e) {
+    float* __restrict o = out + b;
+    const float* __restrict r = residual ? residual + b : nullptr;
+    const int64_t n = e - b;
+    if (!r) {
+      for (int64_t i = 0; i < n; ++i) o[i] = o[i] < 0.f ? 0.f : o[i];
+    } else if (relu_first) {
+      for (int64_t i = 0; i < n; ++i) o[i] = (o[i] < 0.f ? 0.f : o[i]) + r[i];
+    } else if (relu) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = o[i] + r[i];
+        o[i] = v < 0.f ? 0.f : v;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = o[i] + r[i];
     }
   });
 }
