@@ -12,6 +12,7 @@
 
 #include "compiler/capture/capture.h"
 #include "compiler/capture/guard_key.h"
+#include "compiler/core_impl.h"
 #include "compiler/ir/graph.h"
 #include "compiler/logs.h"
 #include "compiler/passes/pass.h"
@@ -33,107 +34,6 @@ std::atomic<uint64_t> g_epoch{0};  // bumped by reset()
 void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 namespace internal {
-
-namespace {
-
-// A graph break's tree keeps at most this many values per read; a value
-// read past it runs the rest of its call from a trace, unkept.
-constexpr size_t kMaxValuesPerRead = 256;
-// A read that has given this many values is said once: each new value
-// traces the function again.
-constexpr size_t kWarnValuesPerRead = 16;
-
-// One call's way through an entry's graphs.
-struct Walk {
-  TensorList env;                    // the arguments, then each graph's outputs
-  std::vector<size_t> offsets;       // where each graph's outputs start in env
-  std::vector<std::string> keys;     // the bytes read after each graph
-  std::string last_value;            // the last of them, printed
-};
-
-}  // namespace
-
-struct Core::Impl {
-  CompileOptions options;
-  std::mutex mutex;
-  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Entry>, KeyHash> cache;
-  CompileStats stats;
-  std::vector<std::string> recompiles, graph_breaks;
-  bool warned_limit = false;
-  bool said_autograd = false;  // the slower path for autograd was logged
-  uint64_t epoch = 0;
-  int64_t compiling_traces = 0;  // traces that compiled a graph: what recompile_limit bounds
-  int64_t graphs = 0;            // graphs compiled, which numbers them
-  // Dynamic dims: by tensor argument, the dims left out of family keys; how
-  // each became dynamic; the families by key.
-  std::vector<uint64_t> dynamic;
-  std::vector<std::string> dynamic_reasons;
-  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Family>, KeyHash> families;
-
-  // A missed key's family (null when none of its dims is dynamic): makes the
-  // dims marked, or (Dynamic::Auto) those whose sizes changed since a kept
-  // key that differs only in sizes, dynamic first. Under mutex.
-  // `shapeless`: the call's key with every size and stride left out.
-  std::shared_ptr<Family> family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
-                                    const std::vector<std::string>& names, bool& known);
-  CompileStats current_stats() const;  // under mutex
-  uint64_t tick = 0;                   // counts lookups: an entry's last_used (under mutex)
-  // Lets go of the least recently used keys (not `keep`) until the cache is
-  // within its bounds. Under mutex.
-  void evict(const std::vector<int64_t>& keep);
-
-  // A read that keeps giving new values: each traces the function again.
-  void warn_values(const Segment& reader) {  // under mutex
-    const std::string message = detail::str_cat(
-        options.name, ": graph ", reader.order, " ends at a read that has given ",
-        kWarnValuesPerRead, " different values (", reader.read_description,
-        "); each new value traces the function again (stats().new_value_traces). Where the "
-        "program only compares the value, compare it on the device and read the outcome, which "
-        "has two values: `if ((x > t).item<bool>())`, not `if (x.item<float>() > t)`");
-    std::fprintf(stderr, "kiln: %s\n", message.c_str());
-    log(LogChannel::kGraphBreaks, message);
-  }
-
-  void warn_limit() {  // under mutex
-    if (warned_limit) return;
-    warned_limit = true;
-    std::fprintf(stderr,
-                 "kiln: %s reached its recompile limit (%d traces); calls with new guards run eagerly "
-                 "(CompileOptions::recompile_limit; KILN_LOGS=recompiles shows why each trace was made)\n",
-                 options.name.c_str(), options.recompile_limit);
-  }
-
-  std::shared_ptr<Segment> compile_segment(Trace traced, TraceSignature signature, double trace_ms, bool keep,
-                                           const std::function<Tensor(const Tensor&)>& grad_at_start);
-  // Lowers a kept segment (its executable, where it records no autograd) and
-  // numbers it; `inputs`: the tensors it reads.
-  void lower(Segment& seg, const TensorList& inputs, const std::shared_ptr<Family>& family,
-             uint64_t program);
-  // How the latest new size of a dynamic dim got its graphs (explain()).
-  std::string sizes_note;
-  // The latest dynamic program's symbolic shapes (explain()).
-  std::string symbolic_text;
-  std::vector<std::string> symbolic_guards;
-  // A call with new sizes of a family's dynamic dims, served by a graph made
-  // from the family's generic trace (retrace), the function not called.
-  // Null, with the reason in `why`, where that cannot be done.
-  std::optional<TensorList> retraced(Entry& entry, const Family::Generic& generic,
-                                     const FlatArgs& args, std::vector<int64_t>& structure,
-                                     CallState* state, std::vector<std::shared_ptr<Segment>>& path,
-                                     std::string& why);
-  // A first graph of the entry kept for other host values whose guards hold
-  // now (made the root), or null.
-  std::shared_ptr<Segment> other_root(Entry& entry);
-  // Makes `seg` the entry's first graph; the one it replaces is kept for its
-  // host values when only a host guard failed. Under mutex.
-  void set_root(Entry& entry, const std::shared_ptr<Segment>& seg);
-  // A call of a key seen before, from its first graph (root).
-  TensorList serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
-                   std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path);
-  TensorList trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
-                   std::vector<int64_t>& structure, CallState* state, std::vector<std::shared_ptr<Segment>>& path,
-                   const std::string& reason, bool new_key, bool instance = false);
-};
 
 std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
                                               const std::vector<std::string>& names, bool& known) {
@@ -181,9 +81,6 @@ std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::v
   return family;
 }
 
-namespace {
-
-// The distinct graphs of an entry's trees.
 std::vector<const Segment*> segments_of(const Entry& e) {
   std::vector<const Segment*> out;
   std::vector<const Segment*> stack;
@@ -198,6 +95,8 @@ std::vector<const Segment*> segments_of(const Entry& e) {
   }
   return out;
 }
+
+namespace {
 
 // The device memory an entry's graphs hold between calls (their CUDA graphs' pools).
 size_t held_bytes(const Entry& e) {
@@ -299,8 +198,9 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
   // A training step's graph holds its backward ops: it records no autograd.
   const bool records_autograd = needs_grad && is_grad_enabled() && !seg.ran_backward;
   if (options.backend == CompileBackend::Default && !records_autograd) {
-    seg.executable =
-        std::make_shared<const Executable>(seg.trace, ScheduleOptions{.strict = options.strict});
+    ScheduleOptions schedule_options;
+    schedule_options.strict = options.strict;
+    seg.executable = std::make_shared<const Executable>(seg.trace, schedule_options);
     if (log_enabled(LogChannel::kFusion)) {
       const Schedule& schedule = seg.executable->schedule();
       log(LogChannel::kFusion, detail::str_cat(options.name, ": ", seg.trace->graph.nodes().size(),
@@ -740,120 +640,7 @@ Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_s
 
 Core::~Core() = default;
 
-CompileStats Core::Impl::current_stats() const {
-  CompileStats s = stats;
-  s.graphs = graphs;
-  s.recompiles = static_cast<int64_t>(recompiles.size());
-  std::vector<const Segment*> kept;
-  for (const auto& [key, e] : cache)
-    for (const Segment* seg : segments_of(*e))
-      if (seg->order > 0 && std::find(kept.begin(), kept.end(), seg) == kept.end())
-        kept.push_back(seg);
-  s.graphs_kept = static_cast<int64_t>(kept.size());
-  return s;
-}
-
-CompileStats Core::stats() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->current_stats();
-}
-
 const CompileOptions& Core::options() const { return impl_->options; }
-
-ExplainReport Core::explain() const {
-  std::lock_guard lock(impl_->mutex);
-  ExplainReport r;
-  r.name = impl_->options.name;
-  r.stats = impl_->current_stats();
-  r.recompiles = impl_->recompiles;
-  r.graph_breaks = impl_->graph_breaks;
-  r.dynamic_dims = impl_->dynamic_reasons;
-  r.dynamic_sizes = impl_->sizes_note;
-  r.symbolic_graph = impl_->symbolic_text;
-  r.symbolic_guards = impl_->symbolic_guards;
-  // Every kept graph, once, with the guards that lead to it.
-  struct Found {
-    std::shared_ptr<Segment> seg;
-    std::vector<std::pair<std::string, std::string>> guards;
-  };
-  std::vector<Found> found;
-  std::unordered_map<const Segment*, size_t> seen;
-  for (const auto& [key, e] : impl_->cache) {
-    if (!e->root) continue;
-    std::vector<std::pair<std::shared_ptr<Segment>, std::pair<std::string, std::string>>> stack{{e->root, {}}};
-    for (const auto& other : e->other_roots) stack.push_back({other, {}});
-    while (!stack.empty()) {
-      auto [seg, via] = std::move(stack.back());
-      stack.pop_back();
-      auto [it, added] = seen.emplace(seg.get(), found.size());
-      if (added) found.push_back({seg, e->described});
-      if (!via.first.empty()) found[it->second].guards.push_back(std::move(via));
-      if (!added) continue;
-      for (const auto& [bytes, link] : seg->next) {
-        stack.push_back({link.next, {detail::str_cat("value read by graph ", seg->order, " (", seg->read_description, ")"),
-                                     link.value}});
-      }
-    }
-  }
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.seg->order < b.seg->order; });
-  for (const Found& f : found) {
-    const Segment& s = *f.seg;
-    ExplainReport::Graph g;
-    const Graph& graph = s.trace->graph;
-    g.nodes = static_cast<int64_t>(graph.nodes().size());
-    for (const Node& n : graph.nodes()) {
-      const std::string name(ops::op_schema(n.op).name);
-      const std::string op = n.inplace() ? name + "_" : name;
-      auto it = std::find_if(g.ops.begin(), g.ops.end(), [&](const auto& p) { return p.first == op; });
-      if (it == g.ops.end()) {
-        g.ops.emplace_back(op, 1);
-      } else {
-        ++it->second;
-      }
-    }
-    g.guards = f.guards;
-    for (const HostGuard& h : s.host_guards)
-      g.guards.emplace_back(h.what,
-                            h.flag ? (h.value != 0 ? "true" : "false") : detail::str_cat(h.value));
-    g.captured = static_cast<int64_t>(graph.captured().size());
-    g.executable = s.executable != nullptr;
-    if (s.executable) {
-      for (const auto& a : s.executable->plan().arenas) g.arena_bytes += a.nbytes;
-      g.planned_bytes = s.executable->plan().planned_bytes;
-      for (const auto& w : s.executable->plan().workspaces) g.workspace_bytes += w.in_arena ? w.nbytes : 0;
-      const Schedule& schedule = s.executable->schedule();
-      g.steps = static_cast<int64_t>(schedule.steps.size());
-      g.fused = schedule.fused;
-      g.not_fused = schedule.not_fused;
-      g.generated_kernels = static_cast<int64_t>(schedule.kernels.size());
-      g.codegen = s.executable->kernels().summary;
-      g.codegen_compiled = s.executable->kernels().compiled;
-      g.codegen_ms = s.executable->kernels().ms;
-    }
-    g.resumes = s.resumes;
-    g.instance_of = s.instance_of;
-    g.retraced = s.retraced;
-    g.symbols = s.symbols;
-    g.read = s.read >= 0 ? s.read_description : "";
-    g.trace_ms = s.trace_ms;
-    g.verify_ms = s.verify_ms;
-    g.passes_ms = s.passes_ms;
-    g.traced_nodes = static_cast<int64_t>(s.traced_nodes);
-    g.lower_ms = s.lower_ms;
-    {
-      std::lock_guard graph_lock(s.graph_mutex);
-      g.cuda_graph = s.graphed != nullptr;
-      if (s.graphed) g.cuda_graph_bytes = s.graphed->pool_bytes();
-      g.record_ms = s.record_ms;
-      g.autotune_ms = s.autotune_ms;
-      for (const std::string& why : s.graph_obstacles)
-        r.cuda_graph_skips.push_back(detail::str_cat("graph ", r.graphs.size() + 1, ": ", why));
-    }
-    g.text = to_text(graph);
-    r.graphs.push_back(std::move(g));
-  }
-  return r;
-}
 
 TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure) {
   Impl& m = *impl_;
