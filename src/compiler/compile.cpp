@@ -35,7 +35,8 @@ void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 namespace internal {
 
-std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
+std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args,
+                                              const std::vector<int64_t>& shapeless,
                                               const std::vector<std::string>& names, bool& known) {
   known = false;
   if (options.dynamic == Dynamic::Off) return nullptr;
@@ -45,8 +46,8 @@ std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args, const std::v
     for (size_t d = 0; d < 64; ++d) {
       if (!(dims >> d & 1)) continue;
       dynamic_reasons.push_back(detail::str_cat(names[i], " dim ", d, ": ", why));
-      log(LogChannel::kRecompiles,
-          detail::str_cat(options.name, ": ", names[i], " dim ", d, " is dynamic from now on (", why, ")"));
+      log(LogChannel::kRecompiles, detail::str_cat(options.name, ": ", names[i], " dim ", d,
+                                                   " is dynamic from now on (", why, ")"));
     }
     dynamic[i] |= dims;
   };
@@ -164,9 +165,9 @@ void Core::Impl::set_root(Entry& entry, const std::shared_ptr<Segment>& seg) {
 
 // A traced graph made ready to run: verified, rewritten by the passes and
 // lowered (or, when it is not kept, run as traced through dispatch).
-std::shared_ptr<Segment> Core::Impl::compile_segment(Trace traced, TraceSignature signature, double trace_ms,
-                                                     bool keep,
-                                                     const std::function<Tensor(const Tensor&)>& grad_at_start) {
+std::shared_ptr<Segment> Core::Impl::compile_segment(
+    Trace traced, TraceSignature signature, double trace_ms, bool keep,
+    const std::function<Tensor(const Tensor&)>& grad_at_start) {
   auto seg = std::make_shared<Segment>();
   seg->trace_ms = trace_ms;
   seg->signature = std::move(signature);
@@ -309,8 +310,8 @@ std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Gener
   return outs;
 }
 
-TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args, const Runner& run,
-                             std::vector<int64_t>& structure, CallState* state,
+TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const FlatArgs& args,
+                             const Runner& run, std::vector<int64_t>& structure, CallState* state,
                              std::vector<std::shared_ptr<Segment>>& path) {
   Walk walk;  // its env is filled at the first graph break (the first graph reads the arguments)
   std::shared_ptr<Segment> seg = std::move(root);
@@ -336,8 +337,9 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
       state->add(*seg, walk.env);
     }
     // A first graph's inputs are the arguments, in order (Tracer::input).
-    TensorList outs = first ? run_segment(*seg, args.tensors, options.name, launches)
-                                  : run_segment(*seg, gather(walk.env, seg->sources), options.name, launches);
+    TensorList outs =
+        first ? run_segment(*seg, args.tensors, options.name, launches)
+              : run_segment(*seg, gather(walk.env, seg->sources), options.name, launches);
     first = false;
     if (state || seg->read >= 0) path.push_back(seg);
     apply_grad_writes(*seg, outs);
@@ -364,8 +366,9 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
         ++stats.new_value_traces;
       }
       walk.last_value = read_value_text(outs[static_cast<size_t>(seg->read)]);
-      reason = detail::str_cat("graph ", seg->order, " ended at a graph break where ", seg->read_description,
-                               " and read ", walk.last_value, ", a value not seen there before");
+      reason = detail::str_cat("graph ", seg->order, " ended at a graph break where ",
+                               seg->read_description, " and read ", walk.last_value,
+                               ", a value not seen there before");
       break;
     }
     seg = child;
@@ -385,8 +388,8 @@ TensorList Core::Impl::serve(Entry& entry, std::shared_ptr<Segment> root, const 
 // the recompile limit) and linked under the value read before it.
 TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, const Runner& run,
                              std::vector<int64_t>& structure, CallState* state,
-                             std::vector<std::shared_ptr<Segment>>& path, const std::string& reason, bool new_key,
-                             bool instance) {
+                             std::vector<std::shared_ptr<Segment>>& path, const std::string& reason,
+                             bool new_key, bool instance) {
   const size_t follow = path.size();
   {
     std::lock_guard lock(mutex);
@@ -401,9 +404,12 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
 
   // The graph for the trace's next cut: an equal one already in the tree, or a new one.
   std::optional<Tracer> tracer(std::in_place);
-  const auto grad_at_start = [&](const Tensor& t) { return tracer ? tracer->grad_at_start(t) : t.grad(); };
-  const auto place = [&](Trace traced, const std::vector<int32_t>& sources, int32_t read, const HostRead* how,
-                         const std::string& description, const std::vector<int64_t>& result_structure,
+  const auto grad_at_start = [&](const Tensor& t) {
+    return tracer ? tracer->grad_at_start(t) : t.grad();
+  };
+  const auto place = [&](Trace traced, const std::vector<int32_t>& sources, int32_t read,
+                         const HostRead* how, const std::string& description,
+                         const std::vector<int64_t>& result_structure,
                          std::vector<HostGuard> host_guards, std::vector<GradWrite> grad_writes) {
     const double trace_ms = ms_since(mark);
     const size_t depth = path.size();
@@ -424,7 +430,9 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         candidates.insert(candidates.end(), entry.other_roots.begin(), entry.other_roots.end());
       }
       const auto same_writes = [&](const Segment& c) {
-        if (c.grad_writes.size() != grad_writes.size() || c.host_guards.size() != host_guards.size()) return false;
+        if (c.grad_writes.size() != grad_writes.size() ||
+            c.host_guards.size() != host_guards.size())
+          return false;
         for (size_t i = 0; i < grad_writes.size(); ++i)
           if (c.grad_writes[i].owner.impl_ptr() != grad_writes[i].owner.impl_ptr() ||
               c.grad_writes[i].output != grad_writes[i].output)
@@ -432,14 +440,16 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         return c.ran_backward == ran_backward;
       };
       for (const auto& c : candidates) {
-        if (c->stale().empty() && c->signature == signature && c->sources == sources && c->read == read && c->guarded == guarded &&
-            c->structure == result_structure && same_writes(*c)) {
+        if (c->stale().empty() && c->signature == signature && c->sources == sources &&
+            c->read == read && c->guarded == guarded && c->structure == result_structure &&
+            same_writes(*c)) {
           seg = c;
           break;
         }
       }
       if (!seg && keep && entry.family) {
-        // The program compiled before for other sizes of the dynamic dims: an instance, no recompile.
+        // The program compiled before for other sizes of the dynamic dims: an instance, no
+        // recompile.
         const auto known = entry.family->programs.find(program);
         if (known != entry.family->programs.end()) instance_of = known->second;
       }
@@ -471,8 +481,9 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
         if (read >= 0) {
           std::lock_guard lock(mutex);
           ++stats.graph_breaks;
-          graph_breaks.push_back(detail::str_cat("graph ", seg->order, ": ", description,
-                                                 "; the graph after it is chosen by the value read"));
+          graph_breaks.push_back(
+              detail::str_cat("graph ", seg->order, ": ", description,
+                              "; the graph after it is chosen by the value read"));
           log(LogChannel::kGraphBreaks, detail::str_cat(options.name, ": ", graph_breaks.back()));
         }
       }
@@ -510,14 +521,18 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
       const Segment& ran = *path[k];
       if (cut.read != static_cast<size_t>(ran.read) || cut.sources != ran.sources ||
           structural_hash(cut.trace.graph) != ran.signature.hash) {
-        throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function did "
-                                    "not reach graph break ", k + 1, " as before (", ran.read_description, "; now ",
-                                    cut.description, "): its ops depend on something besides its arguments, captured "
-                                    "tensors and the values it read"));
+        throw Error(
+            detail::str_cat("compile: ", options.name,
+                            ": traced again with the same guards, the function did "
+                            "not reach graph break ",
+                            k + 1, " as before (", ran.read_description, "; now ", cut.description,
+                            "): its ops depend on something besides its arguments, captured "
+                            "tensors and the values it read"));
       }
       mark = std::chrono::steady_clock::now();
-      return TensorList(walk.env.begin() + static_cast<std::ptrdiff_t>(walk.offsets[k]),
-                        walk.env.begin() + static_cast<std::ptrdiff_t>(walk.offsets[k] + ran.outputs()));
+      return TensorList(
+          walk.env.begin() + static_cast<std::ptrdiff_t>(walk.offsets[k]),
+          walk.env.begin() + static_cast<std::ptrdiff_t>(walk.offsets[k] + ran.outputs()));
     }
     if (options.fullgraph) {
       throw Error(detail::str_cat("compile: ", options.name, " (fullgraph): ", cut.description));
@@ -552,9 +567,13 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   const bool unmapped_read = tracer->unmapped_read();
   tracer.reset();  // the last graph runs for real
   if (cuts < follow) {
-    throw Error(detail::str_cat("compile: ", options.name, ": traced again with the same guards, the function ended "
-                                "before graph break ", cuts + 1, " (", path[cuts]->read_description, "): its ops "
-                                "depend on something besides its arguments, captured tensors and the values it read"));
+    throw Error(detail::str_cat(
+        "compile: ", options.name,
+        ": traced again with the same guards, the function ended "
+        "before graph break ",
+        cuts + 1, " (", path[cuts]->read_description,
+        "): its ops "
+        "depend on something besides its arguments, captured tensors and the values it read"));
   }
   // A family's one-graph trace: later sizes are made from it (retrace).
   std::shared_ptr<Family::Generic> generic;
@@ -587,8 +606,8 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
       log(LogChannel::kRecompiles, detail::str_cat(options.name, ": ", symbolic_text));
     }
   }
-  TensorList results =
-      place(std::move(last), sources, -1, nullptr, "", structure, std::move(host_guards), std::move(grad_writes));
+  TensorList results = place(std::move(last), sources, -1, nullptr, "", structure,
+                             std::move(host_guards), std::move(grad_writes));
   std::lock_guard lock(mutex);
   if (generic && kept_all && path.size() == 1 && path.back()->order > 0) {
     generic->order = path.back()->instance_of ? path.back()->instance_of : path.back()->order;
@@ -609,7 +628,8 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   if (!new_key && compiled_any) recompiles.push_back(reason);
   if (instance && compiled_any) {
     recompiles.push_back(reason + ", and its ops differ from those compiled for other sizes");
-    log(LogChannel::kRecompiles, detail::str_cat("recompiling ", options.name, ": ", recompiles.back()));
+    log(LogChannel::kRecompiles,
+        detail::str_cat("recompiling ", options.name, ": ", recompiles.back()));
   }
   return results;
 }
@@ -617,22 +637,26 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
 Core::Core(CompileOptions options, std::string default_name) : impl_(std::make_shared<Impl>()) {
   if (options.name.empty()) options.name = std::move(default_name);
   if (options.strict && options.freeze) {
-    throw ValueError(detail::str_cat("compile: ", options.name,
-                                     ": strict and freeze: freezing folds batch norms into convolutions, which "
-                                     "rounds differently from eager"));
+    throw ValueError(
+        detail::str_cat("compile: ", options.name,
+                        ": strict and freeze: freezing folds batch norms into convolutions, which "
+                        "rounds differently from eager"));
   }
   if (options.cache_limit < 1) {
     throw ValueError(
         detail::str_cat("compile: cache_limit must be at least 1, got ", options.cache_limit));
   }
   if (options.recompile_limit < 1) {
-    throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ", options.recompile_limit));
+    throw ValueError(detail::str_cat("compile: recompile_limit must be at least 1, got ",
+                                     options.recompile_limit));
   }
-  if (options.backend != CompileBackend::Default && (options.mode != Mode::Default || options.freeze)) {
+  if (options.backend != CompileBackend::Default &&
+      (options.mode != Mode::Default || options.freeze)) {
     throw ValueError(detail::str_cat("compile: ", options.name, ": the ",
                                      options.backend == CompileBackend::Replay ? "Replay" : "Eager",
                                      " backend runs no passes and no executable: ",
-                                     options.freeze ? "freeze" : "a mode other than Default", " needs the Default backend"));
+                                     options.freeze ? "freeze" : "a mode other than Default",
+                                     " needs the Default backend"));
   }
   impl_->options = std::move(options);
   impl_->epoch = g_epoch.load(std::memory_order_relaxed);
@@ -688,7 +712,8 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   if (entry) {
     if (!root) return run(args.tensors, structure);
     std::vector<std::shared_ptr<Segment>> path;
-    if (!m.options.check) return m.serve(*entry, std::move(root), args, run, structure, nullptr, path);
+    if (!m.options.check)
+      return m.serve(*entry, std::move(root), args, run, structure, nullptr, path);
     return checked_call(args.tensors, run, m.options,
                         [&](CallState* state, std::vector<std::shared_ptr<Segment>>& walked) {
                           return m.serve(*entry, root, args, run, structure, state, walked);
@@ -697,7 +722,8 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   // A new key: trace, within the limit (new sizes of a program's dynamic dims aside).
   const auto described = describe(args);
   const auto names = tensor_names(args);
-  std::vector<int64_t> shapeless = build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
+  std::vector<int64_t> shapeless =
+      build_key(args, std::vector<uint64_t>(args.tensors.size(), ~uint64_t{0}));
   std::string reason;
   bool instance = false;
   {
@@ -708,7 +734,8 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       instance = true;
       reason = "new sizes of dynamic dims:";
       for (size_t i = 0; i < args.tensors.size(); ++i)
-        if (m.dynamic[i]) reason += detail::str_cat(" ", names[i], " sizes ", str(args.tensors[i].sizes()));
+        if (m.dynamic[i])
+          reason += detail::str_cat(" ", names[i], " sizes ", str(args.tensors[i].sizes()));
       log(LogChannel::kRecompiles,
           detail::str_cat(m.options.name, ": ", reason,
                           " (graphs of a program compiled for other sizes are instances, "
@@ -730,8 +757,9 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       }
       if (!m.cache.empty()) {
         m.recompiles.push_back(reason);
-        log(LogChannel::kRecompiles, detail::str_cat("recompiling ", m.options.name, " (trace ", m.compiling_traces + 1,
-                                                     " of at most ", m.options.recompile_limit, "): ", reason));
+        log(LogChannel::kRecompiles,
+            detail::str_cat("recompiling ", m.options.name, " (trace ", m.compiling_traces + 1,
+                            " of at most ", m.options.recompile_limit, "): ", reason));
       }
       entry = std::make_shared<Entry>();
     }
@@ -784,4 +812,3 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
 
 }  // namespace internal
 }  // namespace kiln::compiler
-

@@ -9,10 +9,11 @@ namespace kiln {
 
 std::string ExplainReport::to_string() const {
   std::ostringstream os;
-  os << name << ": " << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << graph_breaks.size()
-     << " graph break" << (graph_breaks.size() == 1 ? "" : "s") << ", " << recompiles.size() << " recompile"
-     << (recompiles.size() == 1 ? "" : "s") << "; " << stats.calls << " calls: " << stats.replays << " replayed, "
-     << stats.eager_calls << " eager";
+  os << name << ": " << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", "
+     << graph_breaks.size() << " graph break" << (graph_breaks.size() == 1 ? "" : "s") << ", "
+     << recompiles.size() << " recompile" << (recompiles.size() == 1 ? "" : "s") << "; "
+     << stats.calls << " calls: " << stats.replays << " replayed, " << stats.eager_calls
+     << " eager";
   if (stats.graph_launches) os << ", " << stats.graph_launches << " as CUDA graphs";
   if (stats.new_value_traces) os << "; " << stats.new_value_traces << " traces for new values read";
   if (stats.evictions) os << "; " << stats.evictions << " keys let go by the cache's bounds";
@@ -23,15 +24,19 @@ std::string ExplainReport::to_string() const {
   for (size_t i = 0; i < graphs.size(); ++i) {
     const Graph& g = graphs[i];
     os << "graph " << i + 1 << ": " << g.nodes << " ops (";
-    for (size_t k = 0; k < g.ops.size(); ++k) os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
+    for (size_t k = 0; k < g.ops.size(); ++k)
+      os << (k ? ", " : "") << g.ops[k].first << " x" << g.ops[k].second;
     os << "), " << g.captured << " captured tensors, "
-       << (g.executable ? "planned executable" : "replayed through dispatch (it records autograd, or the backend is Replay)");
+       << (g.executable
+               ? "planned executable"
+               : "replayed through dispatch (it records autograd, or the backend is Replay)");
     if (g.executable) {
       os << ", arena " << g.arena_bytes << " bytes for " << g.planned_bytes << " planned";
       if (g.workspace_bytes) os << " (" << g.workspace_bytes << " of kernel workspaces)";
       os << ", " << g.steps << " steps";
     }
-    if (g.cuda_graph) os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
+    if (g.cuda_graph)
+      os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
     if (g.instance_of) {
       os << "\n  the program of graph " << g.instance_of
          << ", compiled for new sizes of dynamic dims"
@@ -40,8 +45,9 @@ std::string ExplainReport::to_string() const {
     }
     if (g.resumes) os << "\n  resumes after graph " << g.resumes;
     if (!g.read.empty()) os << "\n  ends at a graph break: " << g.read;
-    os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace " << g.trace_ms
-       << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms << " ms, lower " << g.lower_ms << " ms";
+    os << "\n  passes: " << g.traced_nodes << " traced ops -> " << g.nodes << "\n  compile: trace "
+       << g.trace_ms << " ms, verify " << g.verify_ms << " ms, passes " << g.passes_ms
+       << " ms, lower " << g.lower_ms << " ms";
     if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
     if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
     os << "\n";
@@ -78,7 +84,8 @@ std::string ExplainReport::to_json() const {
   for (const Graph& g : graphs) {
     nlohmann::json ops = nlohmann::json::array(), guards = nlohmann::json::array();
     for (const auto& [op, count] : g.ops) ops.push_back({{"op", op}, {"count", count}});
-    for (const auto& [guard, value] : g.guards) guards.push_back({{"guard", guard}, {"value", value}});
+    for (const auto& [guard, value] : g.guards)
+      guards.push_back({{"guard", guard}, {"value", value}});
     j["graphs"].push_back({{"nodes", g.nodes},
                            {"ops", ops},
                            {"guards", guards},
