@@ -192,6 +192,16 @@ std::vector<BinaryCase> binary_cases() {
       {"where ne", [](const Tensor& a, const Tensor& b) { return where(a != b, a, b + 1.0); }},
       {"where le ge",
        [](const Tensor& a, const Tensor& b) { return where(a <= b, a, where(a >= 0.5, b, a)); }},
+      {"remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }},
+      {"masked_fill",
+       [](const Tensor& a, const Tensor& b) {
+         return masked_fill(a, b > 0.5, -std::numeric_limits<double>::infinity()) + b;
+       }},
+      {"isnan isinf logical",
+       [](const Tensor& a, const Tensor& b) {
+         const Tensor m = logical_or(isnan(a), logical_and(b > 0.0, logical_not(isinf(a))));
+         return where(logical_xor(m, a < -1.0), b, a);
+       }},
       {"scalar constants", [](const Tensor& a, const Tensor& b) { return (a * 0.5 + 2) * b - 1; }},
       {"cast",
        [](const Tensor& a, const Tensor& b) { return (a.to(kFloat64) * 3.0).to(b.dtype()) + b; }},

@@ -38,8 +38,7 @@ C python_remainder(C a, C b) {
   if constexpr (std::is_same_v<C, bool>) {
     return a;  // never reached: the shape rule rejects bool
   } else if constexpr (std::is_floating_point_v<C>) {
-    C r = std::fmod(a, b);
-    return (r != C(0) && ((r < C(0)) != (b < C(0)))) ? r + b : r;
+    return scalar::remainder(a, b);
   } else {
     // x % -1 is 0; the division itself traps (SIGFPE) for the type's minimum.
     if constexpr (std::is_signed_v<C>) {

@@ -142,6 +142,13 @@ template <typename C>
 KILN_SCALAR_FN C pow(C a, C b) {
   return std::pow(a, b);
 }
+// Python's remainder of floats: the sign of the divisor (fmod's, moved by b
+// where the signs differ); x % 0 is NaN.
+template <typename C>
+KILN_SCALAR_FN C remainder(C a, C b) {
+  const C r = std::fmod(a, b);
+  return (r != C(0) && ((r < C(0)) != (b < C(0)))) ? r + b : r;
+}
 // NaN in either gives NaN (the first NaN), as PyTorch's maximum and minimum.
 template <typename C>
 KILN_SCALAR_FN C maximum(C a, C b) {

@@ -18,7 +18,20 @@ namespace {
 
 using ops::OpId;
 
-enum class Form : uint8_t { kNone, kUnary, kBinary, kCompare, kWhere, kClamp, kCast };
+// kTest: a float's property as bool (isnan, isinf); kLogical: bools (or
+// floats, nonzero true) to bool.
+enum class Form : uint8_t {
+  kNone,
+  kUnary,
+  kBinary,
+  kCompare,
+  kWhere,
+  kClamp,
+  kCast,
+  kMaskedFill,
+  kTest,
+  kLogical
+};
 
 Form form_of(OpId op) {
   switch (op) {
@@ -52,7 +65,18 @@ Form form_of(OpId op) {
     case OpId::pow:
     case OpId::maximum:
     case OpId::minimum:
+    case OpId::remainder:
       return Form::kBinary;
+    case OpId::masked_fill:
+      return Form::kMaskedFill;
+    case OpId::isnan:
+    case OpId::isinf:
+      return Form::kTest;
+    case OpId::logical_not:
+    case OpId::logical_and:
+    case OpId::logical_or:
+    case OpId::logical_xor:
+      return Form::kLogical;
     case OpId::eq:
     case OpId::ne:
     case OpId::lt:
@@ -147,6 +171,21 @@ std::string expression(const std::vector<Instr>& body, size_t i,
       return detail::str_cat("(", arg(0), " ", compare_operator(in.op), " ", arg(1), ")");
     case Form::kWhere:
       return detail::str_cat("(", arg(0), " ? ", arg(1), " : ", arg(2), ")");
+    case Form::kMaskedFill:  // the library's m ? v : x
+      return detail::str_cat("(", arg(1), " ? ", literal(*in.constants[0], in.dtype), " : ", arg(0),
+                             ")");
+    case Form::kTest:
+      return in.op == OpId::isnan ? detail::str_cat("(", arg(0), " != ", arg(0), ")")
+                                  : detail::str_cat("std::isinf(", arg(0), ")");
+    case Form::kLogical: {
+      const std::string a = detail::str_cat("(", arg(0), " != 0)");
+      if (in.op == OpId::logical_not) return detail::str_cat("!", a);
+      const std::string b = detail::str_cat("(", arg(1), " != 0)");
+      const char* op = in.op == OpId::logical_and  ? " && "
+                       : in.op == OpId::logical_or ? " || "
+                                                   : " != ";
+      return detail::str_cat("(", a, op, b, ")");
+    }
     case Form::kClamp: {
       const double inf = std::numeric_limits<double>::infinity();
       return detail::str_cat("scalar::clamp(", arg(0), ", ",
@@ -242,17 +281,25 @@ std::string why_not_generated(const Graph& g, const Node& n) {
   if (n.outputs.size() != 1) return detail::str_cat(name, " has ", n.outputs.size(), " outputs");
   const Value& out = g.value(n.outputs[0]);
   if (!out.device.is_cpu()) return detail::str_cat(name, " runs on ", out.device);
-  if (!(floating(out.dtype) || (out.dtype == kBool && form_of(n.op) == Form::kCompare) ||
-        (out.dtype == kBool && form_of(n.op) == Form::kCast)))
+  const Form form = form_of(n.op);
+  const bool makes_bool = form == Form::kCompare || form == Form::kCast || form == Form::kTest ||
+                          form == Form::kLogical;
+  if (!(floating(out.dtype) || (out.dtype == kBool && makes_bool)))
     return detail::str_cat(name, " makes ", out.dtype, " (generated: float32, float64)");
   for (ValueId in : n.inputs) {
     if (in == kNoValue) continue;
     const DType t = g.value(in).dtype;
     if (!loadable(t)) return detail::str_cat(name, " reads ", t, " (generated: float32, float64)");
   }
-  if (form_of(n.op) == Form::kCompare && !floating(g.value(n.inputs[0]).dtype) &&
+  if (form == Form::kCompare && !floating(g.value(n.inputs[0]).dtype) &&
       !floating(g.value(n.inputs[1]).dtype))
     return detail::str_cat(name, " compares bool values");
+  if (form == Form::kTest && !floating(g.value(n.inputs[0]).dtype))
+    return detail::str_cat(name, " of ", g.value(n.inputs[0]).dtype, " values");
+  if (form == Form::kLogical)
+    for (ValueId in : n.inputs)
+      if (g.value(in).dtype != kBool && !floating(g.value(in).dtype))
+        return detail::str_cat(name, " reads ", g.value(in).dtype, " (generated: bool, floats)");
   if (!contiguous_layout(out.sizes, out.strides))
     return detail::str_cat(name, " makes a non-contiguous result");
   if (n.inplace()) {
@@ -331,15 +378,19 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
                                    : std::nullopt);
     } else if (n.op == OpId::gelu) {
       op.tanh_form = attrs.str(0) == "tanh";
+    } else if (n.op == OpId::masked_fill) {
+      op.constants = {as_compute(attrs.scalar(0), op.dtype)};  // the library's to<T>()
     }
     // The arguments as the library kernel gets them (after its casts).
     const Form form = form_of(n.op);
     for (size_t a = 0; a < op.args.size(); ++a) {
       const DType t = k.body[static_cast<size_t>(op.args[a])].dtype;
       const DType want = form == Form::kCompare ? k.body[static_cast<size_t>(op.args[0])].dtype
-                         : form == Form::kWhere && a == 0 ? kBool
-                         : form == Form::kCast            ? t
-                                                          : op.dtype;
+                         : form == Form::kWhere && a == 0      ? kBool
+                         : form == Form::kMaskedFill && a == 1 ? kBool
+                         : form == Form::kCast || form == Form::kTest || form == Form::kLogical
+                             ? t
+                             : op.dtype;
       if (t != want || (form == Form::kCompare && !floating(t))) {
         why = detail::str_cat(ops::op_schema(n.op).name, " (node ", index, ") computes on ", t,
                               " where the generator has ", want);
