@@ -23,7 +23,10 @@ std::string Epilogue::describe() const {
   std::string s;
   for (Kind k : ops) {
     if (!s.empty()) s += ", ";
-    s += k == Kind::kAdd ? "add" : "relu";
+    s += k == Kind::kAdd    ? "add"
+         : k == Kind::kRelu ? "relu"
+         : k == Kind::kGelu ? "gelu"
+                            : "gelu (tanh)";
   }
   return s;
 }

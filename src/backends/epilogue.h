@@ -1,10 +1,11 @@
-// Library calls with an epilogue: a convolution (later a matmul) whose result
+// Library calls with an epilogue: a convolution or a linear whose result
 // goes through pointwise ops before anything else reads it runs as one call,
-// the pointwise work applied to the result while it is still in cache
-// (docs/architecture.md, "Schedules and fused steps"). The compiler decides
-// what to fuse, the same way for every backend (compiler/schedule/); a
-// backend says what it can run this way and runs it, with each element
-// rounded as the separate ops round it: results are eager's bitwise.
+// the pointwise work applied to the result while it is still in cache, or as
+// the library writes it (docs/architecture.md, "Schedules and fused steps").
+// The compiler decides what to fuse, the same way for every backend
+// (compiler/schedule/); a backend says what it can run this way and runs it,
+// each element rounded as the separate ops round it (results eager's
+// bitwise) unless its `bitwise` says otherwise, which strict mode refuses.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,10 @@ namespace kiln::backend {
 // The pointwise ops after the call, applied in order to its result y.
 struct Epilogue {
   enum class Kind : uint8_t {
-    kAdd,   // y + r, r the call's next extra input: y's sizes and dtype, contiguous
-    kRelu,  // y < 0 ? 0 : y (NaN kept), as eager's relu
+    kAdd,       // y + r, r the call's next extra input: y's sizes and dtype, contiguous
+    kRelu,      // y < 0 ? 0 : y (NaN kept), as eager's relu
+    kGelu,      // gelu(y), the erf form
+    kGeluTanh,  // gelu(y, "tanh")
   };
   std::vector<Kind> ops;
 
@@ -37,6 +40,9 @@ struct EpilogueLowering {
   // Runs it: call.inputs are the op's inputs then the epilogue's, call.out()
   // the epilogue's result, which no input shares bytes with.
   void (*run)(const KernelCall& call, const Epilogue& epilogue) = nullptr;
+  // Whether its results are eager's bitwise for these inputs and epilogue;
+  // null: always.
+  bool (*bitwise)(std::span<const ops::TensorMeta> inputs, const Epilogue& epilogue) = nullptr;
 };
 
 // Backends register their lowerings when they start; null where there is none.

@@ -678,17 +678,21 @@ TEST(Codegen, ReferenceModelsGenerateThePinnedKernels) {
   const ExplainReport r = f.explain();
   ASSERT_EQ(r.graphs.size(), 1u);
   const auto& g = r.graphs[0];
-  // The embeddings' two adds and each residual add, each with the
-  // layer_norm after it; the rest are library calls (linear, the attention,
-  // gelu alone). The layers' groups have one IR: they share one kernel.
+  // Each layer's intermediate linear with its gelu (the library call with
+  // an epilogue, listed first); the embeddings' two adds and each residual
+  // add, each with the layer_norm after it; the rest are library calls
+  // (linear, the attention). The layers' groups have one IR: they share one
+  // kernel.
   EXPECT_EQ(g.generated_kernels, 2);
-  ASSERT_EQ(g.fused.size(), 5u);
-  EXPECT_EQ(g.fused[0],
+  ASSERT_EQ(g.fused.size(), 7u);
+  for (size_t k = 0; k < 2; ++k)
+    EXPECT_NE(g.fused[k].find("linear + gelu (nodes "), std::string::npos) << g.fused[k];
+  EXPECT_EQ(g.fused[2],
             "add + add + layer_norm (nodes 7-9): one generated kernel of 5 inputs, its rows "
             "reduced by layer_norm in cache");
-  for (size_t k = 1; k < g.fused.size(); ++k)
+  for (size_t k = 3; k < g.fused.size(); ++k)
     EXPECT_NE(g.fused[k].find("add + layer_norm (nodes "), std::string::npos) << g.fused[k];
-  EXPECT_EQ(g.steps, g.nodes - 6);
+  EXPECT_EQ(g.steps, g.nodes - 8);
 }
 
 }  // namespace

@@ -134,6 +134,57 @@ TEST(Fusion, Conv1dAndNaNsGoThroughTheEpilogue) {
   expect_matches(f, {x, r}, l);
 }
 
+// A linear and the gelu after it: one call. On the matmul primitive (16 rows
+// and more, a weight of 64K elements or more) oneDNN applies its gelu as the
+// product is written: within float32 tolerance of eager, and strict leaves
+// the two apart; under 16 rows the product, then eager's gelu, bitwise.
+TEST(Fusion, ALinearTakesItsGeluAsOneCall) {
+  NoGradGuard no_grad;
+  Generator gen(21);
+  const Tensor w = signed_values({256, 300}, gen) * 0.05, b = signed_values({256}, gen);
+  for (const char* form : {"none", "tanh"}) {
+    const Program f = [form](const TensorList& t) {
+      return TensorList{gelu(linear(t[0], t[1], t[2]), form)};
+    };
+    const Program no_bias = [form](const TensorList& t) {
+      return TensorList{gelu(linear(t[0], t[1]), form)};
+    };
+    for (int64_t rows : {4, 32, 130}) {
+      const std::string what = detail::str_cat(form, " rows ", rows);
+      const Tensor x = signed_values({rows, 300}, gen);
+      for (const Program& p : {f, no_bias}) {
+        const Lowered l = lower(p, {x, w, b});
+        ASSERT_EQ(l.exe->schedule().steps.size(), 1u) << what;
+        ASSERT_EQ(l.exe->schedule().fused.size(), 1u) << what;
+        EXPECT_NE(l.exe->schedule().fused[0].find("linear + gelu (nodes 0-1): one linear call "
+                                                  "with epilogue gelu"),
+                  std::string::npos)
+            << l.exe->schedule().fused[0];
+        const TensorList want = p({x, w, b});
+        for (int run = 0; run < 2; ++run) {
+          const Tensor got = l.exe->run({x, w, b})[0];
+          if (rows < 16)
+            EXPECT_TRUE(testing::same(got, want[0])) << what;
+          else
+            expect_close(got, want[0], what);
+        }
+        check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
+      }
+    }
+    // Strict: apart, and eager's bits.
+    const Tensor x = signed_values({32, 300}, gen);
+    ScheduleOptions strict;
+    strict.strict = true;
+    const Lowered l = lower(f, {x, w, b}, strict);
+    EXPECT_EQ(fused_steps(l.exe->schedule()), 0u);
+    ASSERT_EQ(l.exe->schedule().not_fused.size(), 1u);
+    EXPECT_NE(l.exe->schedule().not_fused[0].find("not fused: strict: the cpu backend's gelu"),
+              std::string::npos)
+        << l.exe->schedule().not_fused[0];
+    expect_matches(f, {x, w, b}, l);
+  }
+}
+
 TEST(Fusion, AValueMadeInsideAGroupGetsNoBytes) {
   Generator gen(2);
   NoGradGuard no_grad;

@@ -9,9 +9,11 @@
 #include "backends/cpu/loops.h"
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/onednn_matmul.h"
+#include "backends/cpu/scalar_ops.h"
 #include "backends/cpu/weight_cache.h"
-#include "kiln/autograd.h"
+#include "backends/epilogue.h"
 #include "core/shape_util.h"
+#include "kiln/autograd.h"
 
 namespace kiln::backend {
 namespace cpu {
@@ -170,13 +172,20 @@ bool use_cached_weight(const Tensor& a, const Tensor& weight) {
 // oneDNN prefers. The copy costs the weight's size in the cache.
 constexpr int64_t kPrimitiveRows = 16;
 
+// Whether linear runs on the matmul primitive for these operands.
+bool linear_on_primitive(const Tensor& a, const Tensor& weight, const Tensor& bias,
+                         const Tensor& out) {
+  const int64_t k = a.size(-1), rows = k > 0 ? a.numel() / k : 0;
+  return use_cached_weight(a, weight) && rows >= kPrimitiveRows && a.is_contiguous() &&
+         out.is_contiguous() && (!bias.defined() || bias.is_contiguous());
+}
+
 void linear_kernel(const KernelCall& c) {
   const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
   const Tensor bias = c.inputs.size() > 2 ? c.in(2) : Tensor();
   if (use_cached_weight(a, c.in(1))) {
     const int64_t k = a.size(-1), rows = k > 0 ? a.numel() / k : 0;
-    if (rows >= kPrimitiveRows && a.is_contiguous() && c.out().is_contiguous() &&
-        (!bias.defined() || bias.is_contiguous())) {
+    if (linear_on_primitive(a, c.in(1), bias, c.out())) {
       return linear_f32_primitive(a.data<float>(), rows, k, c.in(1),
                                   bias.defined() ? bias.data<float>() : nullptr,
                                   c.out().data<float>());
@@ -189,10 +198,52 @@ void linear_kernel(const KernelCall& c) {
   product(c.out(), a, c.in(1).t(), 1, 1, bias);
 }
 
+// linear with a gelu epilogue (backends/epilogue.h): on the matmul
+// primitive, oneDNN's gelu as a post-op, applied as the product is written
+// (within float32 tolerance of eager's gelu, not bitwise: strict leaves the
+// two apart); elsewhere the product as eager runs it, then eager's gelu over
+// the result.
+std::string linear_epilogue_supports(OpId, std::span<const ops::TensorMeta> inputs,
+                                     const ops::TensorMeta& output, const ops::Attrs&,
+                                     const Epilogue& epilogue) {
+  if (output.dtype != kFloat32)
+    return detail::str_cat("the CPU runs it on ", output.dtype, ", not float32");
+  if (epilogue.ops.size() != 1 ||
+      (epilogue.ops[0] != Epilogue::Kind::kGelu && epilogue.ops[0] != Epilogue::Kind::kGeluTanh))
+    return "linear takes one gelu as its epilogue";
+  if (inputs.size() < 2 || inputs[0].dtype != kFloat32 || inputs[1].dtype != kFloat32)
+    return "its operands are not float32";
+  return "";
+}
+
+bool linear_epilogue_bitwise(std::span<const ops::TensorMeta>, const Epilogue&) { return false; }
+
+void linear_epilogue_kernel(const KernelCall& call, const Epilogue& epilogue) {
+  const bool tanh_form = epilogue.ops[0] == Epilogue::Kind::kGeluTanh;
+  const Tensor a = call.in(0).dim() == 1 ? call.in(0).unsqueeze(0) : call.in(0);
+  const Tensor bias = call.inputs.size() > 2 ? call.in(2) : Tensor();
+  if (linear_on_primitive(a, call.in(1), bias, call.out())) {
+    const int64_t k = a.size(-1);
+    return linear_f32_primitive(
+        a.data<float>(), k > 0 ? a.numel() / k : 0, k, call.in(1),
+        bias.defined() ? bias.data<float>() : nullptr, call.out().data<float>(),
+        tanh_form ? LinearActivation::kGeluTanh : LinearActivation::kGeluErf);
+  }
+  linear_kernel(call);
+  float* y = call.out().data<float>();
+  parallel_for(call.out().numel(), kParallelGrain, [y, tanh_form](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      y[i] = tanh_form ? scalar::gelu_tanh(y[i]) : scalar::gelu_erf(y[i]);
+  });
+}
+
 }  // namespace
 }  // namespace cpu
 
 void register_cpu_linalg_kernels(KernelTable& t) {
+  register_epilogue_lowering(
+      DeviceKind::CPU, ops::OpId::linear,
+      {cpu::linear_epilogue_supports, cpu::linear_epilogue_kernel, cpu::linear_epilogue_bitwise});
   using ops::OpId;
   t.set(OpId::matmul, cpu::matmul_kernel);
   t.set(OpId::bmm, [](const KernelCall& c) {

@@ -151,7 +151,8 @@ struct LinearPrimitive {
   dnnl::reorder weights_in;
 };
 
-LinearPrimitive make_linear(int64_t m, int64_t k, int64_t n, bool has_bias) {
+LinearPrimitive make_linear(int64_t m, int64_t k, int64_t n, bool has_bias,
+                            LinearActivation activation) {
   using dnnl::memory;
   const auto f32 = memory::data_type::f32;
   LinearPrimitive p;
@@ -160,8 +161,18 @@ LinearPrimitive make_linear(int64_t m, int64_t k, int64_t n, bool has_bias) {
   p.bias = has_bias ? memory::desc({1, n}, f32, memory::format_tag::ab) : memory::desc();
   p.dst = memory::desc({m, n}, f32, memory::format_tag::ab);
   const memory::desc weights_any({k, n}, f32, memory::format_tag::any);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, weights_any, p.bias, p.dst),
-                                        onednn_default_attr(), onednn_engine());
+  dnnl::primitive_attr attr = onednn_default_attr();
+  if (activation != LinearActivation::kNone) {
+    dnnl::post_ops post;
+    post.append_eltwise(1.f,
+                        activation == LinearActivation::kGeluErf
+                            ? dnnl::algorithm::eltwise_gelu_erf
+                            : dnnl::algorithm::eltwise_gelu_tanh,
+                        0.f, 0.f);
+    attr.set_post_ops(post);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, weights_any, p.bias, p.dst), attr,
+                                        onednn_engine());
   p.primitive = dnnl::matmul(pd);
   p.weights = pd.weights_desc();
   p.scratchpad = pd.scratchpad_desc();
@@ -177,11 +188,12 @@ dnnl::memory reorder_linear_weight(const LinearPrimitive& p, const float* w) {
 }  // namespace
 
 void linear_f32_primitive(const float* x, int64_t m, int64_t k, const Tensor& weight,
-                          const float* bias, float* y) {
+                          const float* bias, float* y, LinearActivation activation) {
   const int64_t n = weight.size(0);
   static OnednnPrimitiveCache<LinearPrimitive> cache;
   try {
-    const auto p = cache.get({m, k, n, bias != nullptr}, [&] { return make_linear(m, k, n, bias != nullptr); });
+    const auto p = cache.get({m, k, n, bias != nullptr, static_cast<int64_t>(activation)},
+                             [&] { return make_linear(m, k, n, bias != nullptr, activation); });
     const float* w = static_cast<const float*>(weight.data_ptr());
     const auto cached = derived_weight(
         weight, DerivedWeight::matmul_layout, p->weights.get_size(),

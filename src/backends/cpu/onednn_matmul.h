@@ -24,10 +24,16 @@ void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64
 bool gemm_f32_primitive(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c,
                         int64_t ldc, float alpha, float beta);
 
+// An activation the linear primitive applies to its result as it writes it
+// (a oneDNN post-op: its own gelu, within float32 tolerance of kiln's, not
+// bitwise).
+enum class LinearActivation : uint8_t { kNone, kGeluErf, kGeluTanh };
+
 // linear without gradient recording, float32: y [m, n] = x [m, k] @ weight^T + bias
 // (bias may be null), all contiguous, through a matmul primitive on the weight
 // layout oneDNN prefers; the reordered weight is kept in the weight cache.
 void linear_f32_primitive(const float* x, int64_t m, int64_t k, const Tensor& weight,
-                          const float* bias, float* y);
+                          const float* bias, float* y,
+                          LinearActivation activation = LinearActivation::kNone);
 
 }  // namespace kiln::backend::cpu

@@ -23,10 +23,13 @@ struct Candidate {
   int32_t writes_input = -1;  // a group written in place into this input
 };
 
-bool library_call(ops::OpId op) { return op == ops::OpId::conv2d || op == ops::OpId::conv1d; }
+bool library_call(ops::OpId op) {
+  return op == ops::OpId::conv2d || op == ops::OpId::conv1d || op == ops::OpId::linear;
+}
 
-// Extends the call at `call` with the relu and residual add nodes that alone
-// read its result, one after another; empty epilogue when there are none.
+// Extends the call at `call` with the nodes that alone read its result, one
+// after another: a convolution's relu and residual add, a linear's gelu;
+// empty epilogue when there are none.
 Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
   const Node& c = g.nodes()[static_cast<size_t>(call)];
   Candidate cand;
@@ -36,6 +39,7 @@ Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
   const Value& y = g.value(c.outputs[0]);
   ValueId cur = c.outputs[0];
   bool added = false, relued = false;
+  const bool linear = c.op == ops::OpId::linear;
   for (;;) {
     const int32_t next = readers.only(cur);
     if (next < 0) break;
@@ -43,6 +47,15 @@ Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
     if (n.outputs.empty()) break;
     const Value& out = g.value(n.outputs[0]);
     if (out.dtype != y.dtype || out.sizes != y.sizes || out.device != y.device) break;
+    if (linear) {
+      if (n.op == ops::OpId::gelu && cand.epilogue.ops.empty() && n.inputs.size() == 1 &&
+          n.inputs[0] == cur && (!n.inplace() || n.target == cur)) {
+        cand.epilogue.ops.push_back(n.attrs.str(0) == "tanh" ? Epilogue::Kind::kGeluTanh
+                                                             : Epilogue::Kind::kGelu);
+        cand.nodes.push_back(next);
+      }
+      break;
+    }
     if (n.op == ops::OpId::relu && !relued && n.inputs.size() == 1 && n.inputs[0] == cur &&
         (!n.inplace() || n.target == cur)) {
       relued = true;
@@ -347,9 +360,6 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
     const Value& y = g.value(n.outputs[0]);
     std::string why;
     const backend::EpilogueLowering* lowering = nullptr;
-    // Epilogue groups keep eager's bits (backends/epilogue.h): strict
-    // (options.strict) fuses them too.
-    (void)options;
     if (y.device.is_cpu() && ops::ReferenceModeGuard::enabled()) {
       why = "the CPU runs its reference kernels";
     } else {
@@ -380,6 +390,11 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
           ops::infer(n.op, call_inputs, n.attrs).attrs;  // canonical, as run gets them
       why = lowering->supports(n.op, metas, {y.sizes, y.dtype, y.device, y.strides, y.offset},
                                attrs, cand.epilogue);
+      // Strict keeps eager's bits: only epilogues that round as eager.
+      if (why.empty() && options.strict && lowering->bitwise &&
+          !lowering->bitwise(metas, cand.epilogue))
+        why = detail::str_cat("strict: the ", y.device, " backend's ", cand.epilogue.describe(),
+                              " rounds otherwise than eager's");
     }
     if (why.empty()) why = moved_past_a_write(g, cand);
     if (!why.empty()) {
