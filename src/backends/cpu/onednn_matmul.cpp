@@ -22,22 +22,26 @@ struct MatmulPrimitive {
 
 template <typename T>
 constexpr dnnl::memory::data_type onednn_type() {
-  if constexpr (std::is_same_v<T, float>) return dnnl::memory::data_type::f32;
-  else if constexpr (std::is_same_v<T, Half>) return dnnl::memory::data_type::f16;
-  else return dnnl::memory::data_type::bf16;
+  if constexpr (std::is_same_v<T, float>)
+    return dnnl::memory::data_type::f32;
+  else if constexpr (std::is_same_v<T, Half>)
+    return dnnl::memory::data_type::f16;
+  else
+    return dnnl::memory::data_type::bf16;
 }
 
 // Strides of size-1 dims are meaningless; oneDNN wants them consistent.
 template <typename T>
 dnnl::memory::desc strided_desc(const MatrixRef<T>& m) {
   const int64_t cs = m.cols <= 1 ? 1 : m.col_stride;
-  const int64_t rs = m.rows <= 1 ? std::max<int64_t>(m.cols, 1) * std::max<int64_t>(cs, 1) : m.row_stride;
+  const int64_t rs =
+      m.rows <= 1 ? std::max<int64_t>(m.cols, 1) * std::max<int64_t>(cs, 1) : m.row_stride;
   return dnnl::memory::desc({m.rows, m.cols}, onednn_type<T>(), {rs, cs});
 }
 
 template <typename T>
 MatmulPrimitive make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_t ldc, float alpha,
-                       float beta) {
+                            float beta) {
   MatmulPrimitive m;
   try {
     m.a = strided_desc(a);
@@ -55,7 +59,8 @@ MatmulPrimitive make_matmul(const MatrixRef<T>& a, const MatrixRef<T>& b, int64_
     m.scratchpad = pd.scratchpad_desc();
     m.available = true;
   } catch (const dnnl::error&) {
-    m.available = false;  // oneDNN has no kernel for this type here: the caller goes through float32
+    m.available =
+        false;  // oneDNN has no kernel for this type here: the caller goes through float32
   }
   return m;
 }
@@ -105,9 +110,17 @@ void gemm_via_f32(const MatrixRef<T>& a, const MatrixRef<T>& b, T* c, int64_t ld
 template <typename T>
 std::shared_ptr<const MatmulPrimitive> matmul_for(const MatrixRef<T>& a, const MatrixRef<T>& b,
                                                   int64_t ldc, float alpha, float beta) {
-  const std::vector<int64_t> key = {static_cast<int64_t>(onednn_type<T>()), a.rows, a.cols, b.cols,
-                                    a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
-                                    float_bits(alpha), float_bits(beta)};
+  const std::vector<int64_t> key = {static_cast<int64_t>(onednn_type<T>()),
+                                    a.rows,
+                                    a.cols,
+                                    b.cols,
+                                    a.row_stride,
+                                    a.col_stride,
+                                    b.row_stride,
+                                    b.col_stride,
+                                    ldc,
+                                    float_bits(alpha),
+                                    float_bits(beta)};
   return matmul_cache().get(key, [&] { return make_matmul(a, b, ldc, alpha, beta); });
 }
 
@@ -121,7 +134,8 @@ void run_matmul(const MatmulPrimitive& mm, const MatrixRef<T>& a, const MatrixRe
         {DNNL_ARG_DST, dnnl::memory(mm.c, engine, c)}};
     const size_t scratch = mm.scratchpad.get_size();
     if (scratch > 0) {
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm.scratchpad, engine, onednn_scratchpad(scratch)));
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory(mm.scratchpad, engine, onednn_scratchpad(scratch)));
     }
     dnnl::stream& stream = onednn_stream();
     mm.primitive.execute(stream, args);
@@ -198,17 +212,20 @@ void linear_f32_primitive(const float* x, int64_t m, int64_t k, const Tensor& we
     const auto cached = derived_weight(
         weight, DerivedWeight::matmul_layout, p->weights.get_size(),
         [&] { return std::make_shared<const dnnl::memory>(reorder_linear_weight(*p, w)); },
-        [&](const void* c) { return static_cast<const dnnl::memory*>(c)->get_desc() == p->weights; });
+        [&](const void* c) {
+          return static_cast<const dnnl::memory*>(c)->get_desc() == p->weights;
+        });
     const dnnl::engine& engine = onednn_engine();
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, dnnl::memory(p->src, engine, const_cast<float*>(x))},
-        {DNNL_ARG_WEIGHTS, cached ? *static_cast<const dnnl::memory*>(cached.get())
-                                  : reorder_linear_weight(*p, w)},
+        {DNNL_ARG_WEIGHTS,
+         cached ? *static_cast<const dnnl::memory*>(cached.get()) : reorder_linear_weight(*p, w)},
         {DNNL_ARG_DST, dnnl::memory(p->dst, engine, y)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, engine, const_cast<float*>(bias)));
     const size_t scratch = p->scratchpad.get_size();
     if (scratch > 0) {
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p->scratchpad, engine, onednn_scratchpad(scratch)));
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory(p->scratchpad, engine, onednn_scratchpad(scratch)));
     }
     dnnl::stream& stream = onednn_stream();
     p->primitive.execute(stream, args);
@@ -218,18 +235,18 @@ void linear_f32_primitive(const float* x, int64_t m, int64_t k, const Tensor& we
   }
 }
 
-void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c,
-               int64_t ldc, float alpha, float beta) {
+void gemm_bf16(const MatrixRef<BFloat16>& a, const MatrixRef<BFloat16>& b, BFloat16* c, int64_t ldc,
+               float alpha, float beta) {
   gemm_half(a, b, c, ldc, alpha, beta);
 }
 
-void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc,
-              float alpha, float beta) {
+void gemm_f16(const MatrixRef<Half>& a, const MatrixRef<Half>& b, Half* c, int64_t ldc, float alpha,
+              float beta) {
   gemm_half(a, b, c, ldc, alpha, beta);
 }
 
-bool gemm_f32_primitive(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c,
-                        int64_t ldc, float alpha, float beta) {
+bool gemm_f32_primitive(const MatrixRef<float>& a, const MatrixRef<float>& b, float* c, int64_t ldc,
+                        float alpha, float beta) {
   const auto mm = matmul_for(a, b, ldc, alpha, beta);
   if (!mm->available) return false;
   run_matmul(*mm, a, b, c);
