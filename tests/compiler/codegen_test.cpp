@@ -499,6 +499,38 @@ TEST(Codegen, InPlaceChainsStayApartWhereAnotherViewOrANodeInBetweenSeesTheirTen
             "input 0");
 }
 
+// Through kiln::compile (its passes, check and strict): a masked, scaled
+// softmax and an optimizer-like update of an argument, called again and
+// again, stay eager's bitwise, the argument's memory included.
+TEST(Codegen, ReductionAndInPlaceGroupsThroughCompileWithCheckAndStrict) {
+  KILN_NEEDS_COMPILER();
+  const auto program = [](const Tensor& scores, const Tensor& mask, Tensor m, const Tensor& g) {
+    m.mul_(0.9).add_(g, 0.1);
+    const Tensor p = masked_fill(scores * 0.125, mask, -1e9).softmax(-1);
+    return p * m.sum({-1}, true);
+  };
+  const auto f = compile(program, {.strict = true, .check = true, .name = "step"});
+  Generator gen(31);
+  const Tensor m0 = randn({16, 16}, {}, &gen);
+  Tensor mine = m0.clone(), theirs = m0.clone();
+  for (int call = 0; call < 3; ++call) {
+    const Tensor scores = randn({2, 4, 16, 16}, {}, &gen);
+    const Tensor mask = rand({2, 1, 1, 16}, {}, &gen) < 0.2;
+    const Tensor g = randn({16, 16}, {}, &gen);
+    const Tensor got = f(scores, mask, mine, g);
+    const Tensor want = program(scores, mask, theirs, g);
+    EXPECT_TRUE(testing::same(got, want)) << "call " << call;
+    EXPECT_TRUE(testing::same(mine, theirs)) << "call " << call;
+  }
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  std::string fused;
+  for (const auto& line : r.graphs[0].fused) fused += line + "\n";
+  EXPECT_NE(fused.find("mul_ + add_"), std::string::npos) << fused;
+  EXPECT_NE(fused.find("written in place into input"), std::string::npos) << fused;
+  EXPECT_NE(fused.find("its rows reduced by softmax in cache"), std::string::npos) << fused;
+}
+
 TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {
   KILN_NEEDS_COMPILER();
   const auto f =
