@@ -1,10 +1,9 @@
 #include "backends/cpu/cpu_backend.h"
 
-#include "backends/cpu/weight_cache.h"
-
 #include <cstring>
 
 #include "backends/cpu/cpu_allocator.h"
+#include "backends/cpu/weight_cache.h"
 #include "backends/reference/reference.h"
 #ifdef KILN_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"

@@ -172,31 +172,31 @@ bool use_cached_weight(const Tensor& a, const Tensor& weight) {
 // oneDNN prefers. The copy costs the weight's size in the cache.
 constexpr int64_t kPrimitiveRows = 16;
 
-// Whether linear runs on the matmul primitive for these operands.
-bool linear_on_primitive(const Tensor& a, const Tensor& weight, const Tensor& bias,
-                         const Tensor& out) {
-  const int64_t k = a.size(-1), rows = k > 0 ? a.numel() / k : 0;
-  return use_cached_weight(a, weight) && rows >= kPrimitiveRows && a.is_contiguous() &&
-         out.is_contiguous() && (!bias.defined() || bias.is_contiguous());
-}
-
-void linear_kernel(const KernelCall& c) {
+// linear; `activation` where the matmul primitive runs it (as its post-op).
+// Returns whether it applied the activation.
+bool run_linear(const KernelCall& c, LinearActivation activation) {
   const Tensor a = c.in(0).dim() == 1 ? c.in(0).unsqueeze(0) : c.in(0);
   const Tensor bias = c.inputs.size() > 2 ? c.in(2) : Tensor();
   if (use_cached_weight(a, c.in(1))) {
     const int64_t k = a.size(-1), rows = k > 0 ? a.numel() / k : 0;
-    if (linear_on_primitive(a, c.in(1), bias, c.out())) {
-      return linear_f32_primitive(a.data<float>(), rows, k, c.in(1),
-                                  bias.defined() ? bias.data<float>() : nullptr,
-                                  c.out().data<float>());
+    if (rows >= kPrimitiveRows && a.is_contiguous() && c.out().is_contiguous() &&
+        (!bias.defined() || bias.is_contiguous())) {
+      linear_f32_primitive(a.data<float>(), rows, k, c.in(1),
+                           bias.defined() ? bias.data<float>() : nullptr, c.out().data<float>(),
+                           activation);
+      return true;
     }
     if (const Tensor wt = cached_transposed_weight(c.in(1)); wt.defined()) {
-      return product(c.out(), a, wt, 1, 1, bias);
+      product(c.out(), a, wt, 1, 1, bias);
+      return activation == LinearActivation::kNone;
     }
   }
   // The bias is the GEMM's C operand (beta = 1): the add fuses into the product.
   product(c.out(), a, c.in(1).t(), 1, 1, bias);
+  return activation == LinearActivation::kNone;
 }
+
+void linear_kernel(const KernelCall& c) { run_linear(c, LinearActivation::kNone); }
 
 // linear with a gelu epilogue (backends/epilogue.h): on the matmul
 // primitive, oneDNN's gelu as a post-op, applied as the product is written
@@ -220,20 +220,16 @@ bool linear_epilogue_bitwise(std::span<const ops::TensorMeta>, const Epilogue&) 
 
 void linear_epilogue_kernel(const KernelCall& call, const Epilogue& epilogue) {
   const bool tanh_form = epilogue.ops[0] == Epilogue::Kind::kGeluTanh;
-  const Tensor a = call.in(0).dim() == 1 ? call.in(0).unsqueeze(0) : call.in(0);
-  const Tensor bias = call.inputs.size() > 2 ? call.in(2) : Tensor();
-  if (linear_on_primitive(a, call.in(1), bias, call.out())) {
-    const int64_t k = a.size(-1);
-    return linear_f32_primitive(
-        a.data<float>(), k > 0 ? a.numel() / k : 0, k, call.in(1),
-        bias.defined() ? bias.data<float>() : nullptr, call.out().data<float>(),
-        tanh_form ? LinearActivation::kGeluTanh : LinearActivation::kGeluErf);
-  }
-  linear_kernel(call);
+  if (run_linear(call, tanh_form ? LinearActivation::kGeluTanh : LinearActivation::kGeluErf))
+    return;
+  // One loop per form, each vectorizable.
   float* y = call.out().data<float>();
   parallel_for(call.out().numel(), kParallelGrain, [y, tanh_form](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      y[i] = tanh_form ? scalar::gelu_tanh(y[i]) : scalar::gelu_erf(y[i]);
+    if (tanh_form) {
+      for (int64_t i = b; i < e; ++i) y[i] = scalar::gelu_tanh(y[i]);
+    } else {
+      for (int64_t i = b; i < e; ++i) y[i] = scalar::gelu_erf(y[i]);
+    }
   });
 }
 

@@ -40,23 +40,36 @@ std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kerne
   return built;
 }
 
-void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs) {
-  std::vector<Shape> sizes{out.sizes()}, strides{out.strides()};
-  std::vector<size_t> elements{dtype_size(out.dtype())};
-  std::vector<char*> ptrs{static_cast<char*>(out.data_ptr())};
+PointwiseCall pointwise_call(const Shape& sizes, const Shape& strides, DType dtype, void* out,
+                             std::span<const Tensor> inputs) {
+  std::vector<Shape> all_sizes{sizes}, all_strides{strides};
+  std::vector<size_t> elements{dtype_size(dtype)};
+  PointwiseCall c;
+  c.ptrs.push_back(static_cast<char*>(out));
   for (const Tensor& t : inputs) {
-    sizes.push_back(t.sizes());
-    strides.push_back(t.strides());
+    all_sizes.push_back(t.sizes());
+    all_strides.push_back(t.strides());
     elements.push_back(dtype_size(t.dtype()));
-    ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
+    c.ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
   }
-  const LoopLayout l = loop_layout(out.sizes(), sizes, strides, elements);
-  if (l.numel == 0) return;
-  const auto ndim = static_cast<int64_t>(l.sizes.size());
-  backend::cpu::parallel_for(l.numel, backend::cpu::kParallelGrain, [&](int64_t b, int64_t e) {
-    std::vector<int64_t> index(l.sizes.size());
-    fn(ptrs.data(), l.sizes.data(), l.strides.data(), ndim, b, e, index.data());
-  });
+  c.layout = loop_layout(sizes, all_sizes, all_strides, elements);
+  return c;
+}
+
+void PointwiseCall::run(PointwiseFn fn, int64_t begin, int64_t end, int64_t* index) const {
+  fn(ptrs.data(), layout.sizes.data(), layout.strides.data(),
+     static_cast<int64_t>(layout.sizes.size()), begin, end, index);
+}
+
+void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs) {
+  const PointwiseCall c =
+      pointwise_call(out.sizes(), out.strides(), out.dtype(), out.data_ptr(), inputs);
+  if (c.layout.numel == 0) return;
+  backend::cpu::parallel_for(c.layout.numel, backend::cpu::kParallelGrain,
+                             [&](int64_t b, int64_t e) {
+                               std::vector<int64_t> index(c.layout.sizes.size());
+                               c.run(fn, b, e, index.data());
+                             });
 }
 
 }  // namespace kiln::compiler::codegen

@@ -31,6 +31,19 @@ struct BuiltKernels {
 std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kernels,
                                           std::string& why);
 
+// A kernel's call over an output of `sizes` and `strides` (each input
+// broadcast to those sizes): the loop's layout and the operands' first
+// elements, the output's first (its data, which a caller may move).
+struct PointwiseCall {
+  LoopLayout layout;
+  std::vector<char*> ptrs;
+
+  // Elements [begin, end) of the output; index is scratch of layout's dims.
+  void run(PointwiseFn fn, int64_t begin, int64_t end, int64_t* index) const;
+};
+PointwiseCall pointwise_call(const Shape& sizes, const Shape& strides, DType dtype, void* out,
+                             std::span<const Tensor> inputs);
+
 // Runs fn over out = the group of `inputs` (each broadcast to out's sizes),
 // split across the CPU's threads when large.
 void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs);

@@ -185,44 +185,28 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
     kernel(backend::KernelCall{schema, args, outs, attrs});
   };
 
-  const size_t esize = dtype_size(dtype);
-  std::vector<Shape> all_sizes{sizes}, all_strides{contiguous_strides(sizes)};
-  std::vector<size_t> elements{esize};
-  std::vector<char*> ptrs{nullptr};
-  for (const Tensor& t : kernel_inputs) {
-    all_sizes.push_back(t.sizes());
-    all_strides.push_back(t.strides());
-    elements.push_back(dtype_size(t.dtype()));
-    ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
-  }
-  const LoopLayout l = loop_layout(sizes, all_sizes, all_strides, elements);
-  const auto ndim = static_cast<int64_t>(l.sizes.size());
-
   const int64_t threads = omp_get_max_threads();
   if (rows < threads || reduced == 0 || omp_in_parallel()) {
     // The whole input, then one call: eager's split of few rows over threads.
-    Tensor x = ops::make_tensor({rows, reduced}, dtype, Device::cpu());
-    ptrs[0] = static_cast<char*>(x.data_ptr());
-    backend::cpu::parallel_for(l.numel, backend::cpu::kParallelGrain, [&](int64_t b, int64_t e) {
-      std::vector<int64_t> index(l.sizes.size());
-      fn(ptrs.data(), l.sizes.data(), l.strides.data(), ndim, b, e, index.data());
-    });
-    reduce(x, 0);
+    Tensor x = ops::make_tensor(sizes, dtype, Device::cpu());
+    run_pointwise(fn, x, kernel_inputs);
+    reduce(over(x.data_ptr(), {rows, reduced}, dtype), 0);
     return;
   }
-  const int64_t row_bytes = reduced * static_cast<int64_t>(esize);
+  const PointwiseCall call =
+      pointwise_call(sizes, contiguous_strides(sizes), dtype, nullptr, kernel_inputs);
+  const int64_t row_bytes = reduced * static_cast<int64_t>(dtype_size(dtype));
   const int64_t block_rows =
       std::clamp<int64_t>(kBlockBytes / row_bytes, 1, (rows + threads - 1) / threads);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
   backend::cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
     std::vector<double> buffer(static_cast<size_t>(block_rows * row_bytes + 7) / 8);
-    std::vector<char*> own = ptrs;
-    std::vector<int64_t> index(l.sizes.size());
+    PointwiseCall own = call;
+    std::vector<int64_t> index(call.layout.sizes.size());
     for (int64_t k = b; k < e; ++k) {
       const int64_t row0 = k * block_rows, row1 = std::min(rows, row0 + block_rows);
-      own[0] = before(buffer.data(), row0 * row_bytes);
-      fn(own.data(), l.sizes.data(), l.strides.data(), ndim, row0 * reduced, row1 * reduced,
-         index.data());
+      own.ptrs[0] = before(buffer.data(), row0 * row_bytes);
+      own.run(fn, row0 * reduced, row1 * reduced, index.data());
       reduce(over(buffer.data(), {row1 - row0, reduced}, dtype), row0);
     }
   });
