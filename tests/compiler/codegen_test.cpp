@@ -499,6 +499,103 @@ TEST(Codegen, InPlaceChainsStayApartWhereAnotherViewOrANodeInBetweenSeesTheirTen
             "input 0");
 }
 
+// A group runs at its last node's place. A write in between that comes
+// before the first node reading its tensor is one the group sees in program
+// order too: an optimizer's update of a parameter (decay, then the step
+// from a moment updated meanwhile) is one kernel. A write after that first
+// read keeps the group apart.
+TEST(Codegen, AWriteInBetweenKeepsAGroupApartOnlyAfterItsFirstReadOfTheTensor) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  Generator gen(21);
+  const Tensor p = values({67, 5}, kFloat32, gen), m = values({67, 5}, kFloat32, gen);
+  const Tensor g = values({67, 5}, kFloat32, gen), v = positive({67, 5}, kFloat32, gen);
+  const Program step = [](const TensorList& t) {
+    Tensor param = t[0], moment = t[1];
+    param.mul_(0.99);
+    moment.mul_(0.9).add_(t[2], 0.1);
+    param.add_(moment / t[3] * -0.01);
+    return TensorList{param * 1.0};
+  };
+  const Lowered l = lower(step, {p.clone(), m.clone(), g, v});
+  const Schedule& s = l.exe->schedule();
+  const auto chain = std::find_if(s.steps.begin(), s.steps.end(),
+                                  [](const ScheduledStep& st) { return st.nodes.size() == 4; });
+  ASSERT_NE(chain, s.steps.end()) << to_text(l.trace->graph);
+  EXPECT_EQ(s.describe(l.trace->graph, static_cast<size_t>(chain - s.steps.begin())),
+            "mul_ + div + mul + add_ (nodes 0-5)");
+  EXPECT_EQ(chain->writes_input, 0);
+  EXPECT_EQ(generated_steps(s), 2u);  // the parameter's and the moment's
+  for (int run = 0; run < 2; ++run) {
+    TensorList got{p.clone(), m.clone(), g, v}, want{p.clone(), m.clone(), g, v};
+    const TensorList got_out = l.exe->run(got), want_out = step(want);
+    EXPECT_TRUE(testing::same(got[0], want[0])) << "run " << run;
+    EXPECT_TRUE(testing::same(got[1], want[1])) << "run " << run;
+    EXPECT_TRUE(testing::same(got_out[0], want_out[0])) << "run " << run;
+  }
+  // Read before the write: the product would see the moment written.
+  const Program early = [](const TensorList& t) {
+    Tensor moment = t[1];
+    const Tensor y = moment * 2.0;
+    moment.add_(1.0);
+    return TensorList{y + moment};
+  };
+  const Lowered e = lower(early, {p.clone(), m.clone()});
+  std::string lines;
+  for (const auto& line : e.exe->schedule().not_fused) lines += line + "\n";
+  EXPECT_NE(lines.find("mul + add (nodes 0-2) not fused: node 1 writes a tensor it reads in "
+                       "between"),
+            std::string::npos)
+      << lines;
+  TensorList got{p.clone(), m.clone()}, want{p.clone(), m.clone()};
+  const TensorList got_out = e.exe->run(got), want_out = early(want);
+  EXPECT_TRUE(testing::same(got[1], want[1]));
+  EXPECT_TRUE(testing::same(got_out[0], want_out[0]));
+}
+
+// A tensor the program makes and then only writes in place, all inside one
+// group, is the group's scratch: `neg(x).add_(1).sqrt()` is one kernel, and
+// the tensor gets no bytes. Where a node outside reads it between writes,
+// or a view of it exists, the writes stay outside the group.
+TEST(Codegen, TensorsMadeAndWrittenInPlaceInsideAGroupAreItsScratch) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  Generator gen(22);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Tensor x = values({37, 3}, dtype, gen);
+    const Program scratch = [](const TensorList& t) {
+      Tensor y = neg(t[0]);
+      y.add_(1.0).mul_(0.5);
+      return TensorList{y.sqrt()};
+    };
+    expect_generated(scratch, {x}, 1, detail::str_cat(dtype, " scratch"));
+    const Lowered l = lower(scratch, {x});
+    ASSERT_EQ(l.exe->schedule().steps.size(), 1u);
+    EXPECT_EQ(l.exe->plan().planned_bytes, 0u);
+  }
+  const Tensor x = values({37, 3}, kFloat32, gen);
+  // Read outside between its writes: the first write and its maker are one
+  // group, the later write and the exp each their own step.
+  const Program read_between = [](const TensorList& t) {
+    Tensor y = t[0] * 2.0;
+    y.add_(1.0);
+    const Tensor s = y.sum();
+    y.mul_(3.0);
+    return TensorList{y.exp(), s};
+  };
+  expect_generated(read_between, {x}, 1, "read between");
+  EXPECT_EQ(lower(read_between, {x}).exe->schedule().steps.size(), 4u);
+  // A view of it made before a write and read after: only `(y * 3).exp()`
+  // is a group.
+  const Program viewed = [](const TensorList& t) {
+    Tensor y = t[0] * 2.0;
+    const Tensor v = y.view({-1});
+    y.add_(1.0);
+    return TensorList{(y * 3.0).exp(), v * 1.0};
+  };
+  expect_generated(viewed, {x}, 1, "viewed");
+}
+
 // Through kiln::compile (its passes, check and strict): a masked, scaled
 // softmax and an optimizer-like update of an argument, called again and
 // again, stay eager's bitwise, the argument's memory included.

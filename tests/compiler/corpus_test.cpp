@@ -268,6 +268,34 @@ std::vector<Case> corpus() {
                  });
                },
                {{{m}}, {{m}}, {{m}}}, 1, 0});
+  c.push_back({"adamw_training_step",
+               [] {
+                 auto net = std::make_shared<nn::Sequential>(
+                     std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::GELU>(),
+                     std::make_shared<nn::LayerNorm>(std::vector<int64_t>{8}),
+                     std::make_shared<nn::Linear>(8, 3));
+                 auto opt = std::make_shared<optim::AdamW>(net->parameters(),
+                                                           optim::AdamWOptions{.lr = 1e-2});
+                 Instance i = with_module(net, [net, opt](const Args& a, int64_t) {
+                   opt->zero_grad();
+                   Tensor loss = F::mse_loss((*net)(a[0]), a[1]);
+                   loss.backward();
+                   opt->step();
+                   return std::vector<Tensor>{loss};
+                 });
+                 i.keep = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(
+                     net, opt);
+                 return i;
+               },
+               // Traced again once the parameters have gradients. Kernels: the
+               // gelu's, layer_norm's and their backwards' groups, and the
+               // update's, one IR for every parameter: each moment's, each bias
+               // correction's, and the parameter's decay, denominator and step
+               // as one.
+               {{{{5, 4}, {5, 3}}}, {{{5, 4}, {5, 3}}}, {{{5, 4}, {5, 3}}}, {{{5, 4}, {5, 3}}}},
+               2,
+               0,
+               11});
   return c;
 }
 

@@ -1,6 +1,7 @@
 // Random programs through the schedule's groups: chains and trees of
 // pointwise ops over broadcast operands, in-place writes to tensors the
-// program made and to its arguments, views read between writes, and
+// program made and to its arguments (a group's scratch where it holds all of
+// a tensor's writes), views read between writes, and
 // reductions over rows, each program's executable against eager bitwise
 // (its results and what it wrote into its arguments). The programs are made
 // from a seed, so that a failure names the seed and the program's text.
@@ -148,7 +149,7 @@ TensorList run_program(const RandomProgram& p, const TensorList& args, std::stri
 
 TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitwise) {
   NoGradGuard no_grad;
-  int fused_steps = 0, reductions = 0, in_place = 0;
+  int fused_steps = 0, reductions = 0, in_place = 0, scratch = 0;
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -165,6 +166,14 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
       fused_steps += st.kernel >= 0;
       reductions += st.reduction.has_value();
       in_place += st.writes_input >= 0;
+      // A tensor written in place inside the group, other than its result's.
+      const Graph& g = l.trace->graph;
+      const int32_t result =
+          g.value(l.exe->schedule().result(g, &st - &l.exe->schedule().steps[0])).storage;
+      scratch += st.kernel >= 0 && std::any_of(st.nodes.begin(), st.nodes.end(), [&](int32_t k) {
+                   const Node& n = g.nodes()[static_cast<size_t>(k)];
+                   return n.inplace() && g.value(n.target).storage != result;
+                 });
     }
     std::string text;  // the program, as eager runs it
     const TensorList want = run_program(p, theirs, &text);
@@ -181,6 +190,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(fused_steps, 100);
     EXPECT_GT(reductions, 40);
     EXPECT_GT(in_place, 5);
+    EXPECT_GT(scratch, 3);
   }
 }
 

@@ -85,16 +85,32 @@ Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
 }
 
 // Why the group cannot run at its last node's place: a node in between
-// writes a storage one of its nodes reads (empty when none does).
+// writes a storage that one of its nodes read before that write (empty when
+// none does). A write before the first node that reads a storage is one the
+// group sees in program order too: `p.mul_(d); m.mul_(b).add_(g);
+// p.add_(m / v)` is one group of p's updates, reading m after its update.
 std::string moved_past_a_write(const Graph& g, const Candidate& cand) {
-  std::vector<int32_t> read;
-  for (ValueId in : cand.inputs)
-    if (in != kNoValue) read.push_back(g.value(in).storage);
+  // The first member reading each storage that comes from outside.
+  std::vector<std::pair<int32_t, int32_t>> first_read;  // (storage, node)
+  for (ValueId in : cand.inputs) {
+    if (in == kNoValue) continue;
+    const int32_t storage = g.value(in).storage;
+    for (int32_t k : cand.nodes) {
+      const Node& n = g.nodes()[static_cast<size_t>(k)];
+      if (n.target == in || std::find(n.inputs.begin(), n.inputs.end(), in) != n.inputs.end()) {
+        first_read.emplace_back(storage, k);
+        break;
+      }
+    }
+  }
   for (int32_t k = cand.nodes.front() + 1; k < cand.nodes.back(); ++k) {
     if (std::find(cand.nodes.begin(), cand.nodes.end(), k) != cand.nodes.end()) continue;
     const Node& n = g.nodes()[static_cast<size_t>(k)];
-    if (n.inplace() && std::find(read.begin(), read.end(), g.value(n.target).storage) != read.end())
-      return detail::str_cat("node ", k, " writes a tensor it reads in between");
+    if (!n.inplace()) continue;
+    const int32_t written = g.value(n.target).storage;
+    for (const auto& [storage, reader] : first_read)
+      if (storage == written && reader < k)
+        return detail::str_cat("node ", k, " writes a tensor it reads in between");
   }
   return "";
 }
@@ -134,9 +150,27 @@ class PointwiseGrouper {
         returned_(returned_storages(g)),
         fusible_(g.nodes().size()),
         inside_reads_(g.values().size(), 0),
-        member_(g.nodes().size(), false) {
+        member_(g.nodes().size(), false),
+        private_(g.storages().size(), true) {
     for (size_t i = 0; i < g.nodes().size(); ++i)
       fusible_[i] = !taken[i] && codegen::why_not_generated(g, g.nodes()[i]).empty();
+    // A private storage: a tensor the program makes with a pointwise node
+    // and then only writes in place with pointwise nodes (no view of it, not
+    // returned). Where a group holds all of its values, it is the group's
+    // scratch: `(1 - b.pow(t)).sqrt()` written as `neg(pow(b, t)).add_(1).sqrt()`.
+    for (size_t v = 0; v < g.values().size(); ++v) {
+      const Value& value = g.values()[v];
+      const auto storage = static_cast<size_t>(value.storage);
+      if (value.kind != ValueKind::kNode) {
+        private_[storage] = false;
+        continue;
+      }
+      const Node& n = g.nodes()[static_cast<size_t>(value.producer)];
+      const bool made_here = g.storages()[storage].root == static_cast<ValueId>(v);
+      if (!fusible_[static_cast<size_t>(value.producer)] || returned_[storage] ||
+          n.outputs.size() != 1 || made_here == n.inplace())
+        private_[storage] = false;
+    }
   }
 
   void run(std::vector<Candidate>& groups, std::vector<std::string>& fused,
@@ -259,8 +293,23 @@ class PointwiseGrouper {
   }
 
   // The group grown from `root` (its result): nodes ascending, the values
-  // it reads from outside in order of first use.
+  // it reads from outside in order of first use. Private storages' writes
+  // join where the group then holds every write before them too (else the
+  // storage's memory would have to hold what a node outside wrote).
   Candidate grow(int32_t root) {
+    Candidate cand = grow(root, true);
+    const Value& result = g_.value(g_.nodes()[static_cast<size_t>(root)].outputs[0]);
+    for (int32_t k : cand.nodes) {
+      const Node& n = g_.nodes()[static_cast<size_t>(k)];
+      if (!n.inplace() || g_.value(n.target).storage == result.storage) continue;
+      const Value& target = g_.value(n.target);
+      if (!std::binary_search(cand.nodes.begin(), cand.nodes.end(), target.producer))
+        return grow(root, false);
+    }
+    return cand;
+  }
+
+  Candidate grow(int32_t root, bool with_private) {
     const auto& nodes = g_.nodes();
     const Value& result = g_.value(nodes[static_cast<size_t>(root)].outputs[0]);
     // The storage a root in place writes: the group may hold the writes
@@ -291,8 +340,9 @@ class PointwiseGrouper {
       const int32_t reads = inside_reads_[static_cast<size_t>(out)];
       if (reads == 0 || reads != readers_.count[static_cast<size_t>(out)]) continue;
       if (v.sizes != result.sizes) continue;
-      if (v.storage != chain && (nodes[ku].inplace() || written_[static_cast<size_t>(v.storage)] ||
-                                 returned_[static_cast<size_t>(v.storage)]))
+      const auto storage = static_cast<size_t>(v.storage);
+      if (v.storage != chain && !(with_private && private_[storage]) &&
+          (nodes[ku].inplace() || written_[storage] || returned_[storage]))
         continue;
       join(k);
     }
@@ -318,6 +368,7 @@ class PointwiseGrouper {
   std::vector<bool> fusible_;
   std::vector<int32_t> inside_reads_;
   std::vector<bool> member_;
+  std::vector<bool> private_;  // by storage
 };
 
 }  // namespace
