@@ -98,7 +98,7 @@ KILN_SCALAR_FN C silu(C x) {
 }
 template <typename C>
 KILN_SCALAR_FN C erf(C x) {
-  return std::erf(x);
+  return erf_f32(x);
 }
 template <typename C>
 KILN_SCALAR_FN C sign(C x) {
