@@ -213,13 +213,20 @@ TEST(KernelCompiler, NoCompilerOrABuildErrorIsAReason) {
     ASSERT_TRUE(k) << why;
     EXPECT_EQ(call(*k, 0, 0), 4);
   }
-  EXPECT_FALSE(
-      c.load("extern \"C\" int kiln_test_add(int a) { return a + ; }\n", "kiln_test_add", why));
+  const std::string broken = "extern \"C\" int kiln_test_add(int a) { return a + ; }\n";
+  EXPECT_FALSE(c.load(broken, "kiln_test_add", why));
   EXPECT_NE(why.find("error"), std::string::npos) << why;
   EXPECT_NE(why.find("failed (exit status"), std::string::npos) << why;
   // Nothing is stored for a failed build (the entry is g++'s library above).
   EXPECT_EQ(cache.entries(), 1u);
   EXPECT_EQ(c.stats().compiled, 1);
+  EXPECT_EQ(c.stats().failed, 1);
+  // The same source again: the same reason, without running the compiler.
+  std::string again;
+  EXPECT_FALSE(c.load(broken, "kiln_test_add", again));
+  EXPECT_EQ(again.rfind(why, 0), 0u) << again;
+  EXPECT_NE(again.find("not built again"), std::string::npos) << again;
+  EXPECT_EQ(c.stats().failed, 1);
 }
 
 // A cache directory this process cannot write (as root, the child drops to

@@ -144,13 +144,17 @@ std::optional<LoadedKernels> KernelCompiler::load_all(const std::string& source,
   const std::string key = build_identity(compiler) + "source\n" + source;
   std::lock_guard lock(mutex_);
   std::shared_ptr<void> library;
+  if (auto it = failures_.find(key); it != failures_.end()) {
+    why = it->second + "\n(the same source failed earlier in this process; not built again)";
+    return std::nullopt;
+  }
   if (auto it = libraries_.find(key); it != libraries_.end()) {
     library = it->second;
     ++stats_.memory_hits;
     loaded.origin = LoadedKernels::Origin::kMemory;
   } else {
     double ms = 0;
-    bool hit = false;
+    bool hit = false, refused = false;
     const auto path = cache_.get(
         key, "kernel.so",
         [&](const fs::path& product) -> std::string {
@@ -166,12 +170,19 @@ std::optional<LoadedKernels> KernelCompiler::load_all(const std::string& source,
           ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                    .count();
           if (status == 0 && fs::exists(product)) return "";
+          refused = status > 0;
           return status < 0 ? "could not run " + compiler
                             : compiler + " failed (exit status " + std::to_string(status) + "):\n" +
                                   read_text(log, 2000);
         },
         why, &hit);
-    if (!path) return std::nullopt;
+    if (!path) {
+      if (refused) {
+        ++stats_.failed;
+        failures_.emplace(key, why);
+      }
+      return std::nullopt;
+    }
     loaded.origin = hit ? LoadedKernels::Origin::kDisk : LoadedKernels::Origin::kCompiled;
     if (hit) {
       ++stats_.disk_hits;

@@ -11,7 +11,8 @@
 //
 // No compiler (none on PATH, or $KILN_CXX not runnable), a build error or a
 // library that does not load is not a failure of the program: load() says
-// why, and the caller runs the library kernels instead.
+// why, and the caller runs the library kernels instead. A source the
+// compiler refused is not compiled again by the same process.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,7 @@ struct KernelCompilerStats {
   int64_t compiled = 0;     // sources compiled by this process
   int64_t disk_hits = 0;    // libraries found in the disk cache
   int64_t memory_hits = 0;  // loads served by a library this process had loaded
+  int64_t failed = 0;       // builds the compiler refused (each source once)
   double compile_ms = 0;    // time spent compiling
 };
 
@@ -77,6 +79,10 @@ class KernelCompiler {
   KernelCache cache_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<void>> libraries_;  // by source and compiler
+  // Why the compiler refused a source, by source and compiler: a build
+  // error is not retried (each new executable of a dynamic program would
+  // pay for it again).
+  std::unordered_map<std::string, std::string> failures_;
   KernelCompilerStats stats_;
 };
 
