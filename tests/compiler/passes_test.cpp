@@ -98,6 +98,46 @@ TEST(Passes, ViewsThatChangeNothingGo) {
   expect_equivalent(n, f, {x});
 }
 
+// A copy of a tensor nothing else sees (as autograd's copy of a gradient
+// into .grad) goes; copies whose original something else sees, of another
+// dtype or layout, of a part of a storage, or of an argument stay, and so
+// do copies autograd records.
+TEST(Passes, CopiesOfTensorsNothingElseSeesGo) {
+  NoGradGuard no_grad;
+  const Program f = [](const TensorList& a) {
+    const Tensor fresh = (a[0] * 2.0).clone();                    // goes
+    const Tensor column = a[0].sum({0}, true).view({3}).clone();  // goes (through a view)
+    Tensor shared = a[0] + 1.0;
+    const Tensor kept = shared.clone();                        // shared is returned: stays
+    const Tensor cast = (a[0] - 1.0).to(kFloat64);             // another dtype: stays
+    const Tensor part = (a[0] * 3.0).narrow(0, 0, 1).clone();  // a part of a storage: stays
+    const Tensor argument = a[1].clone();                      // an argument: stays
+    Tensor written = a[0].exp();
+    const Tensor before = written.clone();  // written after: stays
+    written.add_(1.0);
+    return TensorList{fresh, column, shared, kept, cast, part, argument, before, written};
+  };
+  const Tensor x = randn({2, 3}), y = randn({3});
+  const Trace t = trace_of(f, {x, y});
+  const Trace e = elide_copies(t);
+  const auto count = [](const Trace& tr) {
+    const auto names = op_names(tr.graph);
+    return std::count(names.begin(), names.end(), "copy");
+  };
+  EXPECT_EQ(count(t), 7);
+  EXPECT_EQ(count(e), 5) << to_text(e.graph);
+  expect_equivalent(e, f, {x, y});
+  // Results stay tensors of their own where the copy stays.
+  const Executable exe(std::make_shared<const Trace>(e));
+  const TensorList out = exe.run({x, y});
+  EXPECT_NE(out[2].data_ptr(), out[3].data_ptr());
+  EXPECT_NE(out[7].data_ptr(), out[8].data_ptr());
+  {
+    EnableGradGuard recording;
+    EXPECT_EQ(count(elide_copies(trace_of(f, {x, y}))), 7);
+  }
+}
+
 TEST(Passes, FreezingFoldsBatchNormsIntoConvolutions) {
   Generator gen(12);
   manual_seed(12);
@@ -145,7 +185,7 @@ TEST(Passes, ThePipelineKeepsModelsExact) {
   for (const auto& [f, args] : cases) {
     std::vector<PassReport> reports;
     const Trace t = run_passes(trace_of(f, args), &reports);
-    ASSERT_EQ(reports.size(), 5u);
+    ASSERT_EQ(reports.size(), 6u);
     EXPECT_LE(reports.back().nodes_after, reports.front().nodes_before);
     expect_equivalent(t, f, args);
   }

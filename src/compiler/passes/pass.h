@@ -65,6 +65,11 @@ Trace fuse_batch_norm_activation(const Trace& trace);
 // Drops views laid out exactly as their input (a reshape to the same shape,
 // an expand to the same sizes, a permute that keeps the order).
 Trace remove_noops(const Trace& trace);
+// Drops a copy into the same dtype, device and layout of a tensor nothing
+// else sees (a node's result or a view of one through views nothing else
+// reads, its whole storage, read by the copy alone, not returned): later
+// nodes read the original.
+Trace elide_copies(const Trace& trace);
 
 struct PassReport {
   std::string name;

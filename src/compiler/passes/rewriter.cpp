@@ -65,6 +65,7 @@ Trace run_passes(const Trace& trace, std::vector<PassReport>* reports, bool froz
   pipeline.emplace_back("fold_constants", fold_constants);
   pipeline.emplace_back("eliminate_common_subexpressions", eliminate_common_subexpressions);
   pipeline.emplace_back("eliminate_dead_code", eliminate_dead_code);
+  pipeline.emplace_back("elide_copies", elide_copies);
   pipeline.emplace_back("fuse_batch_norm_activation", fuse_batch_norm_activation);
   Trace current = trace;
   for (const auto& [name, pass] : pipeline) {
