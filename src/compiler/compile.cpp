@@ -180,9 +180,10 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(
   verify(traced.graph);
   seg->verify_ms = ms_since(verify_start);
   const auto passes_start = std::chrono::steady_clock::now();
-  seg->trace = std::make_shared<const Trace>(options.backend == CompileBackend::Replay
-                                                 ? std::move(traced)
-                                                 : run_passes(traced, nullptr, options.freeze));
+  seg->trace = std::make_shared<const Trace>(
+      options.backend == CompileBackend::Replay
+          ? std::move(traced)
+          : run_passes(traced, {.freeze = options.freeze, .strict = options.strict}));
   seg->passes_ms = ms_since(passes_start);
   for (const Tensor& t : seg->trace->captured)
     seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));

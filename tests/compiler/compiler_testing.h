@@ -2,6 +2,7 @@
 // tensors, a graph's op names, capturing log lines.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +27,19 @@ inline bool same(const Tensor& a, const Tensor& b) {
   const auto x = a.to_vector<double>(), y = b.to_vector<double>();
   for (size_t i = 0; i < x.size(); ++i)
     if (!(x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]))) return false;
+  return true;
+}
+
+// Same sizes and dtype, values within float32's tolerance of
+// docs/compile.md (1e-5 relative, 1e-6 absolute; NaN where b has NaN): what
+// default mode promises where a fusion rounds otherwise than eager.
+inline bool near(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (y[i] != y[i] ? x[i] == x[i] : !(std::abs(x[i] - y[i]) <= 1e-6 + 1e-5 * std::abs(y[i])))
+      return false;
+  }
   return true;
 }
 

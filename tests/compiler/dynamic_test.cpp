@@ -416,6 +416,8 @@ TEST(Dynamic, BertWithAMaskMakesNewSizesFromItsTrace) {
 // The LSTM loop over changing batch sizes: its cells make their zero
 // states from the input's shape, so each new batch is made from the trace.
 // A new number of steps is a new program (the loop unrolls over them).
+// Its input projections are one product per layer (batch_recurrent_projections):
+// within tolerance of eager, not bitwise.
 TEST(Dynamic, LstmLoopMakesNewBatchSizesFromItsTrace) {
   manual_seed(6);
   models::LSTMCellLoop net(
@@ -426,14 +428,14 @@ TEST(Dynamic, LstmLoopMakesNewBatchSizesFromItsTrace) {
   const auto fast = compile(forward, {.name = "lstm_loop"});
   for (int64_t batch : {2, 3, 7, 4, 2}) {
     const Tensor x = randn({batch, 5, 16});
-    EXPECT_TRUE(same(fast(x), forward(x))) << batch;
+    EXPECT_TRUE(compiler::testing::near(fast(x), forward(x))) << batch;
   }
   ExplainReport r = fast.explain();
   EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
   EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;
   EXPECT_TRUE(r.symbolic_guards.empty()) << r.symbolic_graph;
   const Tensor longer = randn({3, 6, 16});
-  EXPECT_TRUE(same(fast(longer), forward(longer)));
+  EXPECT_TRUE(compiler::testing::near(fast(longer), forward(longer)));
   r = fast.explain();
   EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;
 }

@@ -169,6 +169,82 @@ TEST(Passes, FreezingFoldsBatchNormsIntoConvolutions) {
   EXPECT_LT((fast(x) - net(x)).abs().max().item<double>(), 1e-4 * (1 + net(x).abs().max().item<double>()));
 }
 
+// An LSTM written as a loop over its steps: each layer's input projections
+// become one product over the sequence (the weight read once), the steps
+// keep their hidden projections and cells, within float32 tolerance of
+// eager. An output fed back as the next input, an in-place write or strict
+// mode leave the steps as they are.
+TEST(Passes, AnLstmLoopProjectsItsInputsInOneProductPerLayer) {
+  NoGradGuard no_grad;
+  Generator gen(31);
+  manual_seed(31);
+  nn::LSTMCell lower_cell(6, 8), upper_cell(8, 8);
+  const Program loop = [&](const TensorList& a) {
+    nn::LSTMState low, high;
+    for (int64_t t = 0; t < a[0].size(1); ++t) {
+      low = lower_cell(a[0].select(1, t), low);
+      high = upper_cell(low.h, high);
+    }
+    return TensorList{high.h, high.c, low.h};
+  };
+  const auto count = [](const Trace& t, const std::string& op) {
+    const auto names = op_names(t.graph);
+    return std::count(names.begin(), names.end(), op);
+  };
+  for (int64_t steps : {1, 2, 7}) {
+    SCOPED_TRACE(steps);
+    const Tensor x = randn({3, steps, 6}, {}, &gen);
+    const Trace t = trace_of(loop, {x});
+    ASSERT_EQ(count(t, "lstm_step"), 2 * steps);
+    const Trace b = batch_recurrent_projections(t);
+    verify(b.graph);
+    EXPECT_EQ(count(b, "lstm_step"), steps == 1 ? 2 : 0) << to_text(b.graph);
+    EXPECT_EQ(count(b, "stack"), steps == 1 ? 0 : 2);
+    EXPECT_EQ(count(b, "lstm_cell"), steps == 1 ? 0 : 2 * steps);
+    const Executable exe(std::make_shared<const Trace>(b));
+    const TensorList got = exe.run({x}), want = loop({x});
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double err = (got[i] - want[i]).abs().max().item<double>();
+      EXPECT_LE(err, 1e-5 * (1 + want[i].abs().max().item<double>())) << i;
+    }
+    // strict: the pipeline leaves the steps alone.
+    EXPECT_EQ(count(run_passes(t, {.strict = true}), "lstm_step"), 2 * steps);
+    EXPECT_EQ(count(run_passes(t, {}), "lstm_step"), steps == 1 ? 2 : 0);
+  }
+  // The output fed back as the next input: each step needs the one before.
+  const Program feedback = [&](const TensorList& a) {
+    nn::LSTMState s;
+    Tensor in = a[0];
+    for (int t = 0; t < 4; ++t) {
+      s = upper_cell(in, s);
+      in = s.h;
+    }
+    return TensorList{s.h};
+  };
+  const Tensor h = randn({2, 8}, {}, &gen);
+  EXPECT_EQ(count(batch_recurrent_projections(trace_of(feedback, {h})), "lstm_step"), 4);
+  // Fed back from the third step on: the first three inputs are one product.
+  const Program partly = [&](const TensorList& a) {
+    nn::LSTMState s;
+    for (int t = 0; t < 5; ++t) s = upper_cell(t < 3 ? a[0].select(1, t) : s.h, s);
+    return TensorList{s.h};
+  };
+  const Tensor seq = randn({2, 3, 8}, {}, &gen);
+  const Trace p = batch_recurrent_projections(trace_of(partly, {seq}));
+  EXPECT_EQ(count(p, "lstm_step"), 2);
+  EXPECT_EQ(count(p, "lstm_cell"), 3);
+  const TensorList got = Executable(std::make_shared<const Trace>(p)).run({seq});
+  EXPECT_LE((got[0] - partly({seq})[0]).abs().max().item<double>(), 1e-5);
+  // An in-place write anywhere: the order is part of the program.
+  const Program written = [&](const TensorList& a) {
+    TensorList out = loop(a);
+    out[0].mul_(2.0);
+    return out;
+  };
+  const Tensor x = randn({3, 4, 6}, {}, &gen);
+  EXPECT_EQ(count(batch_recurrent_projections(trace_of(written, {x})), "lstm_step"), 8);
+}
+
 TEST(Passes, ThePipelineKeepsModelsExact) {
   Generator gen(6);
   manual_seed(6);
@@ -184,8 +260,8 @@ TEST(Passes, ThePipelineKeepsModelsExact) {
   };
   for (const auto& [f, args] : cases) {
     std::vector<PassReport> reports;
-    const Trace t = run_passes(trace_of(f, args), &reports);
-    ASSERT_EQ(reports.size(), 6u);
+    const Trace t = run_passes(trace_of(f, args), {}, &reports);
+    ASSERT_EQ(reports.size(), 7u);
     EXPECT_LE(reports.back().nodes_after, reports.front().nodes_before);
     expect_equivalent(t, f, args);
   }

@@ -71,14 +71,28 @@ Trace remove_noops(const Trace& trace);
 // nodes read the original.
 Trace elide_copies(const Trace& trace);
 
+// The steps of an LSTM loop on the CPU (lstm_step nodes sharing an input
+// weight, their inputs not fed by the steps) project their inputs with one
+// product, which reads the weight once instead of once per step; the graph
+// is laid out again in dependency order. Graphs with in-place writes or
+// random draws are left alone. Not bitwise: not run under strict.
+Trace batch_recurrent_projections(const Trace& trace);
+
+// What the passes may assume of the compiled function (CompileOptions).
+struct PassContext {
+  bool freeze = false;  // freeze, and fold batch norms into convolutions
+  bool strict = false;  // only passes that keep results bitwise eager's
+};
+
 struct PassReport {
   std::string name;
   size_t nodes_before = 0, nodes_after = 0;
   double ms = 0;
 };
 
-// The passes of the default pipeline (with freezing first when asked),
-// verified after each one.
-Trace run_passes(const Trace& trace, std::vector<PassReport>* reports = nullptr, bool frozen = false);
+// The passes of the pipeline for `context` (with freezing first when
+// asked), verified after each one.
+Trace run_passes(const Trace& trace, const PassContext& context = {},
+                 std::vector<PassReport>* reports = nullptr);
 
 }  // namespace kiln::compiler

@@ -56,17 +56,19 @@ Trace Rewriter::finish() {
   return std::move(out_);
 }
 
-Trace run_passes(const Trace& trace, std::vector<PassReport>* reports, bool frozen) {
+Trace run_passes(const Trace& trace, const PassContext& context, std::vector<PassReport>* reports) {
   using Pass = Trace (*)(const Trace&);
   std::vector<std::pair<const char*, Pass>> pipeline;
-  if (frozen) pipeline.emplace_back("freeze", freeze);
+  if (context.freeze) pipeline.emplace_back("freeze", freeze);
   pipeline.emplace_back("remove_noops", remove_noops);
-  if (frozen) pipeline.emplace_back("fold_conv_batch_norm", fold_conv_batch_norm);
+  if (context.freeze) pipeline.emplace_back("fold_conv_batch_norm", fold_conv_batch_norm);
   pipeline.emplace_back("fold_constants", fold_constants);
   pipeline.emplace_back("eliminate_common_subexpressions", eliminate_common_subexpressions);
   pipeline.emplace_back("eliminate_dead_code", eliminate_dead_code);
   pipeline.emplace_back("elide_copies", elide_copies);
   pipeline.emplace_back("fuse_batch_norm_activation", fuse_batch_norm_activation);
+  if (!context.strict)
+    pipeline.emplace_back("batch_recurrent_projections", batch_recurrent_projections);
   Trace current = trace;
   for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();
