@@ -210,14 +210,24 @@ TEST(Dropout, ReturnsInputWhenNotTrainingOrPZero) {
   EXPECT_TRUE(F::dropout(x, 0.0).shares_storage(x));
 }
 
+// Sizes and offsets on both sides of the CPU's 64-element blocks of Philox
+// blocks computed side by side, and p at a uniform's exact value (0.5).
 TEST(Dropout, KeepsElementsWhosePhiloxUniformIsAtLeastP) {
   on_both_backends([] {
-    Generator g(42);
-    g.advance(10);  // the op starts at this offset
-    auto y = F::dropout(ones({64}), 0.4, true, &g).to_vector<float>();
-    for (size_t i = 0; i < y.size(); ++i) {
-      const bool keep = static_cast<double>(philox::uniform_f32(42, 10 + i)) >= 0.4;
-      EXPECT_FLOAT_EQ(y[i], keep ? 1 / 0.6f : 0.f) << "element " << i;
+    for (const double p : {0.4, 0.5}) {
+      for (const uint64_t offset : {2, 10, 12}) {  // offsets are even (Generator::advance)
+        for (const int64_t n : {int64_t{64}, int64_t{67}, int64_t{300}, int64_t{40001}}) {
+          Generator g(42);
+          g.advance(offset);  // the op starts at this offset
+          auto y = F::dropout(ones({n}), p, true, &g).to_vector<float>();
+          const auto scale = static_cast<float>(1 / (1 - p));
+          for (size_t i = 0; i < y.size(); ++i) {
+            const bool keep = static_cast<double>(philox::uniform_f32(42, offset + i)) >= p;
+            ASSERT_FLOAT_EQ(y[i], keep ? scale : 0.f)
+                << "p " << p << ", offset " << offset << ", n " << n << ", element " << i;
+          }
+        }
+      }
     }
   });
 }
