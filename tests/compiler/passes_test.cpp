@@ -235,6 +235,22 @@ TEST(Passes, AnLstmLoopProjectsItsInputsInOneProductPerLayer) {
   EXPECT_EQ(count(p, "lstm_cell"), 3);
   const TensorList got = Executable(std::make_shared<const Trace>(p)).run({seq});
   EXPECT_LE((got[0] - partly({seq})[0]).abs().max().item<double>(), 1e-5);
+  // A weight the program computes: the product comes after it.
+  const Program computed = [&](const TensorList& a) {
+    const Tensor w = lower_cell.weight_ih * 0.5;
+    nn::LSTMState s;
+    for (int64_t t = 0; t < a[0].size(1); ++t)
+      s = F::lstm_cell(a[0].select(1, t),
+                       s.h.defined() ? s : nn::LSTMState{zeros({3, 8}), zeros({3, 8})}, w,
+                       lower_cell.weight_hh, lower_cell.bias_ih, lower_cell.bias_hh);
+    return TensorList{s.h};
+  };
+  const Tensor x6 = randn({3, 4, 6}, {}, &gen);
+  const Trace c = batch_recurrent_projections(trace_of(computed, {x6}));
+  verify(c.graph);
+  EXPECT_EQ(count(c, "stack"), 1) << to_text(c.graph);
+  const TensorList from_computed = Executable(std::make_shared<const Trace>(c)).run({x6});
+  EXPECT_TRUE(testing::near(from_computed[0], computed({x6})[0]));
   // An in-place write anywhere: the order is part of the program.
   const Program written = [&](const TensorList& a) {
     TensorList out = loop(a);

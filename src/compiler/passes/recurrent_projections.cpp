@@ -92,10 +92,6 @@ std::vector<Group> find_groups(const Graph& g) {
   return groups;
 }
 
-Tensor meta(const Shape& sizes, DType dtype, Device device) {
-  return ops::make_tensor(sizes, dtype, device, true);
-}
-
 // A node of op on inputs of the new graph, its outputs as its shape rule
 // makes them (contiguous, new storages); returns the outputs.
 std::vector<ValueId> emit(Graph& ng, OpId op, std::vector<ValueId> inputs, ops::Attrs attrs) {
@@ -104,7 +100,7 @@ std::vector<ValueId> emit(Graph& ng, OpId op, std::vector<ValueId> inputs, ops::
   const ops::Inferred inferred = ops::infer(op, metas, attrs);
   TensorList outs;
   for (const ops::TensorMeta& m : inferred.outputs)
-    outs.push_back(meta(m.sizes, m.dtype, m.device));
+    outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device, true));
   const int32_t index = ng.add_node(op, std::move(inputs), std::move(attrs), outs);
   ng.node(index).grad_enabled = false;
   return ng.nodes()[static_cast<size_t>(index)].outputs;
@@ -141,9 +137,18 @@ Trace batch_recurrent_projections(const Trace& trace) {
         producers.push_back(g.value(in).producer);
     const int32_t k = group_of[static_cast<size_t>(i)];
     if (k >= 0) {
-      // x_t feeds the product; the step reads the product instead.
+      // x_t feeds the product (and, on the first step, the weight and bias
+      // it multiplies, where the program computes them); the step reads
+      // the product instead.
       const ValueId x = n.inputs[0];
       if (g.value(x).kind == ValueKind::kNode) depend(count + k, g.value(x).producer);
+      if (i == groups[static_cast<size_t>(k)].steps.front()) {
+        for (size_t in : {size_t{3}, size_t{5}}) {
+          if (in < n.inputs.size() && n.inputs[in] != kNoValue &&
+              g.value(n.inputs[in]).kind == ValueKind::kNode)
+            depend(count + k, g.value(n.inputs[in]).producer);
+        }
+      }
       producers.erase(std::remove(producers.begin(), producers.end(),
                                   g.value(x).kind == ValueKind::kNode ? g.value(x).producer : -1),
                       producers.end());
