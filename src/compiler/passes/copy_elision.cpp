@@ -2,8 +2,8 @@
 // nothing else sees (a node's result, or a view of one through views that
 // nothing else reads, covering its whole storage, read by the copy alone and
 // not returned) is that tensor; later nodes read the original, and a pass
-// over its bytes is saved. A compiled training step's
-// gradients are such copies: autograd hands `.grad` a tensor of its own.
+// over its bytes is saved. A compiled training step's gradients are such
+// copies: autograd hands `.grad` a tensor of its own.
 #include "compiler/ir/readers.h"
 #include "compiler/passes/pass.h"
 

@@ -120,47 +120,48 @@ Trace batch_recurrent_projections(const Trace& trace) {
   // needs every input x_t; its steps need the product.
   const int32_t count = static_cast<int32_t>(nodes.size());
   const auto total = static_cast<size_t>(count) + groups.size();
-  std::vector<int32_t> group_of(nodes.size(), -1);
-  for (size_t k = 0; k < groups.size(); ++k)
-    for (int32_t s : groups[k].steps) group_of[static_cast<size_t>(s)] = static_cast<int32_t>(k);
+  std::vector<int32_t> group_of(nodes.size(), -1), slot_of(nodes.size(), -1);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (size_t t = 0; t < groups[k].steps.size(); ++t) {
+      group_of[static_cast<size_t>(groups[k].steps[t])] = static_cast<int32_t>(k);
+      slot_of[static_cast<size_t>(groups[k].steps[t])] = static_cast<int32_t>(t);
+    }
+  }
   std::vector<std::vector<int32_t>> after(total);  // item -> items waiting on it
   std::vector<int32_t> waiting(total, 0);
-  auto depend = [&](int32_t item, int32_t on) {
-    after[static_cast<size_t>(on)].push_back(item);
+  // Item `item` waits for the node that makes value v, if a node does.
+  auto depend = [&](int32_t item, ValueId v) {
+    if (v == kNoValue || g.value(v).kind != ValueKind::kNode) return;
+    after[static_cast<size_t>(g.value(v).producer)].push_back(item);
     ++waiting[static_cast<size_t>(item)];
   };
   for (int32_t i = 0; i < count; ++i) {
     const Node& n = nodes[static_cast<size_t>(i)];
-    std::vector<int32_t> producers;
-    for (ValueId in : n.inputs)
-      if (in != kNoValue && g.value(in).kind == ValueKind::kNode)
-        producers.push_back(g.value(in).producer);
     const int32_t k = group_of[static_cast<size_t>(i)];
+    size_t first_input = 0;
     if (k >= 0) {
       // x_t feeds the product (and, on the first step, the weight and bias
       // it multiplies, where the program computes them); the step reads
-      // the product instead.
-      const ValueId x = n.inputs[0];
-      if (g.value(x).kind == ValueKind::kNode) depend(count + k, g.value(x).producer);
-      if (i == groups[static_cast<size_t>(k)].steps.front()) {
-        for (size_t in : {size_t{3}, size_t{5}}) {
-          if (in < n.inputs.size() && n.inputs[in] != kNoValue &&
-              g.value(n.inputs[in]).kind == ValueKind::kNode)
-            depend(count + k, g.value(n.inputs[in]).producer);
-        }
+      // the product instead of x_t.
+      const int32_t product = count + k;
+      depend(product, n.inputs[0]);
+      if (slot_of[static_cast<size_t>(i)] == 0) {
+        depend(product, n.inputs[3]);
+        if (n.inputs.size() > 5) depend(product, n.inputs[5]);
       }
-      producers.erase(std::remove(producers.begin(), producers.end(),
-                                  g.value(x).kind == ValueKind::kNode ? g.value(x).producer : -1),
-                      producers.end());
-      // x_t may also be read as another input of the step.
-      for (size_t in = 1; in < n.inputs.size(); ++in)
-        if (n.inputs[in] != kNoValue && g.value(n.inputs[in]).kind == ValueKind::kNode)
-          producers.push_back(g.value(n.inputs[in]).producer);
-      depend(i, count + k);
+      after[static_cast<size_t>(product)].push_back(i);
+      ++waiting[static_cast<size_t>(i)];
+      first_input = 1;
     }
-    std::sort(producers.begin(), producers.end());
-    producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
-    for (int32_t p : producers) depend(i, p);
+    // Once per producer (a value may be read twice; a waiting count per edge).
+    std::vector<int32_t> seen;
+    for (size_t in = first_input; in < n.inputs.size(); ++in) {
+      const ValueId v = n.inputs[in];
+      if (v == kNoValue || g.value(v).kind != ValueKind::kNode) continue;
+      if (std::find(seen.begin(), seen.end(), g.value(v).producer) != seen.end()) continue;
+      seen.push_back(g.value(v).producer);
+      depend(i, v);
+    }
   }
   // Items by the program position they stand for: a product at its first step's.
   auto position = [&](int32_t item) {
@@ -196,8 +197,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
     } else if (group_of[static_cast<size_t>(item)] >= 0) {
       const auto k = static_cast<size_t>(group_of[static_cast<size_t>(item)]);
       const Node& n = nodes[static_cast<size_t>(item)];
-      const auto t =
-          std::find(groups[k].steps.begin(), groups[k].steps.end(), item) - groups[k].steps.begin();
+      const int64_t t = slot_of[static_cast<size_t>(item)];
       // Row t of the product: a view.
       const Value& p = ng.value(product[k]);
       auto row = std::make_shared<TensorImpl>();
@@ -209,7 +209,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
       row->dtype = p.dtype;
       ops::Attrs select;
       select.push_back(int64_t{0});
-      select.push_back(static_cast<int64_t>(t));
+      select.push_back(t);
       const int32_t view =
           ng.add_node(OpId::select, {product[k]}, std::move(select), {Tensor(row)});
       ng.node(view).grad_enabled = false;
