@@ -20,7 +20,8 @@ namespace kiln::backend {
 // The pointwise ops after the call, applied in order to its result y.
 struct Epilogue {
   enum class Kind : uint8_t {
-    kAdd,       // y + r, r the call's next extra input: y's sizes and dtype, contiguous
+    kAdd,       // y + r, r the call's next extra input: y's sizes and dtype, r row-major
+                // or laid out as y
     kRelu,      // y < 0 ? 0 : y (NaN kept), as eager's relu
     kGelu,      // gelu(y), the erf form
     kGeluTanh,  // gelu(y, "tanh")

@@ -8,6 +8,7 @@
 #include "compiler/compiler_testing.h"
 #include "compiler/passes/pass.h"
 #include "compiler/runtime/executable.h"
+#include "core/shape_util.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
 
@@ -167,6 +168,77 @@ TEST(Passes, FreezingFoldsBatchNormsIntoConvolutions) {
   EXPECT_TRUE(same(fast(x), actual));
   compiler::reset();
   EXPECT_LT((fast(x) - net(x)).abs().max().item<double>(), 1e-4 * (1 + net(x).abs().max().item<double>()));
+}
+
+// Frozen on the CPU, convolutions and max pools whose results only
+// convolutions, pools and in-place pointwise writes read leave them channels
+// last: the layout changes, the values stay eager's within tolerance. A
+// result that is returned, viewed or read by an out-of-place op keeps its
+// row-major layout, and so do the tensors its in-place writes read; strict
+// mode changes no layout.
+TEST(Passes, FrozenConvolutionsKeepTheirActivationsChannelsLast) {
+  NoGradGuard no_grad;
+  Generator gen(41);
+  const Tensor stem = randn({8, 3, 3, 3}, {}, &gen) * 0.3, stem_b = randn({8}, {}, &gen);
+  const Tensor w1 = randn({8, 8, 1, 1}, {}, &gen) * 0.3, w2 = randn({8, 8, 3, 3}, {}, &gen) * 0.1;
+  const Tensor w3 = randn({6, 8, 3, 3}, {}, &gen) * 0.1;
+  const Program net = [&](const TensorList& a) {
+    Tensor x = kiln::conv2d(a[0], stem, stem_b, {.stride = {2}, .padding = {1}}).relu_();
+    const Tensor pooled = kiln::max_pool2d(x, {3}, {2}, {1});
+    Tensor y = kiln::conv2d(pooled, w1).relu_();
+    y = kiln::conv2d(y, w2, {}, {.padding = {1}});
+    y.add_(pooled).relu_();  // the residual add reads two channels-last tensors
+    const Tensor side = kiln::conv2d(y, w3, {}, {.padding = {1}}) * 2.0;  // read out of place
+    const Tensor head = kiln::adaptive_avg_pool2d(y, {1}).flatten(1);
+    return TensorList{head, side, kiln::conv2d(pooled, w3)};  // the last one is returned
+  };
+  const Tensor image = randn({2, 3, 19, 17}, {}, &gen);
+  const Trace traced = trace_of(net, {image});
+  const auto channels_last_ops = [](const Trace& t) {
+    std::vector<std::string> ops;
+    for (const Node& n : t.graph.nodes()) {
+      const Value& v = t.graph.value(n.outputs[0]);
+      if (!n.inplace() && channels_last_layout(v.sizes, v.strides))
+        ops.emplace_back(ops::op_schema(n.op).name);
+    }
+    return ops;
+  };
+  const Trace frozen = run_passes(traced, {.freeze = true});
+  // The stem, the pool, both convolutions of the block; not the one read
+  // out of place, not the returned one.
+  EXPECT_EQ(channels_last_ops(frozen),
+            (std::vector<std::string>{"conv2d", "max_pool2d", "conv2d", "conv2d"}))
+      << to_text(frozen.graph);
+  const TensorList got = Executable(std::make_shared<const Trace>(frozen)).run({image});
+  const TensorList want = net({image});
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(testing::near(got[i], want[i])) << i;
+    EXPECT_TRUE(got[i].is_contiguous()) << i;  // results keep eager's layout
+  }
+  EXPECT_TRUE(channels_last_ops(run_passes(traced, {.freeze = true, .strict = true})).empty());
+  EXPECT_TRUE(channels_last_ops(run_passes(traced, {})).empty());  // not frozen
+  // A residual read from a row-major tensor keeps the target row-major too.
+  const Program mixed = [&](const TensorList& a) {
+    Tensor y = kiln::conv2d(a[0], w1);
+    y.add_(a[1]).relu_();
+    return TensorList{kiln::adaptive_avg_pool2d(y, {1})};
+  };
+  const Tensor in = randn({1, 8, 5, 5}, {}, &gen), skip = randn({1, 8, 5, 5}, {}, &gen);
+  EXPECT_TRUE(channels_last_ops(run_passes(trace_of(mixed, {in, skip}), {.freeze = true})).empty());
+}
+
+// The pools on channels-last inputs are the plane loops' results bitwise.
+TEST(Passes, PoolsOnChannelsLastInputsEqualTheirRowMajorResults) {
+  Generator gen(43);
+  Tensor x = randn({2, 9, 8, 5}, {}, &gen);
+  x.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor last = x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  ASSERT_TRUE(channels_last_layout(last.sizes(), last.strides()));
+  EXPECT_TRUE(same(kiln::max_pool2d(last, {3}, {2}, {1}), kiln::max_pool2d(x, {3}, {2}, {1})));
+  EXPECT_TRUE(same(kiln::max_pool2d(last, {2, 3}, {1, 2}, {0, 1}, {2, 1}, true),
+                   kiln::max_pool2d(x, {2, 3}, {1, 2}, {0, 1}, {2, 1}, true)));
+  for (const Shape& out : {Shape{1, 1}, Shape{3, 2}, Shape{8, 5}})
+    EXPECT_TRUE(same(kiln::adaptive_avg_pool2d(last, out), kiln::adaptive_avg_pool2d(x, out)));
 }
 
 // An LSTM written as a loop over its steps: each layer's input projections

@@ -1,7 +1,10 @@
 // CPU kernels of convolution and pooling. float32 convolution runs oneDNN's
-// primitive on plain NCHW/OIHW layouts (cached per shape); float64 is im2col +
-// our float64 GEMM; the 16-bit floats convert to float32 around oneDNN. Pools
-// are direct loops over the N*C planes, parallel across planes.
+// primitive (cached per shape and layout) on NCHW tensors or on channels-last
+// ones (NHWC in memory, which the compiler keeps between convolutions when it
+// freezes: docs/architecture.md, "Layouts"); float64 is im2col + our float64
+// GEMM; the 16-bit floats convert to float32 around oneDNN. Pools are direct
+// loops over the N*C planes, parallel across planes, or over channels-last
+// pixels with the channels innermost.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,6 +19,7 @@
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/weight_cache.h"
 #include "backends/epilogue.h"
+#include "core/shape_util.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
 
@@ -36,29 +40,41 @@ void visit_float(DType t, F&& f) {
   }
 }
 
-// The shared conv geometry (conv_geometry.h) and whether a bias is added.
+// The shared conv geometry (conv_geometry.h), whether a bias is added, and
+// whether the source and the result are channels last (else NCHW).
 struct ForwardGeometry : ConvGeometry {
   bool has_bias;
+  bool src_nhwc = false, dst_nhwc = false;
 
   std::vector<int64_t> key() const {
     std::vector<int64_t> k = ConvGeometry::key();
     k.push_back(has_bias);
+    k.push_back(src_nhwc);
+    k.push_back(dst_nhwc);
     return k;
   }
 };
+
+bool channels_last(const Tensor& t) { return channels_last_layout(t.sizes(), t.strides()); }
 
 ForwardGeometry forward_geometry(const KernelCall& call) {
   ForwardGeometry g{backend::conv_geometry(call.in(0).sizes(), call.in(1).sizes(),
                                            call.out().sizes(), call.attrs, 0),
                     call.inputs.size() > 2 && call.in(2).defined()};
+  if (call.out().dtype() == kFloat32) {
+    g.src_nhwc = channels_last(call.in(0));
+    g.dst_nhwc = channels_last(call.out());
+  }
   return g;
 }
 
-// A cached convolution: oneDNN chooses the layouts it runs fastest on
-// (channel blocks of 8 or 16 with AVX2/AVX-512); the tensors stay NCHW/OIHW, so
-// the source is reordered in and the result out around the primitive, and the
-// weights are reordered once per weight (the weight cache) when no gradient is
-// recorded. src/weights/dst are the plain layouts, *_run the primitive's.
+// A cached convolution. On NCHW tensors oneDNN chooses the layouts it runs
+// fastest on (channel blocks of 8 or 16 with AVX2/AVX-512), so the source is
+// reordered in and the result out around the primitive. Where the source or
+// the result is channels last, the primitive runs on NHWC and only a tensor
+// that is not is reordered. The weights are reordered once per weight (the
+// weight cache) when no gradient is recorded. src/weights/dst are the
+// tensors' layouts, *_run the primitive's.
 struct ConvPrimitive {
   dnnl::convolution_forward primitive;
   dnnl::memory::desc src, weights, bias, dst, scratchpad;
@@ -70,8 +86,8 @@ ConvPrimitive make_conv_primitive(const ForwardGeometry& g) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
-  const memory::desc src({g.n, g.c, g.h, g.w}, f32, tag::nchw);
-  const memory::desc dst({g.n, g.o, g.oh, g.ow}, f32, tag::nchw);
+  const memory::desc src({g.n, g.c, g.h, g.w}, f32, g.src_nhwc ? tag::nhwc : tag::nchw);
+  const memory::desc dst({g.n, g.o, g.oh, g.ow}, f32, g.dst_nhwc ? tag::nhwc : tag::nchw);
   const memory::desc weights =
       g.groups == 1 ? memory::desc({g.o, g.c, g.kh, g.kw}, f32, tag::oihw)
                     : memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, f32,
@@ -79,15 +95,19 @@ ConvPrimitive make_conv_primitive(const ForwardGeometry& g) {
   const memory::desc bias = g.has_bias ? memory::desc({g.o}, f32, tag::x) : memory::desc();
   // 1x1 kernels are plain GEMMs on NCHW, where the reorders would cost more
   // than they gain (2-core AMD EPYC: 0.4-0.8x; larger kernels gain 1.2-1.6x).
-  const bool blocked = g.kh * g.kw > 1;
+  const bool nhwc = g.src_nhwc || g.dst_nhwc;
+  const bool blocked = g.kh * g.kw > 1 && !nhwc;
   auto any = [&](const memory::desc& d) {
     return blocked ? memory::desc(d.dims(), f32, tag::any) : d;
   };
+  auto run = [&](const memory::desc& d) {
+    return nhwc ? memory::desc(d.dims(), f32, tag::nhwc) : any(d);
+  };
   // oneDNN counts dilation from 0 (0 = dense), PyTorch from 1.
   const dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(src),
-      any(weights), bias, any(dst), {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.ph0, g.pw0},
-      {g.ph1, g.pw1});
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, run(src),
+      nhwc ? memory::desc(weights.dims(), f32, tag::any) : any(weights), bias, run(dst),
+      {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.ph0, g.pw0}, {g.ph1, g.pw1});
   const dnnl::convolution_forward::primitive_desc pd(desc, onednn_default_attr(), onednn_engine());
   ConvPrimitive p{dnnl::convolution_forward(pd), src, weights, bias, dst, pd.scratchpad_desc(),
                   pd.src_desc(), pd.weights_desc(), pd.dst_desc(), {}, {}, {}};
@@ -207,7 +227,14 @@ void conv_kernel(const KernelCall& call) {
   const ForwardGeometry g = forward_geometry(call);
   Tensor y = call.out();
   if (y.numel() == 0) return;
-  const Tensor x = call.in(0).contiguous();
+  if (!g.dst_nhwc && !y.is_contiguous()) {  // computed apart, then written through y's strides
+    Tensor computed = empty(y.sizes(), {.dtype = y.dtype()});
+    TensorList outs{computed};
+    conv_kernel(KernelCall{call.schema, call.inputs, outs, call.attrs});
+    y.copy_(computed);
+    return;
+  }
+  const Tensor x = g.src_nhwc ? call.in(0) : call.in(0).contiguous();
   const Tensor w = call.in(1).contiguous();
   const Tensor b = g.has_bias ? call.in(2).contiguous() : Tensor();
   if (g.c == 0) {  // no input channels: every output is its bias
@@ -215,7 +242,9 @@ void conv_kernel(const KernelCall& call) {
       y.zero_();
       return;
     }
-    y.view({g.n, g.o, g.oh * g.ow}).copy_(b.view({1, g.o, 1}).expand({g.n, g.o, g.oh * g.ow}));
+    Shape per_channel(static_cast<size_t>(y.dim()), 1);
+    per_channel[1] = g.o;
+    y.copy_(b.view(per_channel).expand(y.sizes()));
     return;
   }
   const DType t = y.dtype();
@@ -379,6 +408,108 @@ void adaptive_avg_pool(const KernelCall& call) {
   });
 }
 
+// Channels-last pooling: x's channels are innermost (stride 1), so each
+// output pixel is a loop over the channels per window tap, which vectorizes;
+// y has any strides. Each channel sees its taps in the order the plane loops
+// above see them, so the results are theirs bitwise. taps(r, c, f) calls
+// f(ih, iw) for the taps of output pixel (r, c) in row-major order, fold(a, v)
+// folds a value into an accumulator that starts at `start`, and done(a, r, c)
+// is the pixel's result.
+template <typename T, typename C, typename Taps, typename Fold, typename Done>
+void pool_nhwc(const KernelCall& call, int64_t taps_per_pixel, C start, Taps taps, Fold fold,
+               Done done) {
+  const Tensor& x = call.in(0);
+  const Tensor& y = call.out();
+  const int64_t channels = x.size(1), oh = y.size(2), ow = y.size(3);
+  const Shape &xs = x.strides(), &ys = y.strides();
+  const T* in = x.data<T>();
+  T* out = y.data<T>();
+  const int64_t per_row = std::max<int64_t>(1, ow * channels * taps_per_pixel);
+  parallel_for(y.size(0) * oh, std::max<int64_t>(1, kParallelGrain / per_row),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<C> acc(static_cast<size_t>(channels));
+                 C* __restrict a = acc.data();
+                 for (int64_t row = begin; row < end; ++row) {
+                   const int64_t n = row / oh, r = row % oh;
+                   for (int64_t col = 0; col < ow; ++col) {
+                     std::fill(acc.begin(), acc.end(), start);
+                     taps(r, col, [&](int64_t ih, int64_t iw) {
+                       const T* __restrict px = in + n * xs[0] + ih * xs[2] + iw * xs[3];
+                       for (int64_t ch = 0; ch < channels; ++ch) a[ch] = fold(a[ch], C(px[ch]));
+                     });
+                     T* o = out + n * ys[0] + r * ys[2] + col * ys[3];
+                     if (ys[1] == 1) {
+                       for (int64_t ch = 0; ch < channels; ++ch) o[ch] = T(done(a[ch], r, col));
+                     } else {
+                       for (int64_t ch = 0; ch < channels; ++ch)
+                         o[ch * ys[1]] = T(done(a[ch], r, col));
+                     }
+                   }
+                 }
+               });
+}
+
+template <typename T>
+void max_pool_nhwc(const KernelCall& call) {
+  using C = compute_t<T>;
+  const auto& k = call.attrs.ints(0);
+  const auto& s = call.attrs.ints(1);
+  const auto& pad = call.attrs.ints(2);
+  const auto& d = call.attrs.ints(3);
+  const int64_t h = call.in(0).size(2), w = call.in(0).size(3);
+  const auto taps = [&](int64_t r, int64_t c, auto&& f) {
+    for (int64_t kh = 0; kh < k[0]; ++kh) {
+      const int64_t ih = r * s[0] - pad[0] + kh * d[0];
+      if (ih < 0 || ih >= h) continue;
+      for (int64_t kw = 0; kw < k[1]; ++kw) {
+        const int64_t iw = c * s[1] - pad[1] + kw * d[1];
+        if (iw >= 0 && iw < w) f(ih, iw);
+      }
+    }
+  };
+  pool_nhwc<T>(
+      call, k[0] * k[1], -std::numeric_limits<C>::infinity(), taps,
+      [](C a, C v) { return max_keep_nan(a, v); }, [](C a, int64_t, int64_t) { return a; });
+}
+
+template <typename T>
+void adaptive_avg_pool_nhwc(const KernelCall& call) {
+  using C = compute_t<T>;
+  const int64_t h = call.in(0).size(2), w = call.in(0).size(3);
+  const int64_t oh = call.out().size(2), ow = call.out().size(3);
+  if (oh * ow == 0) return;
+  const auto rows = [&](int64_t r) { return std::pair{r * h / oh, ((r + 1) * h + oh - 1) / oh}; };
+  const auto cols = [&](int64_t c) { return std::pair{c * w / ow, ((c + 1) * w + ow - 1) / ow}; };
+  const auto taps = [&](int64_t r, int64_t c, auto&& f) {
+    const auto [h0, h1] = rows(r);
+    const auto [w0, w1] = cols(c);
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) f(ih, iw);
+  };
+  const int64_t window = ((h + oh - 1) / oh + 1) * ((w + ow - 1) / ow + 1);
+  pool_nhwc<T>(
+      call, window, C(0), taps, [](C a, C v) { return a + v; },
+      [&](C sum, int64_t r, int64_t c) {
+        const auto [h0, h1] = rows(r);
+        const auto [w0, w1] = cols(c);
+        return sum / C((h1 - h0) * (w1 - w0));
+      });
+}
+
+// A pool on any layouts: channels last where x is (any y), else the plane
+// loops, into a temporary where y is not row-major.
+template <typename T>
+void run_pool(const KernelCall& call, void (*planes)(const KernelCall&),
+              void (*nhwc)(const KernelCall&)) {
+  if (call.out().numel() == 0) return;
+  if (nhwc && channels_last(call.in(0))) return nhwc(call);
+  if (call.out().is_contiguous()) return planes(call);
+  Tensor computed = empty(call.out().sizes(), {.dtype = call.out().dtype()});
+  TensorList outs{computed};
+  planes(KernelCall{call.schema, call.inputs, outs, call.attrs});
+  call.out().copy_(computed);
+}
+
 // conv1d/conv2d with an epilogue (backends/epilogue.h): the convolution as
 // eager runs it, then the residual add and the relu in one pass over the
 // result while it is still in cache, each element rounded as eager's add and
@@ -390,6 +521,10 @@ std::string conv_epilogue_supports(OpId, std::span<const ops::TensorMeta>,
                                    const Epilogue& epilogue) {
   if (output.dtype != kFloat32)
     return detail::str_cat("the CPU runs it on ", output.dtype, ", not float32");
+  if (!contiguous_layout(output.sizes, output.strides) &&
+      !channels_last_layout(output.sizes, output.strides))
+    return detail::str_cat("its result's strides ", output.strides,
+                           " are neither row-major nor channels last");
   size_t adds = 0;
   for (Epilogue::Kind k : epilogue.ops) adds += k == Epilogue::Kind::kAdd;
   if (adds > 1) return "it takes one residual add";
@@ -403,7 +538,13 @@ void conv_epilogue_kernel(const KernelCall& call, const Epilogue& epilogue) {
   conv_kernel(
       KernelCall{call.schema, call.inputs.subspan(0, conv_inputs), call.outputs, call.attrs});
   Tensor y = call.out();
-  const Tensor r = add ? call.inputs.back().contiguous() : Tensor();
+  // The residual in y's memory order (y is row-major or channels last).
+  Tensor r;
+  if (add) {
+    r = call.inputs.back();
+    if (r.strides() != y.strides())
+      r = channels_last(y) ? r.permute({0, 2, 3, 1}).contiguous() : r.contiguous();
+  }
   float* out = y.data<float>();
   const float* residual = add ? r.data<float>() : nullptr;
   // The ops in their order (an add before a relu, or either alone).
@@ -443,13 +584,18 @@ void register_cpu_conv_pool_kernels(KernelTable& t) {
     register_epilogue_lowering(DeviceKind::CPU, op,
                                {cpu::conv_epilogue_supports, cpu::conv_epilogue_kernel});
   t.set(OpId::max_pool2d, [](const KernelCall& c) {
-    cpu::visit_float(c.out().dtype(), [&]<typename T>() { cpu::max_pool<T>(c); });
+    cpu::visit_float(c.out().dtype(), [&]<typename T>() {
+      cpu::run_pool<T>(c, cpu::max_pool<T>, cpu::max_pool_nhwc<T>);
+    });
   });
   t.set(OpId::avg_pool2d, [](const KernelCall& c) {
-    cpu::visit_float(c.out().dtype(), [&]<typename T>() { cpu::avg_pool<T>(c); });
+    cpu::visit_float(c.out().dtype(),
+                     [&]<typename T>() { cpu::run_pool<T>(c, cpu::avg_pool<T>, nullptr); });
   });
   t.set(OpId::adaptive_avg_pool2d, [](const KernelCall& c) {
-    cpu::visit_float(c.out().dtype(), [&]<typename T>() { cpu::adaptive_avg_pool<T>(c); });
+    cpu::visit_float(c.out().dtype(), [&]<typename T>() {
+      cpu::run_pool<T>(c, cpu::adaptive_avg_pool<T>, cpu::adaptive_avg_pool_nhwc<T>);
+    });
   });
 }
 

@@ -92,6 +92,11 @@ class Graph {
   int32_t add_node(ops::OpId op, std::vector<ValueId> inputs, ops::Attrs attrs,
                    const TensorList& outputs, ValueId target = kNoValue);
   Node& node(int32_t index) { return nodes_.at(static_cast<size_t>(index)); }
+  // A layout a pass chose for a node's result (the same bytes, other
+  // strides); the pass keeps the values of its storage consistent.
+  void set_strides(ValueId id, Shape strides) {
+    values_.at(static_cast<size_t>(id)).strides = std::move(strides);
+  }
   void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
 
   const std::vector<Value>& values() const noexcept { return values_; }

@@ -78,6 +78,13 @@ Trace elide_copies(const Trace& trace);
 // random draws are left alone. Not bitwise: not run under strict.
 Trace batch_recurrent_projections(const Trace& trace);
 
+// Frozen graphs on the CPU: the float32 results of convolutions and max
+// pools that only convolutions, pools and in-place pointwise writes read
+// are laid out channels last (NHWC in memory), so that convolutions run on
+// NHWC without reorders around each one. Not returned, not viewed. Not
+// bitwise (a convolution may sum in another order): not run under strict.
+Trace keep_channels_last(const Trace& trace);
+
 // What the passes may assume of the compiled function (CompileOptions).
 struct PassContext {
   bool freeze = false;  // freeze, and fold batch norms into convolutions

@@ -69,6 +69,8 @@ Trace run_passes(const Trace& trace, const PassContext& context, std::vector<Pas
   pipeline.emplace_back("fuse_batch_norm_activation", fuse_batch_norm_activation);
   if (!context.strict)
     pipeline.emplace_back("batch_recurrent_projections", batch_recurrent_projections);
+  if (context.freeze && !context.strict)
+    pipeline.emplace_back("keep_channels_last", keep_channels_last);
   Trace current = trace;
   for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();

@@ -224,6 +224,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           } else {
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
           }
+          // A layout a pass chose (channels last): the same bytes, its strides.
+          if (v.strides != outs.back().strides()) outs.back() = view_of(outs.back(), v, 0);
         }
         if (s.generated && s.scheduled->reduction) {
           detail::count_kernel_launch();

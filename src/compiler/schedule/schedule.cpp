@@ -69,7 +69,8 @@ Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
       const ValueId r = n.inputs[first ? 1 : 0];
       const Value& rv = g.value(r);
       if (rv.sizes != y.sizes || rv.dtype != y.dtype || rv.device != y.device ||
-          rv.storage == y.storage || !contiguous_layout(rv.sizes, rv.strides)) {
+          rv.storage == y.storage ||
+          !(contiguous_layout(rv.sizes, rv.strides) || rv.strides == y.strides)) {
         break;
       }
       added = true;
