@@ -9,7 +9,7 @@ JOB.json (written by kiln):
      "dtype": "fp32|bf16|fp16", "device": "cpu|cuda", "iters": 50, "warmup": 5, "threads": 2,
      "modes": ["eager", "default", "reduce-overhead", "max-autotune"],
      "weights": "W.safetensors", "inputs": "I.safetensors", "outputs_dir": "DIR",
-     "first_call_timeout_s": 300, "model_options": {}}
+     "first_call_timeout_s": 300, "freeze": false, "model_options": {}}
 
 - weights: kiln's model.state_dict() under PyTorch's names (torchvision ResNet,
   transformers BertModel without "bert.", tests/parity/reference_models.LSTMNet;
@@ -19,6 +19,9 @@ JOB.json (written by kiln):
   int64 token ids, then optionally attention_mask, token_type_ids). They fix
   the shapes: seq_len is not read; input0's dim 0 must equal batch.
 - device: cpu, cuda or cuda:N; modes run in the order given.
+- freeze (optional, default false): torch.compile's modes freeze the weights
+  (torch._inductor.config.freezing, as Inductor's published CPU figures
+  do), as kiln's compiled modes do under `kiln bench --freeze on`.
 - first_call_timeout_s (optional, 0 or absent: none): a mode whose first call
   (torch.compile's compiling, max-autotune's search) is not done by then is
   stopped and reported as failed with a note saying so; the next mode runs.
@@ -124,6 +127,8 @@ def read_job(path):
     field("outputs_dir", str, lambda v: v != "", "must be a directory path")
     job.setdefault("first_call_timeout_s", 0)
     field("first_call_timeout_s", (int, float), lambda v: v >= 0, "must be a non-negative number")
+    if not isinstance(job.setdefault("freeze", False), bool):
+        raise JobError(f"{path}: field \"freeze\" must be true or false, got {job['freeze']!r}")
     job.setdefault("model_options", {})
     field("model_options", dict, why="must be an object")
     return job
@@ -334,6 +339,7 @@ def measure_mode(model, inputs, job, mode):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if mode != "eager":
         torch._dynamo.reset()
+        torch._inductor.config.freezing = job["freeze"]
         model = torch.compile(model, mode=mode)
     fn = lambda: model(*inputs)  # noqa: E731
     label = f"pytorch {job['model']} {mode}"

@@ -192,6 +192,9 @@ struct ExplainReport {
     bool codegen_compiled = false;  // this graph's build ran the C++ compiler
     double codegen_ms = 0;          // the time building or loading them took
     int64_t traced_nodes = 0;  // before the passes (nodes: after)
+    // Node results a pass laid out channels last (a frozen graph's
+    // convolutions and pools on the CPU: docs/compile.md, "Passes").
+    int64_t channels_last = 0;
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)
     int64_t resumes = 0;       // after a graph break: the number of the graph whose read it follows (else 0)

@@ -5,6 +5,7 @@
 
 #include "compiler/core_impl.h"
 #include "compiler/ir/graph.h"
+#include "core/shape_util.h"
 
 namespace kiln::compiler::internal {
 
@@ -72,6 +73,11 @@ ExplainReport Core::explain() const {
     const Graph& graph = s.trace->graph;
     g.nodes = static_cast<int64_t>(graph.nodes().size());
     for (const Node& n : graph.nodes()) {
+      if (!n.inplace() && !n.outputs.empty()) {
+        const Value& v = graph.value(n.outputs[0]);
+        g.channels_last +=
+            channels_last_layout(v.sizes, v.strides) && !ops::op_schema(n.op).has_flag(ops::kView);
+      }
       const std::string name(ops::op_schema(n.op).name);
       const std::string op = n.inplace() ? name + "_" : name;
       auto it =

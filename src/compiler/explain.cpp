@@ -51,6 +51,8 @@ std::string ExplainReport::to_string() const {
     if (g.autotune_ms > 0) os << ", first run with autotuning " << g.autotune_ms << " ms";
     if (g.cuda_graph || g.record_ms > 0) os << ", record " << g.record_ms << " ms";
     os << "\n";
+    if (g.channels_last > 0)
+      os << "  layouts: " << g.channels_last << " results kept channels last\n";
     if (!g.codegen.empty()) os << "  generated kernels: " << g.codegen << "\n";
     for (const auto& f : g.fused) os << "  fused: " << f << "\n";
     for (const auto& f : g.not_fused) os << "  " << f << "\n";
@@ -104,6 +106,7 @@ std::string ExplainReport::to_json() const {
                            {"codegen_compiled", g.codegen_compiled},
                            {"codegen_ms", g.codegen_ms},
                            {"traced_nodes", g.traced_nodes},
+                           {"channels_last", g.channels_last},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},
                            {"retraced", g.retraced},

@@ -56,7 +56,7 @@ struct Args {
   bool vs_torch = false;
   double torch_timeout = 300;
   bool quiet = false;
-  std::string freeze = "off";
+  std::string freeze = "on";
 };
 
 // A usage error: one line on stderr, exit status 2.
@@ -355,7 +355,7 @@ int run(Args a) {
           bar.update(label + ": PyTorch (eager and torch.compile)", base);
           torch_run = torch->run(model, s.torch_options, *s.module, s.input, batch, s.seq_len,
                                  dtype_name, device, options.modes, a.iters, a.warmup,
-                                 get_num_threads(), a.torch_timeout);
+                                 get_num_threads(), options.freeze, a.torch_timeout);
         }
         options.on_progress = [&](const bench::Progress& p) {
           bar.update(label + ": " + p.stage,
@@ -529,7 +529,9 @@ int main(int argc, char** argv) {
   bench
       ->add_option("--freeze", a.freeze,
                    "on or off: the compiled modes freeze the weights (CompileOptions::freeze: "
-                   "constants, batch norms folded into convolutions; default off)")
+                   "constants, batch norms folded into convolutions, activations channels last "
+                   "between them on the CPU; and torch.compile's freezing with --vs-torch; "
+                   "default on)")
       ->check(CLI::IsMember({"on", "off"}));
   std::vector<std::string> report_inputs;
   CLI::App* report = app.add_subcommand(

@@ -118,7 +118,7 @@ TorchSide::Run TorchSide::run(const std::string& model, const nlohmann::json& mo
                               const kiln::nn::Module& module, const Tensor& input, int64_t batch,
                               int64_t seq_len, const std::string& dtype, kiln::Device device,
                               const std::vector<std::string>& modes, int iters, int warmup,
-                              int threads, double first_call_timeout_s) const {
+                              int threads, bool freeze, double first_call_timeout_s) const {
   TempDir dir;
   const fs::path weights = dir.path() / "weights.safetensors";
   const fs::path inputs = dir.path() / "inputs.safetensors";
@@ -139,6 +139,7 @@ TorchSide::Run TorchSide::run(const std::string& model, const nlohmann::json& mo
                            {"iters", iters},
                            {"warmup", warmup},
                            {"threads", threads},
+                           {"freeze", freeze},
                            {"weights", weights.string()},
                            {"inputs", inputs.string()},
                            {"outputs_dir", outputs.string()},

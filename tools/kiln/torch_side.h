@@ -45,7 +45,7 @@ class TorchSide {
   Run run(const std::string& model, const nlohmann::json& model_options,
           const kiln::nn::Module& module, const kiln::Tensor& input, int64_t batch, int64_t seq_len,
           const std::string& dtype, kiln::Device device, const std::vector<std::string>& modes,
-          int iters, int warmup, int threads, double first_call_timeout_s) const;
+          int iters, int warmup, int threads, bool freeze, double first_call_timeout_s) const;
 
  private:
   std::string python_;
