@@ -83,6 +83,12 @@ Tensor uniform_transposed(const Shape& shape, DType dtype, Generator& g, double 
                           double hi = 2);
 // Every other element of a tensor twice as wide in the last dim.
 Tensor uniform_strided(const Shape& shape, DType dtype, Generator& g, double lo = -2, double hi = 2);
+// How a case lays out an input: row-major, transposed (uniform_transposed),
+// strided (uniform_strided) or channels last (a [N, H, W, C] buffer seen as
+// [N, C, H, W]; 4-D shapes only).
+enum class Layout { kPlain, kTransposed, kStrided, kChannelsLast };
+Tensor uniform_laid_out(const Shape& shape, Layout layout, DType dtype, Generator& g,
+                        double lo = -2, double hi = 2);
 // Random bools.
 Tensor random_mask(const Shape& shape, Generator& g, double p_true = 0.5);
 

@@ -38,6 +38,21 @@ Tensor uniform_transposed(const Shape& shape, DType dtype, Generator& g, double 
   return base.transpose(-1, -2);
 }
 
+Tensor uniform_laid_out(const Shape& shape, Layout layout, DType dtype, Generator& g, double lo,
+                        double hi) {
+  switch (layout) {
+    case Layout::kTransposed:
+      return uniform_transposed(shape, dtype, g, lo, hi);
+    case Layout::kStrided:
+      return uniform_strided(shape, dtype, g, lo, hi);
+    case Layout::kChannelsLast:
+      return uniform({shape.at(0), shape.at(2), shape.at(3), shape.at(1)}, dtype, g, lo, hi)
+          .permute({0, 3, 1, 2});
+    default:
+      return uniform(shape, dtype, g, lo, hi);
+  }
+}
+
 Tensor uniform_strided(const Shape& shape, DType dtype, Generator& g, double lo, double hi) {
   if (shape.empty()) return uniform(shape, dtype, g, lo, hi);
   Shape wide = shape;

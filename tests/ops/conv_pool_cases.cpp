@@ -6,21 +6,6 @@
 namespace kiln::testing {
 namespace {
 
-// How an input is laid out: row-major, its last two dims transposed, or
-// channels last (a [N, H, W, C] buffer seen as [N, C, H, W]).
-enum class Layout { kPlain, kTransposed, kChannelsLast };
-
-Tensor make_input(const Shape& shape, Layout layout, DType t, Generator& g) {
-  switch (layout) {
-    case Layout::kTransposed:
-      return uniform_transposed(shape, t, g);
-    case Layout::kChannelsLast:
-      return uniform({shape[0], shape[2], shape[3], shape[1]}, t, g).permute({0, 3, 1, 2});
-    default:
-      return uniform(shape, t, g);
-  }
-}
-
 struct Conv2dCase {
   std::string what;
   Shape input, weight;
@@ -67,8 +52,8 @@ const CaseRegistration kConv2d([](CaseList& c) {
              [s](DType t, Generator& g) {
                const Layout weights =
                    s.layout == Layout::kTransposed ? Layout::kTransposed : Layout::kPlain;
-               return TensorList{make_input(s.input, s.layout, t, g),
-                                 make_input(s.weight, weights, t, g),
+               return TensorList{uniform_laid_out(s.input, s.layout, t, g),
+                                 uniform_laid_out(s.weight, weights, t, g),
                                  s.bias ? uniform({s.weight[0]}, t, g) : Tensor()};
              },
          .run =
@@ -111,13 +96,14 @@ void add_pool(CaseList& c, const std::string& name, OpId op, const Shape& shape,
   // Differentiated, max_pool2d records max_pool2d_with_indices (the gradient mode's path).
   std::vector<OpId> ops = {op};
   if (op == OpId::max_pool2d) ops.push_back(OpId::max_pool2d_with_indices);
-  c.push_back(
-      {.name = name,
-       .ops = std::move(ops),
-       .dtypes = kFloatTypes,
-       .make = [shape, layout](
-                   DType t, Generator& g) { return TensorList{make_input(shape, layout, t, g)}; },
-       .run = [fn](TensorList& in) { return TensorList{fn(in[0])}; }});
+  c.push_back({.name = name,
+               .ops = std::move(ops),
+               .dtypes = kFloatTypes,
+               .make =
+                   [shape, layout](DType t, Generator& g) {
+                     return TensorList{uniform_laid_out(shape, layout, t, g)};
+                   },
+               .run = [fn](TensorList& in) { return TensorList{fn(in[0])}; }});
 }
 
 const CaseRegistration kPools([](CaseList& c) {
@@ -158,7 +144,7 @@ const CaseRegistration kPools([](CaseList& c) {
                .dtypes = kFloatTypes,
                .make =
                    [](DType t, Generator& g) {
-                     return TensorList{make_input({2, 3, 7, 8}, Layout::kTransposed, t, g)};
+                     return TensorList{uniform_laid_out({2, 3, 7, 8}, Layout::kTransposed, t, g)};
                    },
                .run =
                    [](TensorList& in) {

@@ -5,38 +5,25 @@
 namespace kiln::testing {
 namespace {
 
-enum class Layout { Plain, Transposed, Strided };
-
-Tensor make_operand(const Shape& shape, Layout layout, DType t, Generator& g) {
-  switch (layout) {
-    case Layout::Transposed:
-      return uniform_transposed(shape, t, g);
-    case Layout::Strided:
-      return uniform_strided(shape, t, g);
-    default:
-      return uniform(shape, t, g);
-  }
-}
-
 struct PairShapes {
   std::string what;
   Shape a, b;
-  Layout la = Layout::Plain, lb = Layout::Plain;
+  Layout la = Layout::kPlain, lb = Layout::kPlain;
 };
 
 void add_pair_cases(CaseList& cases, const std::string& op_name, OpId op,
                     const std::vector<PairShapes>& shapes,
                     std::function<Tensor(const Tensor&, const Tensor&)> fn) {
   for (const auto& s : shapes) {
-    cases.push_back(
-        {.name = op_name + "/" + s.what,
-         .ops = {op},
-         .dtypes = kFloatTypes,
-         .make =
-             [s](DType t, Generator& g) {
-               return TensorList{make_operand(s.a, s.la, t, g), make_operand(s.b, s.lb, t, g)};
-             },
-         .run = [fn](TensorList& in) { return TensorList{fn(in[0], in[1])}; }});
+    cases.push_back({.name = op_name + "/" + s.what,
+                     .ops = {op},
+                     .dtypes = kFloatTypes,
+                     .make =
+                         [s](DType t, Generator& g) {
+                           return TensorList{uniform_laid_out(s.a, s.la, t, g),
+                                             uniform_laid_out(s.b, s.lb, t, g)};
+                         },
+                     .run = [fn](TensorList& in) { return TensorList{fn(in[0], in[1])}; }});
   }
 }
 
@@ -58,10 +45,10 @@ const CaseRegistration kMatmul([](CaseList& c) {
                   {"broadcast_size1_batch", {2, 3, 5}, {1, 5, 4}},
                   {"vector_batched", {5}, {2, 5, 3}},
                   {"batched_vector", {2, 4, 5}, {5}},
-                  {"transposed", {7, 11}, {11, 5}, L::Transposed, L::Transposed},
-                  {"strided", {6, 10}, {10, 4}, L::Strided, L::Strided},
-                  {"batched_transposed", {3, 5, 7}, {3, 7, 4}, L::Transposed, L::Plain},
-                  {"batched_transposed_by_matrix", {3, 5, 7}, {7, 4}, L::Transposed, L::Strided},
+                  {"transposed", {7, 11}, {11, 5}, L::kTransposed, L::kTransposed},
+                  {"strided", {6, 10}, {10, 4}, L::kStrided, L::kStrided},
+                  {"batched_transposed", {3, 5, 7}, {3, 7, 4}, L::kTransposed, L::kPlain},
+                  {"batched_transposed_by_matrix", {3, 5, 7}, {7, 4}, L::kTransposed, L::kStrided},
                   {"many_small", {64, 5, 6}, {64, 6, 7}},
                   {"many_small_parallel", {512, 8, 9}, {512, 9, 10}},
                   {"large", {131, 97}, {97, 257}}},
@@ -92,8 +79,8 @@ const CaseRegistration kBmm([](CaseList& c) {
                   {"single", {1, 1, 1}, {1, 1, 1}},
                   {"empty_batch", {0, 3, 5}, {0, 5, 4}},
                   {"empty_inner", {2, 3, 0}, {2, 0, 4}},
-                  {"transposed", {2, 7, 11}, {2, 11, 5}, L::Transposed, L::Transposed},
-                  {"strided", {2, 6, 10}, {2, 10, 4}, L::Strided, L::Strided},
+                  {"transposed", {2, 7, 11}, {2, 11, 5}, L::kTransposed, L::kTransposed},
+                  {"strided", {2, 6, 10}, {2, 10, 4}, L::kStrided, L::kStrided},
                   {"large", {4, 67, 53}, {4, 53, 131}}},
                  [](const Tensor& a, const Tensor& b) { return bmm(a, b); });
 });
@@ -141,7 +128,7 @@ const CaseRegistration kLinear([](CaseList& c) {
     Shape input;
     int64_t out;
     bool bias;
-    Layout layout = Layout::Plain;
+    Layout layout = Layout::kPlain;
   };
   const std::vector<LinearCase> list = {{"matrix", {5, 7}, 3, true},
                                         {"no_bias", {5, 7}, 3, false},
@@ -149,8 +136,8 @@ const CaseRegistration kLinear([](CaseList& c) {
                                         {"batched", {2, 3, 7}, 5, true},
                                         {"empty", {0, 7}, 3, true},
                                         {"single", {1, 1}, 1, true},
-                                        {"transposed", {6, 9}, 4, true, Layout::Transposed},
-                                        {"strided", {2, 5, 8}, 3, true, Layout::Strided},
+                                        {"transposed", {6, 9}, 4, true, Layout::kTransposed},
+                                        {"strided", {2, 5, 8}, 3, true, Layout::kStrided},
                                         {"large", {3, 67, 129}, 257, true}};
   for (const auto& s : list) {
     c.push_back({.name = "linear/" + s.what,
@@ -159,8 +146,8 @@ const CaseRegistration kLinear([](CaseList& c) {
                  .make =
                      [s](DType t, Generator& g) {
                        const int64_t in = s.input.back();
-                       return TensorList{make_operand(s.input, s.layout, t, g),
-                                         make_operand({s.out, in}, s.layout, t, g),
+                       return TensorList{uniform_laid_out(s.input, s.layout, t, g),
+                                         uniform_laid_out({s.out, in}, s.layout, t, g),
                                          s.bias ? uniform({s.out}, t, g) : Tensor()};
                      },
                  .run = [](TensorList& in) { return TensorList{linear(in[0], in[1], in[2])}; }});

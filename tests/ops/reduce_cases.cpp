@@ -8,24 +8,11 @@
 namespace kiln::testing {
 namespace {
 
-enum class Layout { kContiguous, kTransposed, kStrided };
-
-Tensor make_input(const Shape& shape, Layout layout, DType t, Generator& g, double lo, double hi) {
-  switch (layout) {
-    case Layout::kTransposed:
-      return uniform_transposed(shape, t, g, lo, hi);
-    case Layout::kStrided:
-      return uniform_strided(shape, t, g, lo, hi);
-    default:
-      return uniform(shape, t, g, lo, hi);
-  }
-}
-
 struct ReduceShape {
   Shape shape;
   Dims dims;
   bool keepdim = false;
-  Layout layout = Layout::kContiguous;
+  Layout layout = Layout::kPlain;
 };
 
 // Each layout path of the engine: rows (inner), columns (outer), a middle dim,
@@ -74,7 +61,7 @@ void add_reduce(CaseList& cases, const std::string& name, std::vector<OpId> ops,
                      .dtypes = dtypes,
                      .make =
                          [s, lo, hi](DType t, Generator& g) {
-                           return TensorList{make_input(s.shape, s.layout, t, g, lo, hi)};
+                           return TensorList{uniform_laid_out(s.shape, s.layout, t, g, lo, hi)};
                          },
                      .run = [s, fn](TensorList& in) { return fn(in[0], s.dims, s.keepdim); }});
   }
@@ -84,7 +71,7 @@ struct DimShape {
   Shape shape;
   std::optional<int64_t> dim;
   bool keepdim = false;
-  Layout layout = Layout::kContiguous;
+  Layout layout = Layout::kPlain;
 };
 
 // For the ops over one dim (an absent dim flattens, for argmax and argmin).
@@ -124,7 +111,7 @@ void add_dim_cases(CaseList& cases, const std::string& name, OpId op, DimFn fn,
                      .dtypes = dtypes,
                      .make =
                          [s, lo, hi](DType t, Generator& g) {
-                           return TensorList{make_input(s.shape, s.layout, t, g, lo, hi)};
+                           return TensorList{uniform_laid_out(s.shape, s.layout, t, g, lo, hi)};
                          },
                      .run = [s, fn](TensorList& in) { return fn(in[0], s.dim, s.keepdim); }});
   }
