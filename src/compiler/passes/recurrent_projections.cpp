@@ -7,6 +7,13 @@
 // projection and the cell (lstm_step is exactly linear(x, W_ih, b_ih),
 // linear(h, W_hh, b_hh) and lstm_cell; docs/compile.md, "Passes").
 //
+// Where a group's steps are one chain besides (each step's state is the one
+// before it's, one hidden weight and bias, each cell state read by the next
+// step alone), the whole group is one lstm_sequence node: the product and
+// the steps in one kernel, the library's own step loop (its input product,
+// then each step's hidden product and cell with the weight split between
+// the threads once), each step's h a row of its output.
+//
 // The nodes are then laid out again in an order that respects every
 // dependency: a layer's steps all come before the product over their
 // outputs, and the next layer's steps after it. So the pass leaves graphs
@@ -16,6 +23,7 @@
 #include <algorithm>
 #include <queue>
 
+#include "compiler/ir/readers.h"
 #include "compiler/passes/pass.h"
 #include "ops/dispatch.h"
 
@@ -28,6 +36,7 @@ using ops::OpId;
 // bias, whose inputs x_t none of them feeds.
 struct Group {
   std::vector<int32_t> steps;
+  bool sequence = false;  // one chain: one lstm_sequence node
 };
 
 bool batchable(const Graph& g, const Node& n) {
@@ -92,6 +101,36 @@ std::vector<Group> find_groups(const Graph& g) {
   return groups;
 }
 
+ValueId input_or_none(const Node& n, size_t k) {
+  return k < n.inputs.size() ? n.inputs[k] : kNoValue;
+}
+
+// Whether the group's steps are one chain: each step's hx and cx the step
+// before it's results, all with one hidden weight and bias (both biases or
+// neither), each cell state but the last read by the next step alone.
+bool one_chain(const Graph& g, const Readers& readers, const Group& group) {
+  const Node& first = g.nodes()[static_cast<size_t>(group.steps.front())];
+  if ((input_or_none(first, 5) == kNoValue) != (input_or_none(first, 6) == kNoValue)) return false;
+  for (size_t t = 1; t < group.steps.size(); ++t) {
+    const Node& n = g.nodes()[static_cast<size_t>(group.steps[t])];
+    const Node& before = g.nodes()[static_cast<size_t>(group.steps[t - 1])];
+    if (n.inputs[1] != before.outputs[0] || n.inputs[2] != before.outputs[1] ||
+        n.inputs[4] != first.inputs[4] || input_or_none(n, 6) != input_or_none(first, 6) ||
+        readers.count[static_cast<size_t>(before.outputs[1])] != 1)
+      return false;
+  }
+  return true;
+}
+
+// A view of input in the new graph, laid out as its shape rule lays it out.
+ValueId emit_view(Graph& ng, OpId op, ValueId input, ops::Attrs attrs) {
+  const Tensor meta = ng.meta_tensor(input);
+  const TensorList view = ops::dispatch(op, std::span<const Tensor>(&meta, 1), attrs);
+  const int32_t index = ng.add_node(op, {input}, std::move(attrs), view);
+  ng.node(index).grad_enabled = false;
+  return ng.nodes()[static_cast<size_t>(index)].outputs[0];
+}
+
 // A node of op on inputs of the new graph, its outputs as its shape rule
 // makes them (contiguous, new storages); returns the outputs.
 std::vector<ValueId> emit(Graph& ng, OpId op, std::vector<ValueId> inputs, ops::Attrs attrs) {
@@ -113,8 +152,10 @@ Trace batch_recurrent_projections(const Trace& trace) {
   const auto& nodes = g.nodes();
   for (const Node& n : nodes)
     if (n.inplace() || n.draw_count >= 0 || n.generator) return trace;
-  const std::vector<Group> groups = find_groups(g);
+  std::vector<Group> groups = find_groups(g);
   if (groups.empty()) return trace;
+  const Readers readers(g);
+  for (Group& group : groups) group.sequence = one_chain(g, readers, group);
   // The new order: Kahn's algorithm over the old nodes plus one product per
   // group, taking the earliest ready in program order. A group's product
   // needs every input x_t; its steps need the product.
@@ -148,6 +189,9 @@ Trace batch_recurrent_projections(const Trace& trace) {
       if (slot_of[static_cast<size_t>(i)] == 0) {
         depend(product, n.inputs[3]);
         if (n.inputs.size() > 5) depend(product, n.inputs[5]);
+        if (groups[static_cast<size_t>(k)].sequence) {  // the state and hidden weights too
+          for (size_t in : {1, 2, 4, 6}) depend(product, input_or_none(n, in));
+        }
       }
       after[static_cast<size_t>(product)].push_back(i);
       ++waiting[static_cast<size_t>(i)];
@@ -176,6 +220,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
   Rewriter r(trace);
   Graph& ng = r.new_graph();
   std::vector<ValueId> product(groups.size(), kNoValue);
+  std::vector<std::vector<ValueId>> sequence(groups.size());  // output, h_n, c_n
   size_t emitted = 0;
   while (!ready.empty()) {
     const int32_t item = ready.top();
@@ -188,32 +233,50 @@ Trace batch_recurrent_projections(const Trace& trace) {
       for (int32_t s : group.steps) xs.push_back(r.map(nodes[static_cast<size_t>(s)].inputs[0]));
       ops::Attrs dim;
       dim.push_back(int64_t{0});
-      const ValueId stacked = emit(ng, OpId::stack, std::move(xs), std::move(dim))[0];
-      product[static_cast<size_t>(item - count)] =
-          emit(ng, OpId::linear,
-               {stacked, r.map(first.inputs[3]),
-                first.inputs.size() > 5 ? r.map(first.inputs[5]) : kNoValue},
-               {})[0];
+      const ValueId stacked = emit(ng, OpId::stack, std::move(xs), dim)[0];
+      if (group.sequence) {
+        std::vector<ValueId> tensors{stacked,
+                                     emit_view(ng, OpId::unsqueeze, r.map(first.inputs[1]), dim),
+                                     emit_view(ng, OpId::unsqueeze, r.map(first.inputs[2]), dim),
+                                     r.map(first.inputs[3]), r.map(first.inputs[4])};
+        const bool biases = input_or_none(first, 5) != kNoValue;
+        if (biases) {
+          tensors.push_back(r.map(first.inputs[5]));
+          tensors.push_back(r.map(first.inputs[6]));
+        }
+        ops::Attrs attrs;
+        attrs.push_back(int64_t{1});
+        attrs.push_back(biases);
+        sequence[static_cast<size_t>(item - count)] =
+            emit(ng, OpId::lstm_sequence, std::move(tensors), std::move(attrs));
+      } else {
+        product[static_cast<size_t>(item - count)] =
+            emit(ng, OpId::linear,
+                 {stacked, r.map(first.inputs[3]),
+                  first.inputs.size() > 5 ? r.map(first.inputs[5]) : kNoValue},
+                 {})[0];
+      }
     } else if (group_of[static_cast<size_t>(item)] >= 0) {
       const auto k = static_cast<size_t>(group_of[static_cast<size_t>(item)]);
       const Node& n = nodes[static_cast<size_t>(item)];
       const int64_t t = slot_of[static_cast<size_t>(item)];
-      // Row t of the product: a view.
-      const Value& p = ng.value(product[k]);
-      auto row = std::make_shared<TensorImpl>();
-      row->storage =
-          std::make_shared<Storage>(ng.storages()[static_cast<size_t>(p.storage)].nbytes, p.device);
-      row->sizes = {p.sizes[1], p.sizes[2]};
-      row->strides = {p.strides[1], p.strides[2]};
-      row->offset = p.offset + t * p.strides[0];
-      row->dtype = p.dtype;
-      ops::Attrs select;
-      select.push_back(int64_t{0});
-      select.push_back(t);
-      const int32_t view =
-          ng.add_node(OpId::select, {product[k]}, std::move(select), {Tensor(row)});
-      ng.node(view).grad_enabled = false;
-      const ValueId gates_x = ng.nodes()[static_cast<size_t>(view)].outputs[0];
+      // Row t of a result: a view.
+      const auto row = [&](ValueId of, int64_t index) {
+        ops::Attrs select;
+        select.push_back(int64_t{0});
+        select.push_back(index);
+        return emit_view(ng, OpId::select, of, std::move(select));
+      };
+      if (groups[k].sequence) {
+        // h_t is row t of the output; only the last step's c is read.
+        r.replace(n.outputs[0], row(sequence[k][0], t));
+        if (static_cast<size_t>(t) + 1 == groups[k].steps.size())
+          r.replace(n.outputs[1], row(sequence[k][2], 0));
+        for (int32_t next : after[static_cast<size_t>(item)])
+          if (--waiting[static_cast<size_t>(next)] == 0) ready.push(next);
+        continue;
+      }
+      const ValueId gates_x = row(product[k], t);
       const ValueId gates_h = emit(ng, OpId::linear,
                                    {r.map(n.inputs[1]), r.map(n.inputs[4]),
                                     n.inputs.size() > 6 ? r.map(n.inputs[6]) : kNoValue},
