@@ -107,10 +107,20 @@ ValueId input_or_none(const Node& n, size_t k) {
 
 // Whether the group's steps are one chain: each step's hx and cx the step
 // before it's results, all with one hidden weight and bias (both biases or
-// neither), each cell state but the last read by the next step alone.
+// neither), each cell state but the last read by the next step alone; and
+// lstm_sequence's operands: the first state [B, H], every tensor float32.
 bool one_chain(const Graph& g, const Readers& readers, const Group& group) {
   const Node& first = g.nodes()[static_cast<size_t>(group.steps.front())];
   if ((input_or_none(first, 5) == kNoValue) != (input_or_none(first, 6) == kNoValue)) return false;
+  const Value& w_hh = g.value(first.inputs[4]);
+  if (w_hh.sizes.size() != 2) return false;
+  const Shape state{g.value(first.inputs[0]).sizes[0], w_hh.sizes[1]};
+  for (size_t k = 1; k < first.inputs.size(); ++k) {
+    const ValueId in = first.inputs[k];
+    if (in == kNoValue) continue;
+    const Value& v = g.value(in);
+    if (v.dtype != kFloat32 || !v.device.is_cpu() || (k <= 2 && v.sizes != state)) return false;
+  }
   for (size_t t = 1; t < group.steps.size(); ++t) {
     const Node& n = g.nodes()[static_cast<size_t>(group.steps[t])];
     const Node& before = g.nodes()[static_cast<size_t>(group.steps[t - 1])];
