@@ -241,8 +241,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
       const Node& first = nodes[static_cast<size_t>(group.steps.front())];
       std::vector<ValueId> xs;
       for (int32_t s : group.steps) xs.push_back(r.map(nodes[static_cast<size_t>(s)].inputs[0]));
-      ops::Attrs dim;
-      dim.push_back(int64_t{0});
+      const ops::Attrs dim{int64_t{0}};
       const ValueId stacked = emit(ng, OpId::stack, std::move(xs), dim)[0];
       if (group.sequence) {
         std::vector<ValueId> tensors{stacked,
@@ -254,9 +253,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
           tensors.push_back(r.map(first.inputs[5]));
           tensors.push_back(r.map(first.inputs[6]));
         }
-        ops::Attrs attrs;
-        attrs.push_back(int64_t{1});
-        attrs.push_back(biases);
+        ops::Attrs attrs{int64_t{1}, biases};
         sequence[static_cast<size_t>(item - count)] =
             emit(ng, OpId::lstm_sequence, std::move(tensors), std::move(attrs));
       } else {
@@ -272,10 +269,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
       const int64_t t = slot_of[static_cast<size_t>(item)];
       // Row t of a result: a view.
       const auto row = [&](ValueId of, int64_t index) {
-        ops::Attrs select;
-        select.push_back(int64_t{0});
-        select.push_back(index);
-        return emit_view(ng, OpId::select, of, std::move(select));
+        return emit_view(ng, OpId::select, of, ops::Attrs{int64_t{0}, index});
       };
       if (groups[k].sequence) {
         // h_t is row t of the output; only the last step's c is read.
