@@ -18,22 +18,30 @@ struct Block {
   uint32_t v[4];
 };
 
+// One round on a counter (c0..c3) under the round's key (k0, k1).
+KILN_HOST_DEVICE inline void one_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3,
+                                       uint32_t k0, uint32_t k1) {
+  const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+  const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+  const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+  const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+  c1 = static_cast<uint32_t>(p1);
+  c3 = static_cast<uint32_t>(p0);
+  c0 = n0;
+  c2 = n2;
+}
+
+// The key of the next round.
+KILN_HOST_DEVICE inline void bump(uint32_t& k0, uint32_t& k1) {
+  k0 += 0x9E3779B9u;
+  k1 += 0xBB67AE85u;
+}
+
 KILN_HOST_DEVICE inline Block block(uint64_t seed, uint64_t counter) {
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
-    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
+  for (int r = 0; r < 10; ++r, bump(k0, k1)) one_round(c0, c1, c2, c3, k0, k1);
   return Block{{c0, c1, c2, c3}};
 }
 
@@ -54,20 +62,9 @@ inline void blocks(uint64_t seed, uint64_t first, uint32_t* out) {
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   // Unrolled, the loops go scalar (GCC 12, -O3); rolled, a round is N lanes wide.
 #pragma GCC unroll 1
-  for (int round = 0; round < 10; ++round) {
+  for (int r = 0; r < 10; ++r, bump(k0, k1)) {
 #pragma GCC unroll 1
-    for (int j = 0; j < N; ++j) {
-      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[j];
-      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[j];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
-      c1[j] = static_cast<uint32_t>(p1);
-      c3[j] = static_cast<uint32_t>(p0);
-      c0[j] = n0;
-      c2[j] = n2;
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    for (int j = 0; j < N; ++j) one_round(c0[j], c1[j], c2[j], c3[j], k0, k1);
   }
   for (int j = 0; j < N; ++j) {
     out[4 * j] = c0[j];

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backends/conv_geometry.h"
@@ -230,17 +231,20 @@ void conv_f64(const ForwardGeometry& g, const double* x, const double* w, const 
   }
 }
 
+// Runs kernel, which writes row-major results, into a row-major temporary,
+// then copies it through the strides of call.out().
+void through_row_major(const KernelCall& call, void (*kernel)(const KernelCall&)) {
+  Tensor computed = empty(call.out().sizes(), {.dtype = call.out().dtype()});
+  TensorList outs{computed};
+  kernel(KernelCall{call.schema, call.inputs, outs, call.attrs});
+  call.out().copy_(computed);
+}
+
 void conv_kernel(const KernelCall& call) {
   const ForwardGeometry g = forward_geometry(call);
   Tensor y = call.out();
   if (y.numel() == 0) return;
-  if (!g.dst_nhwc && !y.is_contiguous()) {  // computed apart, then written through y's strides
-    Tensor computed = empty(y.sizes(), {.dtype = y.dtype()});
-    TensorList outs{computed};
-    conv_kernel(KernelCall{call.schema, call.inputs, outs, call.attrs});
-    y.copy_(computed);
-    return;
-  }
+  if (!g.dst_nhwc && !y.is_contiguous()) return through_row_major(call, conv_kernel);
   const Tensor x = g.src_nhwc ? call.in(0) : call.in(0).contiguous();
   const Tensor w = call.in(1).contiguous();
   const Tensor b = g.has_bias ? call.in(2).contiguous() : Tensor();
@@ -390,6 +394,16 @@ void avg_pool(const KernelCall& call) {
   });
 }
 
+// Adaptive pooling's window along one dim: output cell i of `out` averages
+// input rows floor(i * in / out) to ceil((i + 1) * in / out); and a bound on
+// a window's taps (for the parallel grain).
+std::pair<int64_t, int64_t> adaptive_range(int64_t i, int64_t in, int64_t out) {
+  return {i * in / out, ((i + 1) * in + out - 1) / out};
+}
+int64_t adaptive_window(int64_t h, int64_t w, int64_t oh, int64_t ow) {
+  return ((h + oh - 1) / oh + 1) * ((w + ow - 1) / ow + 1);
+}
+
 template <typename T>
 void adaptive_avg_pool(const KernelCall& call) {
   using C = compute_t<T>;
@@ -398,14 +412,13 @@ void adaptive_avg_pool(const KernelCall& call) {
   if (p.oh * p.ow == 0) return;
   const T* in = x.data<T>();
   T* out = call.out().data<T>();
-  const int64_t window = ((p.h + p.oh - 1) / p.oh + 1) * ((p.w + p.ow - 1) / p.ow + 1);
-  for_each_plane(p, window, [&](int64_t plane) {
+  for_each_plane(p, adaptive_window(p.h, p.w, p.oh, p.ow), [&](int64_t plane) {
     const T* src = in + plane * p.h * p.w;
     T* dst = out + plane * p.oh * p.ow;
     for (int64_t oh = 0; oh < p.oh; ++oh) {
-      const int64_t h0 = oh * p.h / p.oh, h1 = ((oh + 1) * p.h + p.oh - 1) / p.oh;
+      const auto [h0, h1] = adaptive_range(oh, p.h, p.oh);
       for (int64_t ow = 0; ow < p.ow; ++ow) {
-        const int64_t w0 = ow * p.w / p.ow, w1 = ((ow + 1) * p.w + p.ow - 1) / p.ow;
+        const auto [w0, w1] = adaptive_range(ow, p.w, p.ow);
         C sum = 0;
         for (int64_t ih = h0; ih < h1; ++ih)
           for (int64_t iw = w0; iw < w1; ++iw) sum += C(src[ih * p.w + iw]);
@@ -485,36 +498,29 @@ void adaptive_avg_pool_nhwc(const KernelCall& call) {
   const int64_t h = call.in(0).size(2), w = call.in(0).size(3);
   const int64_t oh = call.out().size(2), ow = call.out().size(3);
   if (oh * ow == 0) return;
-  const auto rows = [&](int64_t r) { return std::pair{r * h / oh, ((r + 1) * h + oh - 1) / oh}; };
-  const auto cols = [&](int64_t c) { return std::pair{c * w / ow, ((c + 1) * w + ow - 1) / ow}; };
   const auto taps = [&](int64_t r, int64_t c, auto&& f) {
-    const auto [h0, h1] = rows(r);
-    const auto [w0, w1] = cols(c);
+    const auto [h0, h1] = adaptive_range(r, h, oh);
+    const auto [w0, w1] = adaptive_range(c, w, ow);
     for (int64_t ih = h0; ih < h1; ++ih)
       for (int64_t iw = w0; iw < w1; ++iw) f(ih, iw);
   };
-  const int64_t window = ((h + oh - 1) / oh + 1) * ((w + ow - 1) / ow + 1);
   pool_nhwc<T>(
-      call, window, C(0), taps, [](C a, C v) { return a + v; },
+      call, adaptive_window(h, w, oh, ow), C(0), taps, [](C a, C v) { return a + v; },
       [&](C sum, int64_t r, int64_t c) {
-        const auto [h0, h1] = rows(r);
-        const auto [w0, w1] = cols(c);
+        const auto [h0, h1] = adaptive_range(r, h, oh);
+        const auto [w0, w1] = adaptive_range(c, w, ow);
         return sum / C((h1 - h0) * (w1 - w0));
       });
 }
 
 // A pool on any layouts: channels last where x is (any y), else the plane
 // loops, into a temporary where y is not row-major.
-template <typename T>
 void run_pool(const KernelCall& call, void (*planes)(const KernelCall&),
               void (*nhwc)(const KernelCall&)) {
   if (call.out().numel() == 0) return;
   if (nhwc && channels_last(call.in(0))) return nhwc(call);
   if (call.out().is_contiguous()) return planes(call);
-  Tensor computed = empty(call.out().sizes(), {.dtype = call.out().dtype()});
-  TensorList outs{computed};
-  planes(KernelCall{call.schema, call.inputs, outs, call.attrs});
-  call.out().copy_(computed);
+  through_row_major(call, planes);
 }
 
 // conv1d/conv2d with an epilogue (backends/epilogue.h): the convolution as
@@ -592,16 +598,16 @@ void register_cpu_conv_pool_kernels(KernelTable& t) {
                                {cpu::conv_epilogue_supports, cpu::conv_epilogue_kernel});
   t.set(OpId::max_pool2d, [](const KernelCall& c) {
     cpu::visit_float(c.out().dtype(), [&]<typename T>() {
-      cpu::run_pool<T>(c, cpu::max_pool<T>, cpu::max_pool_nhwc<T>);
+      cpu::run_pool(c, cpu::max_pool<T>, cpu::max_pool_nhwc<T>);
     });
   });
   t.set(OpId::avg_pool2d, [](const KernelCall& c) {
     cpu::visit_float(c.out().dtype(),
-                     [&]<typename T>() { cpu::run_pool<T>(c, cpu::avg_pool<T>, nullptr); });
+                     [&]<typename T>() { cpu::run_pool(c, cpu::avg_pool<T>, nullptr); });
   });
   t.set(OpId::adaptive_avg_pool2d, [](const KernelCall& c) {
     cpu::visit_float(c.out().dtype(), [&]<typename T>() {
-      cpu::run_pool<T>(c, cpu::adaptive_avg_pool<T>, cpu::adaptive_avg_pool_nhwc<T>);
+      cpu::run_pool(c, cpu::adaptive_avg_pool<T>, cpu::adaptive_avg_pool_nhwc<T>);
     });
   });
 }

@@ -39,6 +39,10 @@ struct Group {
   bool sequence = false;  // one chain: one lstm_sequence node
 };
 
+ValueId input_or_none(const Node& n, size_t k) {
+  return k < n.inputs.size() ? n.inputs[k] : kNoValue;
+}
+
 bool batchable(const Graph& g, const Node& n) {
   if (n.op != OpId::lstm_step || n.inplace() || n.grad_enabled || n.inputs[0] == kNoValue)
     return false;
@@ -57,8 +61,7 @@ std::vector<Group> find_groups(const Graph& g) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     if (!batchable(g, n)) continue;
-    const std::pair<ValueId, ValueId> key{n.inputs[3],
-                                          n.inputs.size() > 5 ? n.inputs[5] : kNoValue};
+    const std::pair<ValueId, ValueId> key{n.inputs[3], input_or_none(n, 5)};
     const auto it = std::find(keys.begin(), keys.end(), key);
     if (it == keys.end()) {
       keys.push_back(key);
@@ -99,10 +102,6 @@ std::vector<Group> find_groups(const Graph& g) {
     if (group.steps.size() >= 2) groups.push_back(std::move(group));
   }
   return groups;
-}
-
-ValueId input_or_none(const Node& n, size_t k) {
-  return k < n.inputs.size() ? n.inputs[k] : kNoValue;
 }
 
 // Whether the group's steps are one chain: each step's hx and cx the step
@@ -198,7 +197,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
       depend(product, n.inputs[0]);
       if (slot_of[static_cast<size_t>(i)] == 0) {
         depend(product, n.inputs[3]);
-        if (n.inputs.size() > 5) depend(product, n.inputs[5]);
+        depend(product, input_or_none(n, 5));
         if (groups[static_cast<size_t>(k)].sequence) {  // the state and hidden weights too
           for (size_t in : {1, 2, 4, 6}) depend(product, input_or_none(n, in));
         }
@@ -259,9 +258,7 @@ Trace batch_recurrent_projections(const Trace& trace) {
       } else {
         product[static_cast<size_t>(item - count)] =
             emit(ng, OpId::linear,
-                 {stacked, r.map(first.inputs[3]),
-                  first.inputs.size() > 5 ? r.map(first.inputs[5]) : kNoValue},
-                 {})[0];
+                 {stacked, r.map(first.inputs[3]), r.map(input_or_none(first, 5))}, {})[0];
       }
     } else if (group_of[static_cast<size_t>(item)] >= 0) {
       const auto k = static_cast<size_t>(group_of[static_cast<size_t>(item)]);
@@ -276,18 +273,15 @@ Trace batch_recurrent_projections(const Trace& trace) {
         r.replace(n.outputs[0], row(sequence[k][0], t));
         if (static_cast<size_t>(t) + 1 == groups[k].steps.size())
           r.replace(n.outputs[1], row(sequence[k][2], 0));
-        for (int32_t next : after[static_cast<size_t>(item)])
-          if (--waiting[static_cast<size_t>(next)] == 0) ready.push(next);
-        continue;
+      } else {
+        const ValueId gates_x = row(product[k], t);
+        const ValueId gates_h =
+            emit(ng, OpId::linear,
+                 {r.map(n.inputs[1]), r.map(n.inputs[4]), r.map(input_or_none(n, 6))}, {})[0];
+        const std::vector<ValueId> state =
+            emit(ng, OpId::lstm_cell, {gates_x, gates_h, r.map(n.inputs[2])}, {});
+        for (size_t o = 0; o < n.outputs.size(); ++o) r.replace(n.outputs[o], state[o]);
       }
-      const ValueId gates_x = row(product[k], t);
-      const ValueId gates_h = emit(ng, OpId::linear,
-                                   {r.map(n.inputs[1]), r.map(n.inputs[4]),
-                                    n.inputs.size() > 6 ? r.map(n.inputs[6]) : kNoValue},
-                                   {})[0];
-      const std::vector<ValueId> state =
-          emit(ng, OpId::lstm_cell, {gates_x, gates_h, r.map(n.inputs[2])}, {});
-      for (size_t o = 0; o < n.outputs.size(); ++o) r.replace(n.outputs[o], state[o]);
     } else {
       r.copy(nodes[static_cast<size_t>(item)]);
     }
