@@ -195,6 +195,10 @@ struct ExplainReport {
     // Node results a pass laid out channels last (a frozen graph's
     // convolutions and pools on the CPU: docs/compile.md, "Passes").
     int64_t channels_last = 0;
+    // Constants held only in the layout their kernel reads, prepared when the
+    // graph was lowered (a frozen graph's convolution weights on the CPU:
+    // docs/architecture.md, "Prepared weights").
+    int64_t prepared_weights = 0;
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)
     int64_t resumes = 0;       // after a graph break: the number of the graph whose read it follows (else 0)

@@ -23,6 +23,10 @@ struct KernelCall {
   std::span<const Tensor> inputs;
   std::span<Tensor> outputs;
   const ops::Attrs& attrs;
+  // An input the backend prepared when an executable was built (a frozen
+  // convolution's weight in its primitive's layout: backends/prepared.h); the
+  // tensor in its place then holds no bytes. Null for eager calls.
+  const void* prepared = nullptr;
 
   const Tensor& in(size_t i) const { return inputs[i]; }
   Tensor& out(size_t i = 0) const { return outputs[i]; }

@@ -1,4 +1,5 @@
 #include "backends/epilogue.h"
+#include "backends/prepared.h"
 
 #include <map>
 #include <mutex>
@@ -10,6 +11,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::pair<DeviceKind, ops::OpId>, EpilogueLowering> lowerings;
+  std::map<std::pair<DeviceKind, ops::OpId>, InputPreparation> preparations;
 };
 
 Registry& registry() {
@@ -44,6 +46,20 @@ const EpilogueLowering* epilogue_lowering(DeviceKind device, ops::OpId op) {
   std::lock_guard lock(r.mutex);
   const auto it = r.lowerings.find({device, op});
   return it == r.lowerings.end() ? nullptr : &it->second;
+}
+
+void register_input_preparation(DeviceKind device, ops::OpId op, InputPreparation preparation) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.preparations[{device, op}] = preparation;
+}
+
+const InputPreparation* input_preparation(DeviceKind device, ops::OpId op) {
+  backend_for(device);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.preparations.find({device, op});
+  return it == r.preparations.end() ? nullptr : &it->second;
 }
 
 }  // namespace kiln::backend

@@ -97,6 +97,7 @@ ExplainReport Core::explain() const {
     if (s.executable) {
       for (const auto& a : s.executable->plan().arenas) g.arena_bytes += a.nbytes;
       g.planned_bytes = s.executable->plan().planned_bytes;
+      g.prepared_weights = static_cast<int64_t>(s.executable->prepared_constants());
       for (const auto& w : s.executable->plan().workspaces)
         g.workspace_bytes += w.in_arena ? w.nbytes : 0;
       const Schedule& schedule = s.executable->schedule();

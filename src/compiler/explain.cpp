@@ -53,6 +53,8 @@ std::string ExplainReport::to_string() const {
     os << "\n";
     if (g.channels_last > 0)
       os << "  layouts: " << g.channels_last << " results kept channels last\n";
+    if (g.prepared_weights > 0)
+      os << "  weights: " << g.prepared_weights << " held only in their kernels' layout\n";
     if (!g.codegen.empty()) os << "  generated kernels: " << g.codegen << "\n";
     for (const auto& f : g.fused) os << "  fused: " << f << "\n";
     for (const auto& f : g.not_fused) os << "  " << f << "\n";
@@ -107,6 +109,7 @@ std::string ExplainReport::to_json() const {
                            {"codegen_ms", g.codegen_ms},
                            {"traced_nodes", g.traced_nodes},
                            {"channels_last", g.channels_last},
+                           {"prepared_weights", g.prepared_weights},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},
                            {"retraced", g.retraced},

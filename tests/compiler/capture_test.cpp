@@ -43,7 +43,7 @@ TEST(Capture, RecordsOpsOnProxiesWithoutRunningThem) {
   EXPECT_EQ(g.inputs().size(), 2u);
   EXPECT_EQ(g.captured().size(), 0u);
   ASSERT_EQ(g.constants().size(), 1u);  // the 2.0, by value
-  EXPECT_EQ(g.constant_values()[0].item<double>(), 2.0);
+  EXPECT_EQ(g.constant(0).item<double>(), 2.0);
   ASSERT_EQ(g.outputs().size(), 1u);
   EXPECT_EQ(g.value(g.outputs()[0]).sizes, Shape{2});
   EXPECT_EQ(g.value(g.outputs()[0]).dtype, kFloat32);  // the constant promotes as a number

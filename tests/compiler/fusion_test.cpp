@@ -287,6 +287,7 @@ TEST(Fusion, FrozenResNetsRunEachConvolutionWithItsEpilogueAsOneStep) {
     size_t fused;      // convolutions with an epilogue
     int64_t absorbed;  // relu and add nodes run inside them
     int64_t channels_last;  // results kept channels last
+    int64_t prepared;       // weights held only prepared: every convolution's
   };
   manual_seed(4);
   // ResNet-18: 20 convolutions; all but the 3 downsampling ones are followed
@@ -296,10 +297,10 @@ TEST(Fusion, FrozenResNetsRunEachConvolutionWithItsEpilogueAsOneStep) {
   // stage's, bar ResNet-50's first 1x1 convolution at 2x2), where the two
   // layouts are one: 20 - 5 + 1 and 53 - 9 + 1.
   const std::vector<Case> cases = {
-      {"resnet18", models::resnet18({.num_classes = 10, .widths = {8, 16, 32, 64}}), 17, 17 + 8,
-       16},
+      {"resnet18", models::resnet18({.num_classes = 10, .widths = {8, 16, 32, 64}}), 17, 17 + 8, 16,
+       20},
       {"resnet50", models::resnet50({.num_classes = 10, .widths = {8, 16, 32, 64}}), 49, 49 + 16,
-       45}};
+       45, 53}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     c.net->eval();
@@ -315,6 +316,7 @@ TEST(Fusion, FrozenResNetsRunEachConvolutionWithItsEpilogueAsOneStep) {
     EXPECT_TRUE(g.not_fused.empty());
     EXPECT_EQ(g.steps, g.nodes - c.absorbed);
     EXPECT_EQ(g.channels_last, c.channels_last);
+    EXPECT_EQ(g.prepared_weights, c.prepared);
     EXPECT_NE(report.to_string().find("fused: conv2d + add_ + relu_"), std::string::npos)
         << report.to_string();
     EXPECT_TRUE(logs.contains(c.name + ": conv2d + relu_"));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -21,6 +22,7 @@
 #include "backends/cpu/onednn_gemm.h"
 #include "backends/cpu/weight_cache.h"
 #include "backends/epilogue.h"
+#include "backends/prepared.h"
 #include "core/shape_util.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
@@ -141,8 +143,9 @@ dnnl::memory reorder_weights(const ConvPrimitive& conv, const float* w) {
 }
 
 // weight: the float32 tensor w points into, or undefined when w is a temporary.
+// prepared: the weights as prepare_conv_weights made them (then w is null).
 void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const float* bias, float* y,
-              const Tensor& weight) {
+              const Tensor& weight, const dnnl::memory* prepared = nullptr) {
   try {
     auto conv = conv_primitive_cache().get(g.key(), [&] { return make_conv_primitive(g); });
     const dnnl::engine& engine = onednn_engine();
@@ -160,8 +163,14 @@ void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const fl
       conv->src_in->execute(stream, src, run);
       src = run;
     }
-    dnnl::memory weights(conv->weights, engine, const_cast<float*>(w));
-    if (conv->weights_in) {
+    dnnl::memory weights;
+    if (prepared) {
+      if (prepared->get_desc() != conv->weights_run)
+        throw Error("conv: the prepared weights are not in the layout the primitive reads");
+      weights = *prepared;
+    } else if (!conv->weights_in) {
+      weights = dnnl::memory(conv->weights, engine, const_cast<float*>(w));
+    } else {
       std::shared_ptr<const void> cached;
       if (weight.defined() && !is_grad_enabled()) {
         cached = derived_weight(
@@ -236,7 +245,7 @@ void conv_f64(const ForwardGeometry& g, const double* x, const double* w, const 
 void through_row_major(const KernelCall& call, void (*kernel)(const KernelCall&)) {
   Tensor computed = empty(call.out().sizes(), {.dtype = call.out().dtype()});
   TensorList outs{computed};
-  kernel(KernelCall{call.schema, call.inputs, outs, call.attrs});
+  kernel(KernelCall{call.schema, call.inputs, outs, call.attrs, call.prepared});
   call.out().copy_(computed);
 }
 
@@ -246,7 +255,9 @@ void conv_kernel(const KernelCall& call) {
   if (y.numel() == 0) return;
   if (!g.dst_nhwc && !y.is_contiguous()) return through_row_major(call, conv_kernel);
   const Tensor x = g.src_nhwc ? call.in(0) : call.in(0).contiguous();
-  const Tensor w = call.in(1).contiguous();
+  // Prepared weights (prepare_conv_weights): the tensor in their place holds no bytes.
+  const auto* prepared = static_cast<const dnnl::memory*>(call.prepared);
+  const Tensor w = prepared ? Tensor() : call.in(1).contiguous();
   const Tensor b = g.has_bias ? call.in(2).contiguous() : Tensor();
   if (g.c == 0) {  // no input channels: every output is its bias
     if (!g.has_bias) {
@@ -260,8 +271,10 @@ void conv_kernel(const KernelCall& call) {
   }
   const DType t = y.dtype();
   if (t == kFloat32) {
-    conv_f32(g, x.data<float>(), w.data<float>(), g.has_bias ? b.data<float>() : nullptr,
-             y.data<float>(), w);
+    conv_f32(g, x.data<float>(), prepared ? nullptr : w.data<float>(),
+             g.has_bias ? b.data<float>() : nullptr, y.data<float>(), w, prepared);
+  } else if (prepared) {
+    throw Error(detail::str_cat("conv: weights prepared for float32, called on ", t));
   } else if (t == kFloat64) {
     conv_f64(g, x.data<double>(), w.data<double>(), g.has_bias ? b.data<double>() : nullptr,
              y.data<double>());
@@ -272,6 +285,104 @@ void conv_kernel(const KernelCall& call) {
     conv_f32(g, x32.data<float>(), w32.data<float>(), g.has_bias ? b32.data<float>() : nullptr,
              y32.data<float>(), Tensor());
     y.copy_(y32);
+  }
+}
+
+// Prepared weights by the values they hold (InputPreparation::prepare's
+// `values`), so that the executables of one program at several sizes share
+// one copy where their primitives read one layout.
+class PreparedWeights {
+ public:
+  std::shared_ptr<const dnnl::memory> find(const void* values, const dnnl::memory::desc& desc) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(entries_, [](const Entry& e) { return e.weights.expired(); });
+    for (const Entry& e : entries_)
+      if (e.values == values)
+        if (auto w = e.weights.lock(); w && w->get_desc() == desc) return w;
+    return nullptr;
+  }
+  void add(const void* values, const std::shared_ptr<const dnnl::memory>& weights) {
+    std::lock_guard lock(mutex_);
+    entries_.push_back({values, weights});
+  }
+
+ private:
+  struct Entry {
+    const void* values;
+    std::weak_ptr<const dnnl::memory> weights;
+  };
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
+};
+
+PreparedWeights& prepared_weights() {
+  static PreparedWeights p;
+  return p;
+}
+
+// The weights written straight into `desc`'s places, a block of output
+// channels at a time, or null where desc is not a layout of plain blocks.
+std::shared_ptr<const dnnl::memory> pack_weights(const ForwardGeometry& g,
+                                                 const dnnl::memory::desc& desc,
+                                                 const InputRows& rows) {
+  const std::vector<std::vector<int64_t>> tables = blocked_offsets(desc);
+  const bool grouped = g.groups > 1;
+  if (tables.size() != (grouped ? 5u : 4u)) return nullptr;
+  auto packed = std::make_shared<dnnl::memory>(desc, onednn_engine());
+  float* dst = static_cast<float*>(packed->get_data_handle());
+  std::fill_n(dst, desc.get_size() / sizeof(float), 0.f);  // the blocks' padding
+  dst += desc.data.offset0;
+  const int64_t og = g.o / g.groups, cg = g.c / g.groups;
+  const auto& ti = tables[grouped + 1];
+  const auto& th = tables[grouped + 2];
+  const auto& tw = tables[grouped + 3];
+  const int64_t per_channel = std::max<int64_t>(1, cg * g.kh * g.kw);
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 18) / per_channel);
+  for (int64_t o0 = 0; o0 < g.o; o0 += block) {
+    const int64_t o1 = std::min(g.o, o0 + block);
+    const Tensor part = rows(o0, o1);
+    const float* rows_data = part.data<float>();
+    parallel_for(
+        o1 - o0, std::max<int64_t>(1, kParallelGrain / per_channel), [&](int64_t b, int64_t e) {
+          for (int64_t o = o0 + b; o < o0 + e; ++o) {
+            const float* src = rows_data + (o - o0) * per_channel;
+            const int64_t base = grouped ? tables[0][o / og] + tables[1][o % og] : tables[0][o];
+            for (int64_t i = 0; i < cg; ++i)
+              for (int64_t h = 0; h < g.kh; ++h)
+                for (int64_t w = 0; w < g.kw; ++w) dst[base + ti[i] + th[h] + tw[w]] = *src++;
+          }
+        });
+  }
+  return packed;
+}
+
+// A frozen convolution's weight in the layout its primitive reads, for calls
+// of call's layouts (backends/prepared.h): float32 with input channels, the
+// result row-major or channels last. Owned by oneDNN, as the weight cache's
+// copies of eager calls are, and shared by the calls over the same values
+// that read that layout. The weights come a block of output channels at a
+// time (pack_weights), so that a folded weight is never held whole beside
+// its prepared form.
+std::shared_ptr<const void> prepare_conv_weights(const KernelCall& call, const InputRows& rows,
+                                                 const void* values) {
+  const ForwardGeometry g = forward_geometry(call);
+  const Tensor& y = call.out();
+  if (y.dtype() != kFloat32 || call.in(1).dtype() != kFloat32 || y.numel() == 0 || g.c == 0 ||
+      (!g.dst_nhwc && !y.is_contiguous()))
+    return nullptr;
+  try {
+    const auto conv = conv_primitive_cache().get(g.key(), [&] { return make_conv_primitive(g); });
+    if (auto shared = prepared_weights().find(values, conv->weights_run)) return shared;
+    std::shared_ptr<const dnnl::memory> packed = pack_weights(g, conv->weights_run, rows);
+    if (!packed) {  // another kind of layout: oneDNN reorders the whole weight
+      if (!conv->weights_in) return nullptr;  // (plain layouts are blocks of one)
+      const Tensor w = rows(0, g.o);
+      packed = std::make_shared<const dnnl::memory>(reorder_weights(*conv, w.data<float>()));
+    }
+    prepared_weights().add(values, packed);
+    return packed;
+  } catch (const dnnl::error& e) {
+    throw Error(detail::str_cat("conv: oneDNN could not prepare the weights: ", e.what()));
   }
 }
 
@@ -548,8 +659,8 @@ void conv_epilogue_kernel(const KernelCall& call, const Epilogue& epilogue) {
   const bool add = std::find(epilogue.ops.begin(), epilogue.ops.end(), Epilogue::Kind::kAdd) !=
                    epilogue.ops.end();
   const size_t conv_inputs = add ? call.inputs.size() - 1 : call.inputs.size();
-  conv_kernel(
-      KernelCall{call.schema, call.inputs.subspan(0, conv_inputs), call.outputs, call.attrs});
+  conv_kernel(KernelCall{call.schema, call.inputs.subspan(0, conv_inputs), call.outputs, call.attrs,
+                         call.prepared});
   Tensor y = call.out();
   // The residual in y's memory order (y is row-major or channels last).
   Tensor r;
@@ -593,9 +704,11 @@ void register_cpu_conv_pool_kernels(KernelTable& t) {
   using ops::OpId;
   t.set(OpId::conv1d, cpu::conv_kernel);
   t.set(OpId::conv2d, cpu::conv_kernel);
-  for (OpId op : {OpId::conv1d, OpId::conv2d})
+  for (OpId op : {OpId::conv1d, OpId::conv2d}) {
     register_epilogue_lowering(DeviceKind::CPU, op,
                                {cpu::conv_epilogue_supports, cpu::conv_epilogue_kernel});
+    register_input_preparation(DeviceKind::CPU, op, {1, cpu::prepare_conv_weights});
+  }
   t.set(OpId::max_pool2d, [](const KernelCall& c) {
     cpu::visit_float(c.out().dtype(), [&]<typename T>() {
       cpu::run_pool(c, cpu::max_pool<T>, cpu::max_pool_nhwc<T>);

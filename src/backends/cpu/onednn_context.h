@@ -26,6 +26,12 @@ void* onednn_scratchpad(size_t nbytes);
 dnnl::memory reordered_copy(const dnnl::reorder& reorder, const dnnl::memory::desc& from,
                             const void* data, const dnnl::memory::desc& to);
 
+// For a layout of plain blocks (oneDNN's "blocked" kind: plain strides, or
+// blocks such as OIhw16i16o), the offset in elements of each index along
+// each dim: element (i0, i1, ...) is at offset0 + tables[0][i0] + tables[1][i1]
+// + ... Empty for any other layout (with extra flags, or not blocked).
+std::vector<std::vector<int64_t>> blocked_offsets(const dnnl::memory::desc& desc);
+
 // The attributes every cached primitive is created with.
 dnnl::primitive_attr onednn_default_attr();
 

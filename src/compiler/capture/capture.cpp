@@ -505,14 +505,15 @@ bool same_layout(const Tensor& t, const Value& v) {
 
 }  // namespace
 
-std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs) {
+std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs,
+                                 std::span<const Tensor> constants) {
   const Graph& g = trace.graph;
   std::vector<Tensor> env(g.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(g.inputs()[i])] = inputs[i];
   for (size_t i = 0; i < g.captured().size(); ++i)
     env[static_cast<size_t>(g.captured()[i])] = trace.captured[i];
   for (size_t i = 0; i < g.constants().size(); ++i)
-    env[static_cast<size_t>(g.constants()[i])] = g.constant_values()[i];
+    env[static_cast<size_t>(g.constants()[i])] = constants.empty() ? g.constant(i) : constants[i];
   return env;
 }
 
@@ -696,7 +697,7 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
         break;
       }
       case ValueKind::kConstant:
-        map[id] = ng.add_constant(g.constant_values()[static_cast<size_t>(v.slot)]);
+        map[id] = ng.copy_constant(g, static_cast<size_t>(v.slot));
         break;
       case ValueKind::kNode: {
         const Node& n = g.nodes().at(next);

@@ -265,8 +265,10 @@ using NodeObserver = std::function<void(size_t node, std::span<const Tensor> out
 TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserver& observe = {});
 
 // The environment of a run over a trace: a tensor per value, with the
-// inputs, captured tensors and constants bound (the rest undefined).
-std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs);
+// inputs, captured tensors and constants bound (the rest undefined): the
+// graph's constants, or `constants` by slot where given (an executable's).
+std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs,
+                                 std::span<const Tensor> constants = {});
 // While tracing, a random op's draw is this seed and, as its offset, the
 // number of the draw in the trace (Tracer::note_random_draw). A random node
 // that did not draw but has them (dropout's backward, which recomputes its

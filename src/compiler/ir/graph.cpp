@@ -105,8 +105,12 @@ void print_values(std::ostream& os, const Graph& g, const char* what,
     const Value& v = g.value(ids[i]);
     print_type(os, v, ids[i], layout);
     if (v.kind == ValueKind::kConstant) {
-      const Tensor& c = g.constant_values()[static_cast<size_t>(v.slot)];
-      if (c.numel() == 1) os << " = " << c.item();
+      const auto slot = static_cast<size_t>(v.slot);
+      if (g.lazy_constant(slot)) {
+        os << " (lazy)";
+      } else if (const Tensor c = g.constant(slot); c.numel() == 1) {
+        os << " = " << c.item();
+      }
     }
     const ValueId root = g.storages()[static_cast<size_t>(v.storage)].root;
     if (root != ids[i]) os << " aliases %" << root;
@@ -229,7 +233,51 @@ ValueId Graph::add_captured(const Tensor& like, int32_t storage) {
 ValueId Graph::add_constant(const Tensor& value) {
   const ValueId id = add_source(ValueKind::kConstant, constants_, value, -1);
   constant_values_.push_back(value);
+  constant_makers_.emplace_back();
   return id;
+}
+
+ValueId Graph::add_lazy_constant(const Tensor& like, ConstantRows rows) {
+  const ValueId id = add_source(ValueKind::kConstant, constants_, like, -1);
+  constant_values_.emplace_back();
+  constant_makers_.push_back(std::make_shared<const ConstantRows>(std::move(rows)));
+  return id;
+}
+
+ValueId Graph::copy_constant(const Graph& from, size_t slot) {
+  if (!from.lazy_constant(slot)) return add_constant(from.constant_values_.at(slot));
+  const ValueId id =
+      add_source(ValueKind::kConstant, constants_, from.meta_tensor(from.constants_.at(slot)), -1);
+  constant_values_.emplace_back();
+  constant_makers_.push_back(from.constant_makers_[slot]);
+  return id;
+}
+
+const void* Graph::constant_identity(size_t slot) const {
+  if (lazy_constant(slot)) return constant_makers_[slot].get();
+  return &constant_values_.at(slot).impl();
+}
+
+Tensor Graph::constant(size_t slot) const {
+  if (!lazy_constant(slot)) return constant_values_.at(slot);
+  return constant_rows(slot, 0, value(constants_[slot]).sizes.at(0));
+}
+
+Tensor Graph::constant_rows(size_t slot, int64_t begin, int64_t end) const {
+  const Value& v = value(constants_.at(slot));
+  if (v.sizes.empty() || begin < 0 || begin > end || end > v.sizes[0])
+    throw Error(detail::str_cat("compiler: rows [", begin, ", ", end, ") of constant ", slot,
+                                " of sizes ", v.sizes));
+  if (!lazy_constant(slot)) return constant_values_[slot].narrow(0, begin, end - begin);
+  Tensor made = (*constant_makers_[slot])(begin, end);
+  Shape sizes = v.sizes;
+  sizes[0] = end - begin;
+  if (made.sizes() != sizes || !made.is_contiguous() || made.dtype() != v.dtype ||
+      made.device() != v.device)
+    throw Error(detail::str_cat("compiler: constant ", slot, " rows were made as ", made.sizes(),
+                                " ", made.dtype(), ", not the contiguous ", sizes, " ", v.dtype,
+                                " the graph has"));
+  return made;
 }
 
 int32_t Graph::add_node(ops::OpId op, std::vector<ValueId> inputs, ops::Attrs attrs,
@@ -441,8 +489,9 @@ uint64_t hash_graph(const Graph& g, bool with_sizes) {
     for (ValueId id : *list) h.add_value(g.value(id));
   }
   if (with_sizes) {
-    for (const Tensor& c : g.constant_values()) {
-      if (c.numel() == 1) h.add_scalar(c.item());
+    for (size_t slot = 0; slot < g.constants().size(); ++slot) {
+      if (g.lazy_constant(slot)) continue;  // a folded weight: a tensor, not a number
+      if (const Tensor c = g.constant(slot); c.numel() == 1) h.add_scalar(c.item());
     }
   }
   h.add(g.nodes().size());

@@ -13,12 +13,17 @@
 // Graph inputs are the compiled function's tensor arguments; captured values
 // are tensors the function read that it did not receive (module parameters,
 // buffers, tensors of a closure), bound by reference at every call; constants
-// are numbers the program wrote (x * 2.0), held by value.
+// are numbers the program wrote (x * 2.0), held by value, and with `freeze`
+// the parameters and what passes fold from them. A folded weight may be a
+// lazy constant, made only when something asks for its value (the
+// executable hands it to the backend, which keeps it in its own layout:
+// docs/architecture.md, "Prepared weights").
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,7 +40,7 @@ inline constexpr ValueId kNoValue = -1;  // an absent optional input
 enum class ValueKind : uint8_t {
   kInput,     // an argument of the compiled function
   kCaptured,  // a tensor the function read without receiving it, by reference
-  kConstant,  // a number the program wrote, by value
+  kConstant,  // a number the program wrote, or a frozen or folded tensor, by value
   kNode,      // an output of a node
 };
 
@@ -85,6 +90,13 @@ class Graph {
   ValueId add_input(const Tensor& like, int32_t storage = -1);
   ValueId add_captured(const Tensor& like, int32_t storage = -1);
   ValueId add_constant(const Tensor& value);
+  // A constant of like's layout (contiguous) whose values rows(begin, end)
+  // computes, rows [begin, end) of its first dim, each time they are asked
+  // for (it holds no bytes of its own); the same values every time.
+  using ConstantRows = std::function<Tensor(int64_t begin, int64_t end)>;
+  ValueId add_lazy_constant(const Tensor& like, ConstantRows rows);
+  // Constant `slot` of `from` added to this graph, lazy where it is there.
+  ValueId copy_constant(const Graph& from, size_t slot);
   // Appends a node whose outputs are described by `outputs` (meta or real
   // tensors of the right layout). A view's outputs join the storage of
   // inputs[0]; an in-place node (target set) has one output, in target's
@@ -107,8 +119,14 @@ class Graph {
   const std::vector<ValueId>& constants() const noexcept { return constants_; }
   const std::vector<ValueId>& outputs() const noexcept { return outputs_; }
   const Value& value(ValueId id) const { return values_.at(static_cast<size_t>(id)); }
-  // The constants' values, by slot.
-  const TensorList& constant_values() const noexcept { return constant_values_; }
+  // Constant `slot`'s value (a lazy one is made now), rows [begin, end) of
+  // its first dim, and whether it is lazy.
+  Tensor constant(size_t slot) const;
+  Tensor constant_rows(size_t slot, int64_t begin, int64_t end) const;
+  bool lazy_constant(size_t slot) const { return constant_makers_.at(slot) != nullptr; }
+  // The same for constants of every graph that holds the same values (a
+  // lazy constant's recipe, copies of a tensor), while such a graph lives.
+  const void* constant_identity(size_t slot) const;
 
   // A meta tensor with value id's layout (a view of a meta storage of the
   // right size, so that shape rules see the same strides as eager).
@@ -124,7 +142,9 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<StorageInfo> storages_;
   std::vector<ValueId> inputs_, captured_, constants_, outputs_;
-  TensorList constant_values_;
+  TensorList constant_values_;  // by slot; undefined for a lazy one
+  // By slot, null unless lazy; shared by the copies of the constant.
+  std::vector<std::shared_ptr<const ConstantRows>> constant_makers_;
 };
 
 // By storage id: whether some in-place node writes it; whether it holds a

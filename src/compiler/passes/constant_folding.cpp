@@ -41,7 +41,7 @@ Trace fold_constants(const Trace& trace) {
         continue;
       }
       const Value& c = r.graph().value(r.map(in));
-      args.push_back(r.graph().constant_values()[static_cast<size_t>(c.slot)]);
+      args.push_back(r.graph().constant(static_cast<size_t>(c.slot)));
     }
     TensorList outs;
     try {

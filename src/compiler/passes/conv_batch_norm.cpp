@@ -2,18 +2,46 @@
 // only by batch_norm(eval; gamma, beta, mean, var constants) becomes
 // conv(x, W * s, (b - mean) * s + beta) with s = gamma / sqrt(var + eps) per
 // output channel, computed in float64 and rounded to W's dtype once.
+//
+// W * s is a lazy constant (compiler/ir/graph.h): it is computed when the
+// executable asks for it, which on the CPU hands it to the convolution's
+// primitive to keep in its own layout and lets it go, so that a frozen
+// graph holds one copy of each folded weight, not two (docs/architecture.md,
+// "Prepared weights").
 #include "compiler/passes/pass.h"
+
+#include <algorithm>
 
 #include "kiln/autograd.h"
 #include "kiln/ops/pointwise.h"
+#include "ops/dispatch.h"
 
 namespace kiln::compiler {
 namespace {
 
 bool is_constant(const Graph& g, ValueId id) { return id == kNoValue || g.value(id).kind == ValueKind::kConstant; }
 
-const Tensor& constant(const Graph& g, ValueId id) {
-  return g.constant_values()[static_cast<size_t>(g.value(id).slot)];
+Tensor constant(const Graph& g, ValueId id) {
+  return g.constant(static_cast<size_t>(g.value(id).slot));
+}
+
+// w * scale (float64, one per output channel) rounded to w's dtype, a block
+// of output channels at a time, so that no float64 copy of the whole weight
+// is ever held (the same values: each element is one product, rounded once).
+Tensor scale_weight(const Tensor& w, const Tensor& scale) {
+  NoGradGuard no_grad;
+  Tensor out = ops::make_tensor(w.sizes(), w.dtype(), w.device());
+  const int64_t channels = w.size(0);
+  const int64_t per_channel = channels == 0 ? 1 : std::max<int64_t>(1, w.numel() / channels);
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 16) / per_channel);
+  Shape sizes(static_cast<size_t>(w.dim()), 1);
+  for (int64_t o = 0; o < channels; o += block) {
+    const int64_t k = std::min(block, channels - o);
+    sizes[0] = k;
+    out.narrow(0, o, k).copy_(
+        (w.narrow(0, o, k).to(kFloat64) * scale.narrow(0, o, k).reshape(sizes)).to(w.dtype()));
+  }
+  return out;
 }
 
 }  // namespace
@@ -53,21 +81,27 @@ Trace fold_conv_batch_norm(const Trace& trace) {
       r.copy(n);
       continue;
     }
-    const Tensor& w = constant(g, n.inputs[1]);
+    const Tensor w = constant(g, n.inputs[1]);
     const int64_t channels = w.size(0);
     const double eps = m->attrs.f(1);
     const Tensor var = constant(g, m->inputs[4]).to(kFloat64), mean = constant(g, m->inputs[3]).to(kFloat64);
     Tensor scale = (var + eps).rsqrt();
     if (m->inputs[1] != kNoValue) scale = scale * constant(g, m->inputs[1]).to(kFloat64);
-    Shape per_channel(static_cast<size_t>(w.dim()), 1);
-    per_channel[0] = channels;
-    const Tensor folded_w = (w.to(kFloat64) * scale.reshape(per_channel)).to(w.dtype());
     Tensor bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue ? constant(g, n.inputs[2]).to(kFloat64)
                                                                    : zeros({channels}, {.dtype = kFloat64, .device = w.device()});
     bias = (bias - mean) * scale;
     if (m->inputs[2] != kNoValue) bias = bias + constant(g, m->inputs[2]).to(kFloat64);
     Graph& ng = r.new_graph();
-    const ValueId w_id = ng.add_constant(folded_w), b_id = ng.add_constant(bias.to(w.dtype()));
+    // A weight of one element is a number: folded now, its value in the graph's hash.
+    const ValueId w_id =
+        w.numel() == 1
+            ? ng.add_constant(scale_weight(w, scale))
+            : ng.add_lazy_constant(ops::make_tensor(w.sizes(), w.dtype(), w.device(), true),
+                                   [w, scale](int64_t begin, int64_t end) {
+                                     return scale_weight(w.narrow(0, begin, end - begin),
+                                                         scale.narrow(0, begin, end - begin));
+                                   });
+    const ValueId b_id = ng.add_constant(bias.to(w.dtype()));
     const int32_t node = ng.add_node(n.op, {r.map(n.inputs[0]), w_id, b_id}, n.attrs, {g.meta_tensor(m->outputs[0])});
     ng.node(node).grad_enabled = n.grad_enabled;
     r.replace(m->outputs[0], ng.nodes()[static_cast<size_t>(node)].outputs[0]);

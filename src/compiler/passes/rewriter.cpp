@@ -27,9 +27,8 @@ Rewriter::Rewriter(const Trace& old, const std::vector<bool>* as_constants)
     note(id, out_.graph.add_captured(g.meta_tensor(id), storage_for(id)));
     out_.captured.push_back(old.captured[slot]);
   }
-  for (ValueId id : g.constants()) {
-    map_[static_cast<size_t>(id)] = out_.graph.add_constant(g.constant_values()[static_cast<size_t>(g.value(id).slot)]);
-  }
+  for (size_t slot = 0; slot < g.constants().size(); ++slot)
+    map_[static_cast<size_t>(g.constants()[slot])] = out_.graph.copy_constant(g, slot);
 }
 
 void Rewriter::copy(const Node& n) {

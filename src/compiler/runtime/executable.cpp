@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "backends/backend.h"
+#include "backends/prepared.h"
 #include "backends/writes_nothing.h"
 #include "compiler/codegen/generated.h"
 #include "compiler/codegen/row_reduction.h"
@@ -28,6 +29,9 @@ struct Executable::Step {
   std::vector<int64_t> view_offset_delta;
   ValueId fused_result = kNoValue;  // a fused step's one result (its last node's output)
   codegen::PointwiseFn generated = nullptr;  // a generated kernel's function
+  // An input its backend prepared (backends/prepared.h), passed as
+  // KernelCall::prepared; null where none.
+  std::shared_ptr<const void> prepared;
 };
 
 namespace {
@@ -111,6 +115,7 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
     }
     steps_.push_back(std::move(s));
   }
+  prepare_constants();
   // The values of each arena storage, let go after its last use (by a
   // measuring run).
   release_after_.resize(steps_.size());
@@ -125,6 +130,56 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
 
 Executable::~Executable() = default;
 
+// Constants a backend can prepare, as the weights of frozen convolutions on
+// the CPU (backends/prepared.h), are handed to it once here. A constant that
+// only such inputs read is then bound as a tensor without bytes: the
+// executable holds its prepared form alone, and a lazy one (a folded weight)
+// is made a block of rows at a time as the backend packs it, never whole
+// (docs/architecture.md, "Prepared weights").
+void Executable::prepare_constants() {
+  const Graph& g = trace_->graph;
+  std::vector<int32_t> readers(g.constants().size(), 0), prepared(g.constants().size(), 0);
+  const auto slot_of = [&](ValueId id) {
+    return id != kNoValue && g.value(id).kind == ValueKind::kConstant ? g.value(id).slot : -1;
+  };
+  for (const Node& n : g.nodes())
+    for (ValueId id : n.inputs)
+      if (const int32_t slot = slot_of(id); slot >= 0) ++readers[static_cast<size_t>(slot)];
+  for (ValueId id : g.outputs())
+    if (const int32_t slot = slot_of(id); slot >= 0) ++readers[static_cast<size_t>(slot)];
+  for (Step& s : steps_) {
+    if (s.kind != Step::Kind::kKernel && s.kind != Step::Kind::kFused) continue;
+    if (s.generated || !s.device.is_cpu()) continue;
+    const backend::InputPreparation* prep = backend::input_preparation(s.device.kind(), s.node->op);
+    if (!prep) continue;
+    const std::vector<ValueId>& ids = s.scheduled->fused() ? s.scheduled->inputs : s.node->inputs;
+    if (prep->input >= ids.size() || prep->input >= s.node->inputs.size()) continue;
+    const int32_t slot = slot_of(ids[prep->input]);
+    if (slot < 0 || g.value(ids[prep->input]).sizes.empty()) continue;
+    if (prep->input < s.input_casts.size() && s.input_casts[prep->input]) continue;
+    TensorList inputs, outputs;
+    for (size_t i = 0; i < s.node->inputs.size(); ++i)
+      inputs.push_back(ids[i] == kNoValue ? Tensor() : g.meta_tensor(ids[i]));
+    outputs.push_back(g.meta_tensor(s.scheduled->fused() ? s.fused_result : s.node->outputs[0]));
+    s.prepared = prep->prepare(
+        backend::KernelCall{*s.schema, inputs, outputs, s.attrs},
+        [&g, slot](int64_t begin, int64_t end) {
+          return g.constant_rows(static_cast<size_t>(slot), begin, end);
+        },
+        g.constant_identity(static_cast<size_t>(slot)));
+    if (s.prepared) ++prepared[static_cast<size_t>(slot)];
+  }
+  constants_.resize(g.constants().size());
+  for (size_t slot = 0; slot < constants_.size(); ++slot) {
+    if (prepared[slot] > 0 && prepared[slot] == readers[slot]) {
+      constants_[slot] = g.meta_tensor(g.constants()[slot]);
+      ++prepared_constants_;
+    } else {
+      constants_[slot] = g.constant(slot);
+    }
+  }
+}
+
 size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
 TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe,
@@ -133,7 +188,7 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   // backward ops, and writes parameters that require grad in place.
   NoGradGuard no_grad;
   const Graph& g = trace_->graph;
-  std::vector<Tensor> env = bind_sources(*trace_, inputs);
+  std::vector<Tensor> env = bind_sources(*trace_, inputs, constants_);
   // The first run measures the steps' workspaces (one run does, while
   // others go on with the plan they found). It runs as eager would hold
   // memory: each intermediate allocated on its own and let go after its
@@ -238,11 +293,12 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           if (written >= 0) outs[0].bump_version();
         } else if (fused) {
           detail::count_kernel_launch();
-          s.scheduled->lowering->run(backend::KernelCall{*s.schema, args, outs, *attrs},
-                                     s.scheduled->epilogue);
+          s.scheduled->lowering->run(
+              backend::KernelCall{*s.schema, args, outs, *attrs, s.prepared.get()},
+              s.scheduled->epilogue);
         } else if (!backend::writes_nothing(outs, args)) {
           detail::count_kernel_launch();
-          (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs});
+          (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs, s.prepared.get()});
         }
         if (measure) workspaces[index] = workspace->high_water();
         if (observe) observe(observed, outs);

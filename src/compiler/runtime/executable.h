@@ -50,9 +50,12 @@ class Executable {
   // Its generated kernels: how they were had ("3 kernels compiled in
   // 410 ms"), or why there are none where groups were found.
   const codegen::BuiltKernels& kernels() const noexcept { return kernels_; }
+  // Constants held only in the form their backend prepared (backends/prepared.h).
+  size_t prepared_constants() const noexcept { return prepared_constants_; }
 
  private:
   struct Step;
+  void prepare_constants();
   std::shared_ptr<const Trace> trace_;
   Schedule schedule_;
   MemoryPlan plan_;                                     // without workspaces
@@ -62,6 +65,10 @@ class Executable {
   codegen::BuiltKernels kernels_;
   std::vector<Step> steps_;
   std::vector<std::vector<ValueId>> release_after_;  // by step: values whose storage it uses last
+  // The constants calls bind, by slot: a tensor without bytes for one held
+  // only prepared, a lazy one's value where something else reads it.
+  std::vector<Tensor> constants_;
+  size_t prepared_constants_ = 0;
 };
 
 }  // namespace kiln::compiler
