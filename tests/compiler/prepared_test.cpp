@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "backends/prepared.h"
 #include "compiler/compiler_testing.h"
+#include "compiler/passes/pass.h"
 #include "core/shape_util.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
@@ -181,6 +182,41 @@ TEST(PreparedWeights, AConstantOtherNodesReadKeepsItsValues) {
   EXPECT_TRUE(near(conv, conv_want));
   EXPECT_TRUE(same(product, product_want));
   EXPECT_EQ(fast.explain().graphs[0].prepared_weights, 0);
+}
+
+// A folded weight is a lazy constant: its recipe is shared by the graphs
+// that copy it (a program's graphs at several sizes), and its whole value,
+// once made, is theirs too while one of them holds it (on CUDA, where no
+// backend prepares it, each executable binds it whole).
+TEST(PreparedWeights, ALazyConstantIsMadeOnceForTheGraphsThatHoldIt) {
+  manual_seed(10);
+  NoGradGuard no_grad;
+  auto conv = std::make_shared<nn::Conv2d>(4, 6, 3);
+  auto bn = std::make_shared<nn::BatchNorm2d>(6);
+  bn->running_var.copy_(rand({6}) + 0.5);
+  bn->running_mean.copy_(randn({6}));
+  nn::Sequential net(conv, bn);
+  net.eval();
+  const testing::Program f = [&](const TensorList& a) { return TensorList{net(a[0])}; };
+  const Trace frozen = run_passes(testing::trace_of(f, {randn({1, 4, 5, 5})}), {.freeze = true});
+  int64_t slot = -1;
+  for (size_t k = 0; k < frozen.graph.constants().size(); ++k)
+    if (frozen.graph.lazy_constant(k)) slot = static_cast<int64_t>(k);
+  ASSERT_GE(slot, 0) << to_text(frozen.graph);
+  EXPECT_NE(to_text(frozen.graph).find("(lazy)"), std::string::npos);
+  Graph other;
+  const ValueId copied = other.copy_constant(frozen.graph, static_cast<size_t>(slot));
+  const auto other_slot = static_cast<size_t>(other.value(copied).slot);
+  EXPECT_TRUE(other.lazy_constant(other_slot));
+  EXPECT_EQ(other.constant_identity(other_slot),
+            frozen.graph.constant_identity(static_cast<size_t>(slot)));
+  const Tensor a = frozen.graph.constant(static_cast<size_t>(slot));
+  const Tensor b = other.constant(other_slot);
+  EXPECT_EQ(a.data_ptr(), b.data_ptr());
+  const Tensor scale = bn->weight / (bn->running_var + bn->options.eps).sqrt();
+  EXPECT_TRUE(near(a, conv->weight * scale.reshape({6, 1, 1, 1})));
+  // Rows come made apart, with the same values.
+  EXPECT_TRUE(same(other.constant_rows(other_slot, 2, 5), a.narrow(0, 2, 3)));
 }
 
 }  // namespace

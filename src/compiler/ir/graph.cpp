@@ -1,6 +1,7 @@
 #include "compiler/ir/graph.h"
 
 #include <bit>
+#include <mutex>
 #include <ostream>
 #include <sstream>
 #include <type_traits>
@@ -237,10 +238,18 @@ ValueId Graph::add_constant(const Tensor& value) {
   return id;
 }
 
+struct Graph::LazyConstant {
+  ConstantRows rows;
+  std::mutex mutex;
+  std::weak_ptr<Storage> whole;  // its whole value, while some executable holds it
+};
+
 ValueId Graph::add_lazy_constant(const Tensor& like, ConstantRows rows) {
   const ValueId id = add_source(ValueKind::kConstant, constants_, like, -1);
   constant_values_.emplace_back();
-  constant_makers_.push_back(std::make_shared<const ConstantRows>(std::move(rows)));
+  auto lazy = std::make_shared<LazyConstant>();
+  lazy->rows = std::move(rows);
+  constant_makers_.push_back(std::move(lazy));
   return id;
 }
 
@@ -260,7 +269,16 @@ const void* Graph::constant_identity(size_t slot) const {
 
 Tensor Graph::constant(size_t slot) const {
   if (!lazy_constant(slot)) return constant_values_.at(slot);
-  return constant_rows(slot, 0, value(constants_[slot]).sizes.at(0));
+  // Made once for all the graphs that hold it (the executables of a program
+  // at several sizes) while one of them keeps it.
+  LazyConstant& lazy = *constant_makers_[slot];
+  const Value& v = value(constants_[slot]);
+  std::lock_guard lock(lazy.mutex);
+  if (std::shared_ptr<Storage> kept = lazy.whole.lock())
+    return ops::make_tensor(std::move(kept), v.sizes, v.dtype);
+  Tensor made = constant_rows(slot, 0, v.sizes.at(0));
+  if (made.storage_offset() == 0) lazy.whole = made.storage();
+  return made;
 }
 
 Tensor Graph::constant_rows(size_t slot, int64_t begin, int64_t end) const {
@@ -269,7 +287,7 @@ Tensor Graph::constant_rows(size_t slot, int64_t begin, int64_t end) const {
     throw Error(detail::str_cat("compiler: rows [", begin, ", ", end, ") of constant ", slot,
                                 " of sizes ", v.sizes));
   if (!lazy_constant(slot)) return constant_values_[slot].narrow(0, begin, end - begin);
-  Tensor made = (*constant_makers_[slot])(begin, end);
+  Tensor made = constant_makers_[slot]->rows(begin, end);
   Shape sizes = v.sizes;
   sizes[0] = end - begin;
   if (made.sizes() != sizes || !made.is_contiguous() || made.dtype() != v.dtype ||

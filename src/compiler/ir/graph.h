@@ -143,8 +143,11 @@ class Graph {
   std::vector<StorageInfo> storages_;
   std::vector<ValueId> inputs_, captured_, constants_, outputs_;
   TensorList constant_values_;  // by slot; undefined for a lazy one
-  // By slot, null unless lazy; shared by the copies of the constant.
-  std::vector<std::shared_ptr<const ConstantRows>> constant_makers_;
+  // A lazy constant's recipe, shared by its copies (other graphs of the
+  // program), with the whole value it last made while someone holds it.
+  struct LazyConstant;
+  // By slot, null unless lazy.
+  std::vector<std::shared_ptr<LazyConstant>> constant_makers_;
 };
 
 // By storage id: whether some in-place node writes it; whether it holds a
