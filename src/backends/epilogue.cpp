@@ -1,3 +1,6 @@
+// The registries of what a backend runs beyond one kernel per op: library
+// calls with an epilogue (epilogue.h) and inputs it prepares once
+// (prepared.h).
 #include "backends/epilogue.h"
 #include "backends/prepared.h"
 

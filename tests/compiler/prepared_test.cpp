@@ -184,6 +184,19 @@ TEST(PreparedWeights, AConstantOtherNodesReadKeepsItsValues) {
   EXPECT_EQ(fast.explain().graphs[0].prepared_weights, 0);
 }
 
+// A frozen weight that is a view of another layout (here a transposed
+// parameter) is packed from its values, rows in order.
+TEST(PreparedWeights, AWeightOfAnotherLayoutIsPackedFromItsValues) {
+  manual_seed(11);
+  NoGradGuard no_grad;
+  const Tensor stored = randn({6, 20, 3, 3}), x = randn({1, 6, 7, 7});
+  const Tensor w = stored.transpose(0, 1);  // [20, 6, 3, 3], not contiguous
+  const auto f = [&](const Tensor& in) { return kiln::conv2d(in, w, {}, {.padding = {1}}); };
+  const auto fast = compile(f, {.freeze = true});
+  EXPECT_TRUE(same(fast(x), f(x)));
+  EXPECT_EQ(fast.explain().graphs[0].prepared_weights, 1);
+}
+
 // A folded weight is a lazy constant: its recipe is shared by the graphs
 // that copy it (a program's graphs at several sizes), and its whole value,
 // once made, is theirs too while one of them holds it (on CUDA, where no

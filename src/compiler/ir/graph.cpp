@@ -286,7 +286,8 @@ Tensor Graph::constant_rows(size_t slot, int64_t begin, int64_t end) const {
   if (v.sizes.empty() || begin < 0 || begin > end || end > v.sizes[0])
     throw Error(detail::str_cat("compiler: rows [", begin, ", ", end, ") of constant ", slot,
                                 " of sizes ", v.sizes));
-  if (!lazy_constant(slot)) return constant_values_[slot].narrow(0, begin, end - begin);
+  if (!lazy_constant(slot))
+    return constant_values_[slot].narrow(0, begin, end - begin).contiguous();
   Tensor made = constant_makers_[slot]->rows(begin, end);
   Shape sizes = v.sizes;
   sizes[0] = end - begin;

@@ -120,7 +120,7 @@ class Graph {
   const std::vector<ValueId>& outputs() const noexcept { return outputs_; }
   const Value& value(ValueId id) const { return values_.at(static_cast<size_t>(id)); }
   // Constant `slot`'s value (a lazy one is made now), rows [begin, end) of
-  // its first dim, and whether it is lazy.
+  // its first dim (contiguous), and whether it is lazy.
   Tensor constant(size_t slot) const;
   Tensor constant_rows(size_t slot, int64_t begin, int64_t end) const;
   bool lazy_constant(size_t slot) const { return constant_makers_.at(slot) != nullptr; }
