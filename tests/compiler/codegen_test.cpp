@@ -354,6 +354,87 @@ TEST(Codegen, EveryRowReductionJoinsTheGroupThatMakesItsInputWithEagersBits) {
   }
 }
 
+// Pointwise ops after a row reduction that keeps its input's rank (softmax,
+// log_softmax, layer_norm, a keepdim reduction) run on each block of rows
+// as the reduction leaves it: one step of two generated kernels, eager's
+// bits, for rows on both sides of the threads' count and of a block.
+TEST(Codegen, OpsAfterARowReductionRunOnEachBlockOfItsRowsWithEagersBits) {
+  KILN_NEEDS_COMPILER();
+  Generator gen(14);
+  struct Case {
+    const char* name;
+    Program f;         // of x [.., n], m [n], w [n]
+    bool row = false;  // ops on the reduction's result alone come first
+  };
+  const std::vector<Case> cases = {
+      {"rms norm",
+       [](const TensorList& t) {
+         const Tensor h = t[0] + t[1];
+         return TensorList{h * ((h * h).mean({-1}, true) + 1e-6).rsqrt() * t[2]};
+       },
+       true},
+      {"softmax, masked",
+       [](const TensorList& t) { return TensorList{(t[0] * 0.5 + t[1]).softmax(-1) * t[2]}; }},
+      {"log_softmax, minus",
+       [](const TensorList& t) { return TensorList{(t[0] * 2.0).log_softmax(-1) - t[1]}; }},
+      {"layer_norm, gelu",
+       [](const TensorList& t) {
+         return TensorList{
+             kiln::gelu(nn::functional::layer_norm(t[0] + t[1], {t[0].size(-1)}, t[2], Tensor()))};
+       }},
+      {"over the sum of squares",
+       [](const TensorList& t) { return TensorList{t[0] / ((t[0] * t[0]).sum({-1}, true) + 1)}; },
+       true},
+      {"minus the max",
+       [](const TensorList& t) {
+         return TensorList{(t[0] - amax(t[0] * 1.0, {-1}, true)).exp() * t[1]};
+       }},
+  };
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const auto& [rows, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 33}, {2, 300}, {67, 7}, {501, 61}}) {
+      const Tensor x = values({2, rows, n}, dtype, gen);
+      const Tensor m = values({n}, dtype, gen), w = values({n}, dtype, gen);
+      for (const Case& c : cases) {
+        const std::string what = detail::str_cat(c.name, " ", dtype, " [2, ", rows, ", ", n, "]");
+        expect_generated(c.f, {x, m, w}, 1, what);
+        NoGradGuard no_grad;
+        const Lowered l = lower(c.f, {x, m, w});
+        const auto step =
+            std::find_if(l.exe->schedule().steps.begin(), l.exe->schedule().steps.end(),
+                         [](const ScheduledStep& s) { return s.kernel >= 0; });
+        ASSERT_TRUE(step->reduction.has_value()) << what;
+        EXPECT_GE(step->reduction->epilogue_kernel, 0) << what;
+        // (Rows of one element: the ops on the result have the input's sizes.)
+        EXPECT_EQ(step->reduction->row_kernel >= 0, c.row && n > 1) << what;
+      }
+    }
+  }
+  // The reduction's result also returned: it is made in memory, and the ops
+  // after it are a group of their own.
+  const Tensor x = values({5, 9}, kFloat32, gen);
+  const Program both = [](const TensorList& t) {
+    const Tensor s = (t[0] * 2.0).softmax(-1);
+    return TensorList{s, s * t[1]};
+  };
+  NoGradGuard no_grad;
+  const Lowered l = lower(both, {x, x});
+  for (const ScheduledStep& st : l.exe->schedule().steps) {
+    if (st.reduction) {
+      EXPECT_LT(st.reduction->epilogue_kernel, 0);
+    }
+  }
+  EXPECT_TRUE(testing::same(l.exe->run({x, x})[1], both({x, x})[1]));
+  // explain() says what the step does.
+  const auto f = compile([](const Tensor& a, const Tensor& b) { return (a * 0.5).softmax(-1) * b; },
+                         {.name = "masked softmax"});
+  EXPECT_TRUE(testing::same(f(x, x), (x * 0.5).softmax(-1) * x));
+  ASSERT_EQ(f.explain().graphs[0].fused.size(), 1u);
+  EXPECT_EQ(f.explain().graphs[0].fused[0],
+            "mul + softmax + mul (nodes 0-2): generated kernels of 3 inputs around softmax, its "
+            "rows reduced in cache and the ops after it applied to each block");
+}
+
 TEST(Codegen, RowReductionsOverOtherDimsOrReadOnceMoreStayApartAndSayWhy) {
   KILN_NEEDS_COMPILER();
   NoGradGuard no_grad;
@@ -625,7 +706,11 @@ TEST(Codegen, ReductionAndInPlaceGroupsThroughCompileWithCheckAndStrict) {
   for (const auto& line : r.graphs[0].fused) fused += line + "\n";
   EXPECT_NE(fused.find("mul_ + add_"), std::string::npos) << fused;
   EXPECT_NE(fused.find("written in place into input"), std::string::npos) << fused;
-  EXPECT_NE(fused.find("its rows reduced by softmax in cache"), std::string::npos) << fused;
+  // The product after the softmax joins it: applied to each block of rows.
+  EXPECT_NE(fused.find("mul + masked_fill + softmax + mul (nodes 2-6): generated kernels of 4 "
+                       "inputs around softmax, its rows reduced in cache"),
+            std::string::npos)
+      << fused;
 }
 
 TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {

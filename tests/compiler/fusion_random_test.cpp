@@ -149,7 +149,7 @@ TensorList run_program(const RandomProgram& p, const TensorList& args, std::stri
 
 TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitwise) {
   NoGradGuard no_grad;
-  int fused_steps = 0, reductions = 0, in_place = 0, scratch = 0;
+  int fused_steps = 0, reductions = 0, epilogues = 0, in_place = 0, scratch = 0;
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -165,6 +165,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     for (const auto& st : l.exe->schedule().steps) {
       fused_steps += st.kernel >= 0;
       reductions += st.reduction.has_value();
+      epilogues += st.reduction && st.reduction->epilogue_kernel >= 0;
       in_place += st.writes_input >= 0;
       // A tensor written in place inside the group, other than its result's.
       const Graph& g = l.trace->graph;
@@ -189,6 +190,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
   if (testing::can_generate_kernels()) {
     EXPECT_GT(fused_steps, 100);
     EXPECT_GT(reductions, 40);
+    EXPECT_GT(epilogues, 3) << "of " << reductions;
     EXPECT_GT(in_place, 5);
     EXPECT_GT(scratch, 3);
   }

@@ -94,7 +94,9 @@ TEST(PreparedWeights, PackedWeightsGiveTheUnpreparedKernelsResultsBitwise) {
     const std::shared_ptr<const void> prepared = prep->prepare(layouts, rows, &w.impl());
     ASSERT_NE(prepared, nullptr);
     EXPECT_EQ(rows_asked, c.w[0]);              // each row once
-    if (c.w[0] == 512) EXPECT_LT(widest, 512);  // in blocks, never the whole weight
+    if (c.w[0] == 512) {
+      EXPECT_LT(widest, 512);  // in blocks, never the whole weight
+    }
     kernel(backend::KernelCall{schema, metas, got, inferred.attrs, prepared.get()});
     EXPECT_TRUE(same(got[0], want[0]));
     EXPECT_EQ(got[0].strides(), want[0].strides());

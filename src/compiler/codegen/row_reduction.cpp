@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backends/backend.h"
@@ -75,6 +76,11 @@ constexpr int64_t kBlockBytes = 64 * 1024;
 }  // namespace
 
 bool reduces_rows(ops::OpId op) { return place_of(op).has_value(); }
+
+bool keeps_rank(const Graph& g, const Node& n) {
+  return reduces_rows(n.op) && !n.inputs.empty() && n.outputs.size() == 1 &&
+         g.value(n.outputs[0]).sizes.size() == g.value(n.inputs[0]).sizes.size();
+}
 
 std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std::string& why) {
   const std::string name(ops::op_schema(n.op).name);
@@ -150,7 +156,8 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
 }
 
 void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
-                       const Tensor& out, std::span<const Tensor> inputs) {
+                       const Tensor& out, std::span<const Tensor> inputs, PointwiseFn epilogue,
+                       PointwiseFn row) {
   const auto rank = static_cast<int64_t>(sizes.size());
   int64_t reduced = 1, rows = 1;
   for (int64_t d = 0; d < rank; ++d) (d < rank - r.trailing ? rows : reduced) *= sizes[d];
@@ -173,24 +180,53 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
   const bool keeps_rows = place.dims < 0;  // softmax, log_softmax, layer_norm
   const ops::OpSchema& schema = ops::op_schema(r.op);
   const backend::KernelFn& kernel = ops::kernel_for(r.op, Device::cpu());
-  auto reduce = [&](const Tensor& block, int64_t row0) {
+  const int64_t result_row = keeps_rows ? reduced : 1;  // elements of a row's result
+  const int64_t result_row_bytes = result_row * static_cast<int64_t>(dtype_size(dtype));
+  // The reduction of a block of rows, written from `to` on (row0's result there).
+  auto reduce_into = [&](const Tensor& block, char* to) {
     const int64_t n = block.size(0);
     TensorList args{block};
     args.insert(args.end(), others.begin(), others.end());
     Shape out_sizes{n};
     if (keeps_rows) out_sizes.push_back(reduced);
-    TensorList outs{
-        view_at(out, row0 * (keeps_rows ? reduced : 1) * static_cast<int64_t>(dtype_size(dtype)),
-                out_sizes)};
+    TensorList outs{over(to, out_sizes, dtype)};
     kernel(backend::KernelCall{schema, args, outs, attrs});
   };
+  auto reduce = [&](const Tensor& block, int64_t row0) {
+    reduce_into(block, static_cast<char*>(out.data_ptr()) + row0 * result_row_bytes);
+  };
+  // With an epilogue, its inputs, the reduction's result among them as a
+  // tensor of the result's sizes over a block buffer.
+  std::vector<Tensor> epilogue_inputs, row_inputs;
+  Shape result_sizes = sizes;
+  if (epilogue) {
+    epilogue_inputs.assign(inputs.begin() + static_cast<std::ptrdiff_t>(r.epilogue_inputs),
+                           inputs.end());
+    if (!keeps_rows)
+      for (int64_t d = rank - r.trailing; d < rank; ++d) result_sizes[static_cast<size_t>(d)] = 1;
+  }
+  if (row)
+    row_inputs.assign(inputs.begin() + static_cast<std::ptrdiff_t>(r.row_inputs),
+                      inputs.begin() + static_cast<std::ptrdiff_t>(r.epilogue_inputs));
 
   const int64_t threads = omp_get_max_threads();
   if (rows < threads || reduced == 0 || omp_in_parallel()) {
     // The whole input, then one call: eager's split of few rows over threads.
     Tensor x = ops::make_tensor(sizes, dtype, Device::cpu());
     run_pointwise(fn, x, kernel_inputs);
-    reduce(over(x.data_ptr(), {rows, reduced}, dtype), 0);
+    if (!epilogue) {
+      reduce(over(x.data_ptr(), {rows, reduced}, dtype), 0);
+      return;
+    }
+    Tensor result = ops::make_tensor(result_sizes, dtype, Device::cpu());
+    reduce_into(over(x.data_ptr(), {rows, reduced}, dtype), static_cast<char*>(result.data_ptr()));
+    if (row) {
+      row_inputs[r.row_result_input] = result;
+      result = ops::make_tensor(result_sizes, dtype, Device::cpu());
+      run_pointwise(row, result, row_inputs);
+    }
+    epilogue_inputs[r.result_input] = result;
+    run_pointwise(epilogue, out, epilogue_inputs);
     return;
   }
   const PointwiseCall call =
@@ -199,15 +235,47 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
   const int64_t block_rows =
       std::clamp<int64_t>(kBlockBytes / row_bytes, 1, (rows + threads - 1) / threads);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
+  // The result's calls: their buffers' addresses are set per block.
+  std::optional<PointwiseCall> epilogue_call, row_call;
+  if (epilogue) {
+    epilogue_inputs[r.result_input] = over(nullptr, result_sizes, dtype);
+    epilogue_call =
+        pointwise_call(sizes, contiguous_strides(sizes), dtype, out.data_ptr(), epilogue_inputs);
+  }
+  if (row) {
+    row_inputs[r.row_result_input] = over(nullptr, result_sizes, dtype);
+    row_call =
+        pointwise_call(result_sizes, contiguous_strides(result_sizes), dtype, nullptr, row_inputs);
+  }
   backend::cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
     std::vector<double> buffer(static_cast<size_t>(block_rows * row_bytes + 7) / 8);
+    const size_t result_words = static_cast<size_t>(block_rows * result_row_bytes + 7) / 8;
+    std::vector<double> results(epilogue ? result_words : 0), row_results(row ? result_words : 0);
     PointwiseCall own = call;
-    std::vector<int64_t> index(call.layout.sizes.size());
+    std::optional<PointwiseCall> own_epilogue = epilogue_call, own_row = row_call;
+    std::vector<int64_t> index(
+        std::max({call.layout.sizes.size(), epilogue ? epilogue_call->layout.sizes.size() : 0,
+                  row ? row_call->layout.sizes.size() : 0}));
     for (int64_t k = b; k < e; ++k) {
       const int64_t row0 = k * block_rows, row1 = std::min(rows, row0 + block_rows);
       own.ptrs[0] = before(buffer.data(), row0 * row_bytes);
       own.run(fn, row0 * reduced, row1 * reduced, index.data());
-      reduce(over(buffer.data(), {row1 - row0, reduced}, dtype), row0);
+      const Tensor block = over(buffer.data(), {row1 - row0, reduced}, dtype);
+      if (!epilogue) {
+        reduce(block, row0);
+        continue;
+      }
+      // The block's results stay in this thread's cache for the epilogue.
+      reduce_into(block, reinterpret_cast<char*>(results.data()));
+      void* result = results.data();
+      if (row) {
+        own_row->ptrs[0] = before(row_results.data(), row0 * result_row_bytes);
+        own_row->ptrs[1 + r.row_result_input] = before(results.data(), row0 * result_row_bytes);
+        own_row->run(row, row0 * result_row, row1 * result_row, index.data());
+        result = row_results.data();
+      }
+      own_epilogue->ptrs[1 + r.result_input] = before(result, row0 * result_row_bytes);
+      own_epilogue->run(epilogue, row0 * reduced, row1 * reduced, index.data());
     }
   });
 }

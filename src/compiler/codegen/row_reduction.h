@@ -29,6 +29,22 @@ struct RowReduction {
   ops::Attrs attrs;          // the node's, as its shape rule canonicalizes them
   int64_t trailing = 1;      // how many trailing dims of its input it reduces
   size_t kernel_inputs = 0;  // of the step's inputs, the kernel's; then the reduction's others
+  int32_t node = -1;         // the reduction's node
+  // An epilogue: pointwise nodes after the reduction, over its input's
+  // sizes, that read its result (kept, or broadcast where it reduced with
+  // keepdim) as their input `result_input`, run as a second generated kernel
+  // on each block of rows while the block's results are in cache. Its
+  // inputs are the step's from `epilogue_inputs` on; kernel -1: none.
+  int32_t epilogue_kernel = -1;
+  size_t epilogue_inputs = 0;
+  size_t result_input = 0;
+  // Ops on the reduction's result alone before the epilogue reads it
+  // (RMSNorm's `rsqrt(mean + eps)`): a third kernel, over the result's sizes,
+  // on each block's results; its inputs are the step's from `row_inputs` on,
+  // the result their `row_result_input`. Kernel -1: none.
+  int32_t row_kernel = -1;
+  size_t row_inputs = 0;
+  size_t row_result_input = 0;
 };
 
 // Whether op is one of the reductions above (its node may still not run so).
@@ -38,9 +54,19 @@ bool reduces_rows(ops::OpId op);
 // reduction of that group's kernel; empty, with why, when it cannot.
 std::optional<RowReduction> row_reduction_of(const Graph& graph, const Node& n, std::string& why);
 
+// Whether the reduction at node n keeps its input's rank (softmax,
+// log_softmax, layer_norm, or a reduction with keepdim): its result can be
+// broadcast back over its input's sizes, by an epilogue.
+bool keeps_rank(const Graph& graph, const Node& n);
+
 // Runs out = reduction(kernel's result): fn makes the result, of `sizes` and
 // `dtype`, from inputs[0, kernel_inputs); the reduction's other inputs follow.
+// With an epilogue (`epilogue` its function, `row` the ops on the result
+// before it), out is the epilogue's result, of `sizes` and contiguous; the
+// inputs standing for the reduction's result and the row ops' result are
+// not read.
 void run_row_reduction(PointwiseFn fn, const RowReduction& reduction, const Shape& sizes,
-                       DType dtype, const Tensor& out, std::span<const Tensor> inputs);
+                       DType dtype, const Tensor& out, std::span<const Tensor> inputs,
+                       PointwiseFn epilogue = nullptr, PointwiseFn row = nullptr);
 
 }  // namespace kiln::compiler::codegen

@@ -29,6 +29,8 @@ struct Executable::Step {
   std::vector<int64_t> view_offset_delta;
   ValueId fused_result = kNoValue;  // a fused step's one result (its last node's output)
   codegen::PointwiseFn generated = nullptr;  // a generated kernel's function
+  codegen::PointwiseFn epilogue = nullptr;   // its row reduction's epilogue's
+  codegen::PointwiseFn row = nullptr;        // the ops on the reduction's result
   // An input its backend prepared (backends/prepared.h), passed as
   // KernelCall::prepared; null where none.
   std::shared_ptr<const void> prepared;
@@ -77,6 +79,13 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
     if (scheduled.kernel >= 0) {
       s.kind = Step::Kind::kFused;
       s.generated = kernels_.functions[static_cast<size_t>(scheduled.kernel)];
+      const auto function = [&](int32_t k) {
+        return k < 0 ? nullptr : kernels_.functions[static_cast<size_t>(k)];
+      };
+      if (scheduled.reduction) {
+        s.epilogue = function(scheduled.reduction->epilogue_kernel);
+        s.row = function(scheduled.reduction->row_kernel);
+      }
       s.fused_result = schedule_.result(g, steps_.size());
       const Value& out = g.value(s.fused_result);
       s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
@@ -284,9 +293,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         }
         if (s.generated && s.scheduled->reduction) {
           detail::count_kernel_launch();
-          const Value& x = g.value(n.inputs[0]);
-          codegen::run_row_reduction(s.generated, *s.scheduled->reduction, x.sizes, x.dtype,
-                                     outs[0], args);
+          const codegen::RowReduction& reduction = *s.scheduled->reduction;
+          const Value& x = g.value(g.nodes()[static_cast<size_t>(reduction.node)].inputs[0]);
+          codegen::run_row_reduction(s.generated, reduction, x.sizes, x.dtype, outs[0], args,
+                                     s.epilogue, s.row);
         } else if (s.generated) {
           detail::count_kernel_launch();
           codegen::run_pointwise(s.generated, outs[0], args);

@@ -20,6 +20,9 @@ struct Candidate {
   const backend::EpilogueLowering* lowering = nullptr;
   std::optional<codegen::PointwiseKernel> kernel;
   std::optional<codegen::RowReduction> reduction;
+  // A row reduction with an epilogue: the second kernel, after the rows'
+  // reduction (codegen::RowReduction's epilogue).
+  std::optional<codegen::PointwiseKernel> epilogue_kernel, row_kernel;
   int32_t writes_input = -1;  // a group written in place into this input
 };
 
@@ -197,9 +200,20 @@ class PointwiseGrouper {
       if (reduction) {
         const Node& n = g_.nodes()[r];
         reduction->kernel_inputs = cand.inputs.size();
+        reduction->node = root;
         cand.nodes.push_back(root);
         cand.inputs.insert(cand.inputs.end(), n.inputs.begin() + 1, n.inputs.end());
         cand.reduction = std::move(reduction);
+      } else if (std::optional<Candidate> whole = with_reduction_before(cand)) {
+        for (int32_t k : whole->nodes) taken_[static_cast<size_t>(k)] = true;
+        // (Its inputs less those that stand for values inside.)
+        lines.push_back(detail::str_cat(
+            node_list(g_, whole->nodes), ": generated kernels of ",
+            whole->inputs.size() - (whole->row_kernel ? 2 : 1), " inputs around ",
+            ops::op_schema(whole->reduction->op).name,
+            ", its rows reduced in cache and the ops after it applied to each block"));
+        groups.push_back(std::move(*whole));
+        continue;
       }
       if (cand.nodes.size() < 2) continue;
       const std::string what = node_list(g_, cand.nodes);
@@ -276,6 +290,103 @@ class PointwiseGrouper {
       }
     }
     return "";
+  }
+
+  // Group e (grown from a pointwise root) with the row reduction whose
+  // result it reads and the group that makes the reduction's input: one
+  // step whose last kernel applies e to each block of rows as the reduction
+  // leaves it (`softmax(x) * m`, `x / sum(x * x, keepdim)`); ops on the
+  // result alone in between (RMSNorm's `rsqrt(mean + eps)`) run on the
+  // block's results first. The reduction keeps its input's rank (softmax,
+  // or keepdim), e's result has the reduction's input's sizes and dtype,
+  // contiguous, each value in between is read inside alone, and nothing
+  // writes in place; where it cannot be so, none (e stays a group of its own).
+  std::optional<Candidate> with_reduction_before(const Candidate& e) {
+    const Node& root = g_.nodes()[static_cast<size_t>(e.nodes.back())];
+    const Value& result = g_.value(root.outputs[0]);
+    if (!options_.generate || ops::ReferenceModeGuard::enabled() ||
+        !contiguous_layout(result.sizes, result.strides))
+      return std::nullopt;
+    const auto in_place = [&](const std::vector<int32_t>& nodes) {
+      return std::any_of(nodes.begin(), nodes.end(),
+                         [&](int32_t k) { return g_.nodes()[static_cast<size_t>(k)].inplace(); });
+    };
+    // Whether `nodes` alone read v, and v may stay out of memory.
+    const auto read_by = [&](ValueId v, const std::vector<int32_t>& nodes) {
+      int32_t reads = 0;
+      for (int32_t k : nodes) {
+        const std::vector<ValueId>& in = g_.nodes()[static_cast<size_t>(k)].inputs;
+        reads += std::find(in.begin(), in.end(), v) != in.end();
+      }
+      const auto storage = static_cast<size_t>(g_.value(v).storage);
+      return reads == readers_.count[static_cast<size_t>(v)] && !written_[storage] &&
+             !returned_[storage];
+    };
+    const auto made_by_reduction = [&](ValueId v) {
+      const Value& value = g_.value(v);
+      return v != kNoValue && value.kind == ValueKind::kNode &&
+             !taken_[static_cast<size_t>(value.producer)] &&
+             codegen::keeps_rank(g_, g_.nodes()[static_cast<size_t>(value.producer)]);
+    };
+    if (in_place(e.nodes)) return std::nullopt;
+    for (size_t i = 0; i < e.inputs.size(); ++i) {
+      const ValueId v = e.inputs[i];
+      if (v == kNoValue || g_.value(v).kind != ValueKind::kNode || !read_by(v, e.nodes)) continue;
+      // The reduction's result, or the ops on it alone that make v.
+      ValueId rv = v;
+      std::optional<Candidate> row;
+      if (!made_by_reduction(v)) {
+        const auto c = static_cast<size_t>(g_.value(v).producer);
+        if (!fusible_[c] || taken_[c]) continue;
+        row = grow(static_cast<int32_t>(c));
+        const auto found = std::find_if(row->inputs.begin(), row->inputs.end(), made_by_reduction);
+        if (found == row->inputs.end() || in_place(row->nodes)) continue;
+        rv = *found;
+        if (g_.value(rv).sizes != g_.value(v).sizes || g_.value(v).dtype != result.dtype ||
+            !read_by(rv, row->nodes))
+          continue;
+      }
+      const int32_t rnode = g_.value(rv).producer;
+      const Node& rn = g_.nodes()[static_cast<size_t>(rnode)];
+      if (g_.value(rn.inputs[0]).sizes != result.sizes ||
+          g_.value(rn.inputs[0]).dtype != result.dtype)
+        continue;
+      const int32_t p = prologue_of(rnode);
+      std::string why;
+      std::optional<codegen::RowReduction> reduction =
+          p < 0 ? std::nullopt : codegen::row_reduction_of(g_, rn, why);
+      if (!reduction) continue;
+      Candidate pro = grow(p);
+      Candidate whole;
+      whole.nodes = pro.nodes;
+      whole.nodes.push_back(rnode);
+      if (row) whole.nodes.insert(whole.nodes.end(), row->nodes.begin(), row->nodes.end());
+      whole.nodes.insert(whole.nodes.end(), e.nodes.begin(), e.nodes.end());
+      std::sort(whole.nodes.begin(), whole.nodes.end());
+      whole.inputs = pro.inputs;
+      reduction->kernel_inputs = whole.inputs.size();
+      reduction->node = rnode;
+      whole.inputs.insert(whole.inputs.end(), rn.inputs.begin() + 1, rn.inputs.end());
+      reduction->row_inputs = whole.inputs.size();
+      if (row) {
+        reduction->row_result_input = static_cast<size_t>(
+            std::find(row->inputs.begin(), row->inputs.end(), rv) - row->inputs.begin());
+        whole.inputs.insert(whole.inputs.end(), row->inputs.begin(), row->inputs.end());
+      }
+      reduction->epilogue_inputs = whole.inputs.size();
+      reduction->result_input = i;
+      whole.inputs.insert(whole.inputs.end(), e.inputs.begin(), e.inputs.end());
+      if (!moved_past_a_write(g_, whole).empty()) continue;
+      whole.kernel = codegen::lower_group(g_, pro.nodes, pro.inputs, why);
+      if (whole.kernel && row)
+        whole.row_kernel = codegen::lower_group(g_, row->nodes, row->inputs, why);
+      if (whole.kernel && (!row || whole.row_kernel))
+        whole.epilogue_kernel = codegen::lower_group(g_, e.nodes, e.inputs, why);
+      if (!whole.epilogue_kernel) continue;
+      whole.reduction = std::move(reduction);
+      return whole;
+    }
+    return std::nullopt;
   }
 
   // The node that makes input 0 of a possible row reduction at `node` for
@@ -371,6 +482,16 @@ class PointwiseGrouper {
   std::vector<bool> member_;
   std::vector<bool> private_;  // by storage
 };
+
+// The kernel's index in s.kernels, added there unless a kernel of the same
+// IR is (BERT's residual adds, layer after layer, share one).
+int32_t kernel_index(Schedule& s, const codegen::PointwiseKernel& kernel) {
+  const auto same = std::find_if(s.kernels.begin(), s.kernels.end(),
+                                 [&](const auto& k) { return k.symbol == kernel.symbol; });
+  const auto index = static_cast<int32_t>(same - s.kernels.begin());
+  if (same == s.kernels.end()) s.kernels.push_back(kernel);
+  return index;
+}
 
 }  // namespace
 
@@ -475,14 +596,11 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
       st.epilogue = c.epilogue;
       st.inputs = c.inputs;
       if (c.kernel) {
-        // Groups of the same IR (BERT's residual adds, layer after layer)
-        // share one kernel.
-        const auto same = std::find_if(s.kernels.begin(), s.kernels.end(),
-                                       [&](const auto& k) { return k.symbol == c.kernel->symbol; });
-        st.kernel = static_cast<int32_t>(same - s.kernels.begin());
-        if (same == s.kernels.end()) s.kernels.push_back(*c.kernel);
+        st.kernel = kernel_index(s, *c.kernel);
         st.reduction = c.reduction;
         st.writes_input = c.writes_input;
+        if (c.epilogue_kernel) st.reduction->epilogue_kernel = kernel_index(s, *c.epilogue_kernel);
+        if (c.row_kernel) st.reduction->row_kernel = kernel_index(s, *c.row_kernel);
       }
       // Values inside the group live in storages of their own unless the
       // epilogue wrote in place into the call's result.
