@@ -11,16 +11,30 @@
 namespace kiln::backend {
 namespace {
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::pair<DeviceKind, ops::OpId>, EpilogueLowering> lowerings;
-  std::map<std::pair<DeviceKind, ops::OpId>, InputPreparation> preparations;
-};
+// What backends registered for (device, op), one map per kind of entry.
+template <typename Entry>
+class Registry {
+ public:
+  static Registry& instance() {
+    static Registry r;
+    return r;
+  }
+  void put(DeviceKind device, ops::OpId op, Entry entry) {
+    std::lock_guard lock(mutex_);
+    entries_[{device, op}] = entry;
+  }
+  const Entry* find(DeviceKind device, ops::OpId op) {
+    // Backends register when they start: make sure this device's has.
+    backend_for(device);
+    std::lock_guard lock(mutex_);
+    const auto it = entries_.find({device, op});
+    return it == entries_.end() ? nullptr : &it->second;
+  }
 
-Registry& registry() {
-  static Registry r;
-  return r;
-}
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<DeviceKind, ops::OpId>, Entry> entries_;
+};
 
 }  // namespace
 
@@ -37,32 +51,19 @@ std::string Epilogue::describe() const {
 }
 
 void register_epilogue_lowering(DeviceKind device, ops::OpId op, EpilogueLowering lowering) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  r.lowerings[{device, op}] = lowering;
+  Registry<EpilogueLowering>::instance().put(device, op, lowering);
 }
 
 const EpilogueLowering* epilogue_lowering(DeviceKind device, ops::OpId op) {
-  // Backends register when they start: make sure this device's has.
-  backend_for(device);
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  const auto it = r.lowerings.find({device, op});
-  return it == r.lowerings.end() ? nullptr : &it->second;
+  return Registry<EpilogueLowering>::instance().find(device, op);
 }
 
 void register_input_preparation(DeviceKind device, ops::OpId op, InputPreparation preparation) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  r.preparations[{device, op}] = preparation;
+  Registry<InputPreparation>::instance().put(device, op, preparation);
 }
 
 const InputPreparation* input_preparation(DeviceKind device, ops::OpId op) {
-  backend_for(device);
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  const auto it = r.preparations.find({device, op});
-  return it == r.preparations.end() ? nullptr : &it->second;
+  return Registry<InputPreparation>::instance().find(device, op);
 }
 
 }  // namespace kiln::backend
