@@ -137,15 +137,16 @@ class Graph {
   ValueId add_source(ValueKind kind, std::vector<ValueId>& list, const Tensor& like,
                      int32_t storage);
   int32_t new_storage(const Tensor& like, ValueId root);
+  // A lazy constant's recipe, shared by its copies (other graphs of the
+  // program), with the whole value it last made while someone holds it.
+  struct LazyConstant;
+  ValueId add_lazy_constant(const Tensor& like, std::shared_ptr<LazyConstant> lazy);
 
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   std::vector<StorageInfo> storages_;
   std::vector<ValueId> inputs_, captured_, constants_, outputs_;
   TensorList constant_values_;  // by slot; undefined for a lazy one
-  // A lazy constant's recipe, shared by its copies (other graphs of the
-  // program), with the whole value it last made while someone holds it.
-  struct LazyConstant;
   // By slot, null unless lazy.
   std::vector<std::shared_ptr<LazyConstant>> constant_makers_;
 };

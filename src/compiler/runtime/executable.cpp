@@ -8,6 +8,7 @@
 #include "backends/writes_nothing.h"
 #include "compiler/codegen/generated.h"
 #include "compiler/codegen/row_reduction.h"
+#include "compiler/ir/readers.h"
 #include "core/launch_count.h"
 #include "kiln/autograd.h"
 #include "ops/dispatch.h"
@@ -147,18 +148,12 @@ Executable::~Executable() = default;
 // (docs/architecture.md, "Prepared weights").
 void Executable::prepare_constants() {
   const Graph& g = trace_->graph;
-  std::vector<int32_t> readers(g.constants().size(), 0), prepared(g.constants().size(), 0);
+  std::vector<int32_t> prepared(g.constants().size(), 0);  // by slot: steps that prepared it
   const auto slot_of = [&](ValueId id) {
     return id != kNoValue && g.value(id).kind == ValueKind::kConstant ? g.value(id).slot : -1;
   };
-  for (const Node& n : g.nodes())
-    for (ValueId id : n.inputs)
-      if (const int32_t slot = slot_of(id); slot >= 0) ++readers[static_cast<size_t>(slot)];
-  for (ValueId id : g.outputs())
-    if (const int32_t slot = slot_of(id); slot >= 0) ++readers[static_cast<size_t>(slot)];
   for (Step& s : steps_) {
-    if (s.kind != Step::Kind::kKernel && s.kind != Step::Kind::kFused) continue;
-    if (s.generated || !s.device.is_cpu()) continue;
+    if ((s.kind != Step::Kind::kKernel && s.kind != Step::Kind::kFused) || s.generated) continue;
     const backend::InputPreparation* prep = backend::input_preparation(s.device.kind(), s.node->op);
     if (!prep) continue;
     const std::vector<ValueId>& ids = s.scheduled->fused() ? s.scheduled->inputs : s.node->inputs;
@@ -178,9 +173,13 @@ void Executable::prepare_constants() {
         g.constant_identity(static_cast<size_t>(slot)));
     if (s.prepared) ++prepared[static_cast<size_t>(slot)];
   }
+  // A prepared step is one node reading the constant once, and a returned
+  // constant counts as more reads: equal counts mean no other reader.
+  const Readers readers(g);
   constants_.resize(g.constants().size());
   for (size_t slot = 0; slot < constants_.size(); ++slot) {
-    if (prepared[slot] > 0 && prepared[slot] == readers[slot]) {
+    if (prepared[slot] > 0 &&
+        prepared[slot] == readers.count[static_cast<size_t>(g.constants()[slot])]) {
       constants_[slot] = g.meta_tensor(g.constants()[slot]);
       ++prepared_constants_;
     } else {
