@@ -260,16 +260,26 @@ TEST(Codegen, GroupsStopAtLibraryCallsReductionsAndValuesReadOutside) {
         return TensorList{(h.sum({1}) * 0.5).exp()};
       },
       {x, w}, 2, "around a matmul and a sum");
-  // An inner value that is also a result stays out of the group that reads it.
+  // A value read after the group (here a result) is one more output of it.
   NoGradGuard no_grad;
   const Program two_results = [](const TensorList& t) {
     const Tensor y = t[0] * 2.0;
     return TensorList{y, (y + 1.0).relu()};
   };
+  expect_generated(two_results, {x}, 1, "a value also returned");
   const Lowered l = lower(two_results, {x});
-  EXPECT_EQ(generated_steps(l.exe->schedule()), 1u);
-  ASSERT_EQ(l.exe->schedule().steps.size(), 2u);  // y, then add + relu
-  EXPECT_EQ(l.exe->schedule().steps[1].nodes.size(), 2u);
+  ASSERT_EQ(l.exe->schedule().steps.size(), 1u);
+  EXPECT_EQ(l.exe->schedule().steps[0].nodes.size(), 3u);
+  ASSERT_EQ(l.exe->schedule().steps[0].stored.size(), 1u);
+  EXPECT_EQ(l.exe->schedule().steps[0].stored_writes, std::vector<int32_t>{-1});
+  // One read by a node before the group's last stays out of it: the sum
+  // needs y before (y + s) runs.
+  const Program read_before = [](const TensorList& t) {
+    const Tensor y = t[0] * 2.0;
+    return TensorList{(y + y.sum({1}, true)).relu()};
+  };
+  expect_generated(read_before, {x}, 1, "a value read by a reduction in between");
+  EXPECT_EQ(lower(read_before, {x}).exe->schedule().steps.size(), 3u);  // y, sum, add + relu
   // A diamond: x*2 read by both exp and sin, whose sum is the result: one kernel.
   expect_generated(
       [](const TensorList& t) {
@@ -511,9 +521,12 @@ TEST(Codegen, InPlaceChainsAreOneKernelThatWritesTheirTensorOnce) {
         m.mul_(0.9).add_(t[1].square(), 0.1);
         return TensorList{m.sqrt()};
       };
+      // The chain and the sqrt: one kernel that writes the moment into the
+      // argument's memory and the sqrt into its own.
       const Lowered l = lower(ema, {x.clone(), g});
-      ASSERT_EQ(l.exe->schedule().steps.size(), 2u) << what;  // the chain, the sqrt
-      EXPECT_EQ(l.exe->schedule().steps[0].writes_input, 0) << what;
+      ASSERT_EQ(l.exe->schedule().steps.size(), 1u) << what;
+      EXPECT_EQ(l.exe->schedule().steps[0].stored_writes, std::vector<int32_t>{0}) << what;
+      EXPECT_EQ(l.exe->schedule().steps[0].writes_input, -1) << what;
       for (int run = 0; run < 2; ++run) {
         Tensor got = x.clone(), want = x.clone();
         const TensorList got_out = l.exe->run({got, g});
@@ -576,49 +589,61 @@ TEST(Codegen, InPlaceChainsStayApartWhereAnotherViewOrANodeInBetweenSeesTheirTen
   const ExplainReport r = f.explain();
   ASSERT_EQ(r.graphs[0].fused.size(), 1u);
   EXPECT_EQ(r.graphs[0].fused[0],
-            "mul_ + add_ (nodes 0-1): one generated kernel of 3 inputs, written in place into "
-            "input 0");
+            "mul_ + add_ + mul (nodes 0-2): one generated kernel of 4 inputs, and 2 outputs, "
+            "written in place into input 0");
 }
 
 // A group runs at its last node's place. A write in between that comes
 // before the first node reading its tensor is one the group sees in program
-// order too: an optimizer's update of a parameter (decay, then the step
-// from a moment updated meanwhile) is one kernel. A write after that first
-// read keeps the group apart.
+// order too: a parameter's decay, a moment written by a library call, then
+// the step from the moment is one kernel. A write after that first read
+// keeps the group apart.
 TEST(Codegen, AWriteInBetweenKeepsAGroupApartOnlyAfterItsFirstReadOfTheTensor) {
   KILN_NEEDS_COMPILER();
   NoGradGuard no_grad;
   Generator gen(21);
   const Tensor p = values({67, 5}, kFloat32, gen), m = values({67, 5}, kFloat32, gen);
   const Tensor g = values({67, 5}, kFloat32, gen), v = positive({67, 5}, kFloat32, gen);
+  const auto run_both = [&](const Lowered& l, const Program& f) {
+    for (int run = 0; run < 2; ++run) {
+      TensorList got{p.clone(), m.clone(), g, v}, want{p.clone(), m.clone(), g, v};
+      const TensorList got_out = l.exe->run(got), want_out = f(want);
+      EXPECT_TRUE(testing::same(got[0], want[0])) << "run " << run;
+      EXPECT_TRUE(testing::same(got[1], want[1])) << "run " << run;
+      EXPECT_TRUE(testing::same(got_out[0], want_out[0])) << "run " << run;
+    }
+  };
   const Program step = [](const TensorList& t) {
+    Tensor param = t[0], moment = t[1];
+    param.mul_(0.99);
+    moment.fill_(0.5);  // no generated form: a library call in between
+    param.add_(moment / t[3] * -0.01);
+    return TensorList{param * 1.0};
+  };
+  const Lowered l = lower(step, {p.clone(), m.clone(), g, v});
+  const Schedule& s = l.exe->schedule();
+  ASSERT_EQ(s.steps.size(), 2u) << to_text(l.trace->graph);
+  EXPECT_EQ(s.describe(l.trace->graph, 1), "mul_ + div + mul + add_ + mul (nodes 0-5)");
+  EXPECT_EQ(s.steps[1].stored_writes, std::vector<int32_t>{0});
+  run_both(l, step);
+  // With the moment's update in generated form too, the step is one kernel
+  // that writes the parameter and the moment in place, and its result.
+  const Program adam_like = [](const TensorList& t) {
     Tensor param = t[0], moment = t[1];
     param.mul_(0.99);
     moment.mul_(0.9).add_(t[2], 0.1);
     param.add_(moment / t[3] * -0.01);
     return TensorList{param * 1.0};
   };
-  const Lowered l = lower(step, {p.clone(), m.clone(), g, v});
-  const Schedule& s = l.exe->schedule();
-  const auto chain = std::find_if(s.steps.begin(), s.steps.end(),
-                                  [](const ScheduledStep& st) { return st.nodes.size() == 4; });
-  ASSERT_NE(chain, s.steps.end()) << to_text(l.trace->graph);
-  EXPECT_EQ(s.describe(l.trace->graph, static_cast<size_t>(chain - s.steps.begin())),
-            "mul_ + div + mul + add_ (nodes 0-5)");
-  EXPECT_EQ(chain->writes_input, 0);
-  EXPECT_EQ(generated_steps(s), 2u);  // the parameter's and the moment's
-  for (int run = 0; run < 2; ++run) {
-    TensorList got{p.clone(), m.clone(), g, v}, want{p.clone(), m.clone(), g, v};
-    const TensorList got_out = l.exe->run(got), want_out = step(want);
-    EXPECT_TRUE(testing::same(got[0], want[0])) << "run " << run;
-    EXPECT_TRUE(testing::same(got[1], want[1])) << "run " << run;
-    EXPECT_TRUE(testing::same(got_out[0], want_out[0])) << "run " << run;
-  }
+  const Lowered one = lower(adam_like, {p.clone(), m.clone(), g, v});
+  ASSERT_EQ(one.exe->schedule().steps.size(), 1u) << to_text(one.trace->graph);
+  EXPECT_EQ(one.exe->schedule().steps[0].stored_writes, (std::vector<int32_t>{2, 0}));
+  run_both(one, adam_like);
   // Read before the write: the product would see the moment written.
   const Program early = [](const TensorList& t) {
     Tensor moment = t[1];
     const Tensor y = moment * 2.0;
-    moment.add_(1.0);
+    moment.fill_(1.0);
     return TensorList{y + moment};
   };
   const Lowered e = lower(early, {p.clone(), m.clone()});
@@ -632,6 +657,20 @@ TEST(Codegen, AWriteInBetweenKeepsAGroupApartOnlyAfterItsFirstReadOfTheTensor) {
   const TensorList got_out = e.exe->run(got), want_out = early(want);
   EXPECT_TRUE(testing::same(got[1], want[1]));
   EXPECT_TRUE(testing::same(got_out[0], want_out[0]));
+  // Where the group holds the write, its kernel reads each element before
+  // it writes it: one step.
+  const Program held = [](const TensorList& t) {
+    Tensor moment = t[1];
+    const Tensor y = moment * 2.0;
+    moment.add_(1.0);
+    return TensorList{y + moment};
+  };
+  const Lowered h = lower(held, {p.clone(), m.clone()});
+  EXPECT_EQ(h.exe->schedule().steps.size(), 1u) << to_text(h.trace->graph);
+  TensorList got_h{p.clone(), m.clone()}, want_h{p.clone(), m.clone()};
+  const TensorList got_h_out = h.exe->run(got_h), want_h_out = held(want_h);
+  EXPECT_TRUE(testing::same(got_h[1], want_h[1]));
+  EXPECT_TRUE(testing::same(got_h_out[0], want_h_out[0]));
 }
 
 // A tensor the program makes and then only writes in place, all inside one
@@ -656,7 +695,7 @@ TEST(Codegen, TensorsMadeAndWrittenInPlaceInsideAGroupAreItsScratch) {
   }
   const Tensor x = values({37, 3}, kFloat32, gen);
   // Read outside between its writes: the first write and its maker are one
-  // group, the later write and the exp each their own step.
+  // group; the later write and the exp another, which writes y in place.
   const Program read_between = [](const TensorList& t) {
     Tensor y = t[0] * 2.0;
     y.add_(1.0);
@@ -664,8 +703,10 @@ TEST(Codegen, TensorsMadeAndWrittenInPlaceInsideAGroupAreItsScratch) {
     y.mul_(3.0);
     return TensorList{y.exp(), s};
   };
-  expect_generated(read_between, {x}, 1, "read between");
-  EXPECT_EQ(lower(read_between, {x}).exe->schedule().steps.size(), 4u);
+  expect_generated(read_between, {x}, 2, "read between");
+  const Lowered between = lower(read_between, {x});
+  ASSERT_EQ(between.exe->schedule().steps.size(), 3u);
+  EXPECT_EQ(between.exe->schedule().steps[2].stored_writes, std::vector<int32_t>{0});
   // A view of it made before a write and read after: only `(y * 3).exp()`
   // is a group.
   const Program viewed = [](const TensorList& t) {

@@ -1,10 +1,10 @@
 // Random programs through the schedule's groups: chains and trees of
 // pointwise ops over broadcast operands, in-place writes to tensors the
 // program made and to its arguments (a group's scratch where it holds all of
-// a tensor's writes), views read between writes, and
-// reductions over rows, each program's executable against eager bitwise
-// (its results and what it wrote into its arguments). The programs are made
-// from a seed, so that a failure names the seed and the program's text.
+// a tensor's writes), views read between writes, values read after the
+// group that makes them (stored as more outputs), and reductions over rows, each program's
+// executable against eager bitwise (its results and what it wrote into its arguments). The programs
+// are made from a seed, so that a failure names the seed and the program's text.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -150,6 +150,7 @@ TensorList run_program(const RandomProgram& p, const TensorList& args, std::stri
 TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitwise) {
   NoGradGuard no_grad;
   int fused_steps = 0, reductions = 0, epilogues = 0, in_place = 0, scratch = 0;
+  int stored = 0, stored_in_place = 0;  // groups of several outputs; of those writing inputs
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -167,6 +168,9 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
       reductions += st.reduction.has_value();
       epilogues += st.reduction && st.reduction->epilogue_kernel >= 0;
       in_place += st.writes_input >= 0;
+      stored += !st.stored.empty();
+      stored_in_place += std::any_of(st.stored_writes.begin(), st.stored_writes.end(),
+                                     [](int32_t w) { return w >= 0; });
       // A tensor written in place inside the group, other than its result's.
       const Graph& g = l.trace->graph;
       const int32_t result =
@@ -193,6 +197,8 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(epilogues, 3) << "of " << reductions;
     EXPECT_GT(in_place, 5);
     EXPECT_GT(scratch, 3);
+    EXPECT_GT(stored, 10);
+    EXPECT_GT(stored_in_place, 2);
   }
 }
 

@@ -240,6 +240,14 @@ TEST(TrainingStep, AdamStepsAreRecordedAndCountOnTheDevice) {
     ASSERT_EQ(r.graphs.size(), 1u);
     EXPECT_TRUE(r.graphs[0].executable) << r.to_string();
     EXPECT_NE(r.graphs[0].text.find("pow("), std::string::npos) << r.graphs[0].text;
+    // Each parameter's update, with its moments, is one generated kernel
+    // that writes them in place.
+    if (compiler::testing::can_generate_kernels()) {
+      int64_t updates = 0;
+      for (const std::string& line : r.graphs[0].fused)
+        updates += line.find(", written in place into inputs ") != std::string::npos;
+      EXPECT_EQ(updates, 4) << r.to_string();
+    }
     // The count is the device's: six steps, as eager's on the host.
     const StateDict sd = opt->state_dict(), eager_sd = eager_opt->state_dict();
     for (int i = 0; i < 4; ++i) {
@@ -257,6 +265,36 @@ TEST(TrainingStep, AdamStepsAreRecordedAndCountOnTheDevice) {
     expect_close_parameters(*net, *eager_net, "after an eager step");
     EXPECT_EQ(opt->state_dict().find("state.0.step")->item<double>(), 7);
   }
+}
+
+// A forward value that the backward reads again (gelu's input) is stored by
+// the kernel that makes the gelu: one kernel, two outputs, and the
+// gradients eager's bitwise.
+TEST(TrainingStep, AForwardValueTheBackwardReadsIsStoredByTheGroupThatMakesIt) {
+  manual_seed(14);
+  Tensor s = randn({64}).requires_grad_(true), b = randn({64}).requires_grad_(true);
+  Tensor s2 = s.detach().clone().requires_grad_(true), b2 = b.detach().clone().requires_grad_(true);
+  const auto loss_of = [](const Tensor& x, const Tensor& scale, const Tensor& bias) {
+    Tensor loss = gelu(x * scale + bias).square().mean();
+    loss.backward();
+    return loss;
+  };
+  const auto step = compile([&](const Tensor& x) { return loss_of(x, s, b); }, {.name = "gelu"});
+  Generator gen(15);
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = randn({32, 64}, {}, &gen);
+    EXPECT_TRUE(same(step(x), loss_of(x, s2, b2))) << i;
+    EXPECT_TRUE(same(s.grad(), s2.grad())) << i;
+    EXPECT_TRUE(same(b.grad(), b2.grad())) << i;
+  }
+  if (!compiler::testing::can_generate_kernels()) return;
+  const ExplainReport r = step.explain();
+  ASSERT_FALSE(r.graphs.empty());
+  const std::vector<std::string>& fused = r.graphs.back().fused;
+  ASSERT_FALSE(fused.empty()) << r.to_string();
+  EXPECT_EQ(fused[0],
+            "mul + add + gelu (nodes 0-2): one generated kernel of 3 inputs, and 2 outputs")
+      << r.to_string();
 }
 
 TEST(TrainingStep, ALoadedAdamStateTracesAnew) {

@@ -62,8 +62,22 @@ void PointwiseCall::run(PointwiseFn fn, int64_t begin, int64_t end, int64_t* ind
 }
 
 void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs) {
-  const PointwiseCall c =
-      pointwise_call(out.sizes(), out.strides(), out.dtype(), out.data_ptr(), inputs);
+  run_pointwise(fn, std::span<const Tensor>(&out, 1), inputs);
+}
+
+void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs) {
+  std::vector<Shape> sizes, strides;
+  std::vector<size_t> elements;
+  PointwiseCall c;
+  const auto add = [&](const Tensor& t) {
+    sizes.push_back(t.sizes());
+    strides.push_back(t.strides());
+    elements.push_back(dtype_size(t.dtype()));
+    c.ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
+  };
+  for (const Tensor& t : outs) add(t);
+  for (const Tensor& t : inputs) add(t);
+  c.layout = loop_layout(outs[0].sizes(), sizes, strides, elements);
   if (c.layout.numel == 0) return;
   backend::cpu::parallel_for(c.layout.numel, backend::cpu::kParallelGrain,
                              [&](int64_t b, int64_t e) {

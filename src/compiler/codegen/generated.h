@@ -47,5 +47,7 @@ PointwiseCall pointwise_call(const Shape& sizes, const Shape& strides, DType dty
 // Runs fn over out = the group of `inputs` (each broadcast to out's sizes),
 // split across the CPU's threads when large.
 void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs);
+// The same over a kernel of several outputs, all of outs[0]'s sizes.
+void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs);
 
 }  // namespace kiln::compiler::codegen

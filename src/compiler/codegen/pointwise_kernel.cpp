@@ -197,7 +197,14 @@ std::string expression(const std::vector<Instr>& body, size_t i,
   }
 }
 
-// The element loop's body: loads (through `load(k)`), values, the store.
+// The index of the output that stores instruction i, else -1.
+int32_t output_of(const PointwiseKernel& k, size_t i) {
+  const auto at = std::find(k.results.begin(), k.results.end(), static_cast<int32_t>(i));
+  return at == k.results.end() ? -1 : static_cast<int32_t>(at - k.results.begin());
+}
+
+// The element loop's body: loads (through `load(k)`), values, the stores
+// (operand j is output j, at element i).
 std::string element_body(const PointwiseKernel& k, const std::string& indent,
                          const std::function<std::string(size_t)>& load) {
   std::string s;
@@ -206,6 +213,9 @@ std::string element_body(const PointwiseKernel& k, const std::string& indent,
     const std::string value = in.kind == Instr::Kind::kLoad ? load(static_cast<size_t>(in.input))
                                                             : expression(k.body, i, value_name);
     s += detail::str_cat(indent, "const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
+    if (const int32_t j = output_of(k, i); j >= 0)
+      s += detail::str_cat(indent, "*reinterpret_cast<", type_name(in.dtype), "*>(p[", j,
+                           "] + i * s[", j, "]) = v", i, ";\n");
   }
   return s;
 }
@@ -217,16 +227,18 @@ std::string element_body(const PointwiseKernel& k, const std::string& indent,
 // vectorize with no register spills (one loop for a whole chain of exp,
 // erfc and tanh polynomials ran slower than the library's separate passes),
 // and the values between them stay in the L1 cache instead of memory.
-// Values of broadcast operands alone are computed once.
+// Values of broadcast operands alone are computed once. Operand j < outputs
+// is output j; input i is operand outputs + i.
 std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size_t, Inner)>& is) {
   const size_t last = k.body.size() - 1;
+  const size_t outputs = k.outputs.size();
   std::vector<bool> uniform(k.body.size(), false);
   for (size_t i = 0; i < k.body.size(); ++i) {
     const Instr& in = k.body[i];
     if (in.kind == Instr::Kind::kLoad) {
-      uniform[i] = is(static_cast<size_t>(in.input) + 1, Inner::kBroadcast);
+      uniform[i] = is(outputs + static_cast<size_t>(in.input), Inner::kBroadcast);
     } else {
-      uniform[i] = i != last;
+      uniform[i] = output_of(k, i) < 0;
       for (int32_t a : in.args) uniform[i] = uniform[i] && uniform[static_cast<size_t>(a)];
     }
   }
@@ -235,21 +247,27 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
     const Instr& in = k.body[static_cast<size_t>(v)];
     if (uniform[static_cast<size_t>(v)]) return detail::str_cat("v", v);
     if (in.kind == Instr::Kind::kLoad) {
-      const auto op = static_cast<size_t>(in.input) + 1;
+      const size_t op = outputs + static_cast<size_t>(in.input);
       if (is(op, Inner::kContiguous)) return detail::str_cat("a", in.input, "[i0 + i]");
       return detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype), "*>(p[", op,
                              "] + (i0 + i) * s[", op, "])");
     }
     return detail::str_cat("v", v, "[i]");
   };
+  auto store = [&](int32_t j) {
+    if (is(static_cast<size_t>(j), Inner::kContiguous)) return detail::str_cat("o", j, "[i0 + i]");
+    return detail::str_cat("*reinterpret_cast<", type_name(k.outputs[static_cast<size_t>(j)].dtype),
+                           "*>(p[", j, "] + (i0 + i) * s[", j, "])");
+  };
   std::string s;
   for (size_t i = 0; i < k.body.size(); ++i) {
     if (!uniform[i]) continue;
     const Instr& in = k.body[i];
-    const std::string value = in.kind == Instr::Kind::kLoad
-                                  ? detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype),
-                                                    "*>(p[", in.input + 1, "])")
-                                  : expression(k.body, i, value_name);
+    const std::string value =
+        in.kind == Instr::Kind::kLoad
+            ? detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype), "*>(p[",
+                              outputs + static_cast<size_t>(in.input), "])")
+            : expression(k.body, i, value_name);
     s += detail::str_cat("    const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
   }
   s += "    constexpr int64_t kBlock = 256;\n";
@@ -261,13 +279,12 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
   for (size_t i = 0; i < k.body.size(); ++i) {
     if (uniform[i] || k.body[i].kind == Instr::Kind::kLoad) continue;
     const std::string value = expression(k.body, i, at);
-    const std::string target =
-        i != last ? detail::str_cat("v", i, "[i]")
-        : is(0, Inner::kContiguous)
-            ? std::string("o[i0 + i]")
-            : detail::str_cat("*reinterpret_cast<", type_name(k.output.dtype),
-                              "*>(p[0] + (i0 + i) * s[0])");
+    const int32_t j = output_of(k, i);
+    const std::string target = i != last ? detail::str_cat("v", i, "[i]") : store(j);
     s += detail::str_cat("      for (int64_t i = 0; i < m; ++i) ", target, " = ", value, ";\n");
+    // A value stored before the result: from its buffer, while in cache.
+    if (i != last && j >= 0)
+      s += detail::str_cat("      for (int64_t i = 0; i < m; ++i) ", store(j), " = v", i, "[i];\n");
   }
   s += "    }\n";
   return s;
@@ -314,12 +331,21 @@ std::string why_not_generated(const Graph& g, const Node& n) {
 }
 
 std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32_t> nodes,
-                                           std::span<const ValueId> inputs, std::string& why) {
+                                           std::span<const ValueId> inputs, std::string& why,
+                                           std::span<const ValueId> stored) {
   PointwiseKernel k;
   const ValueId result = g.nodes()[static_cast<size_t>(nodes.back())].outputs[0];
   const Value& rv = g.value(result);
-  std::vector<Shape> sizes{rv.sizes}, strides{rv.strides};
-  std::vector<size_t> elements{dtype_size(rv.dtype)};
+  std::vector<ValueId> outputs(stored.begin(), stored.end());
+  outputs.push_back(result);
+  std::vector<Shape> sizes, strides;
+  std::vector<size_t> elements;
+  for (ValueId id : outputs) {
+    const Value& v = g.value(id);
+    sizes.push_back(v.sizes);
+    strides.push_back(v.strides);
+    elements.push_back(dtype_size(v.dtype));
+  }
   std::vector<int32_t> instr_of(g.values().size(), -1);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(inputs[i]);
@@ -334,9 +360,12 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
     k.body.push_back(load);
   }
   const LoopLayout layout = loop_layout(rv.sizes, sizes, strides, elements);
-  k.output = {rv.dtype, inner_of(layout, 0, elements[0])};
-  for (size_t i = 0; i < inputs.size(); ++i)
-    k.inputs.push_back({g.value(inputs[i]).dtype, inner_of(layout, i + 1, elements[i + 1])});
+  for (size_t j = 0; j < outputs.size(); ++j)
+    k.outputs.push_back({g.value(outputs[j]).dtype, inner_of(layout, j, elements[j])});
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t op = outputs.size() + i;
+    k.inputs.push_back({g.value(inputs[i]).dtype, inner_of(layout, op, elements[op])});
+  }
 
   for (int32_t index : nodes) {
     const Node& n = g.nodes()[static_cast<size_t>(index)];
@@ -400,11 +429,17 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
     instr_of[static_cast<size_t>(n.outputs[0])] = static_cast<int32_t>(k.body.size());
     k.body.push_back(std::move(op));
   }
+  for (ValueId v : stored) k.results.push_back(instr_of[static_cast<size_t>(v)]);
+  k.results.push_back(static_cast<int32_t>(k.body.size() - 1));
   // The name: a hash of what the source depends on.
   std::string key;
   for (const KernelOperand& o : k.inputs)
     key += detail::str_cat("in ", o.dtype, " ", static_cast<int>(o.inner), "\n");
-  key += detail::str_cat("out ", k.output.dtype, " ", static_cast<int>(k.output.inner), "\n");
+  for (size_t j = 0; j < k.outputs.size(); ++j) {
+    const KernelOperand& o = k.outputs[j];
+    key += detail::str_cat("out ", o.dtype, " ", static_cast<int>(o.inner), "\n");
+    if (j + 1 < k.outputs.size()) key += detail::str_cat("stores v", k.results[j], "\n");
+  }
   for (size_t i = 0; i < k.body.size(); ++i)
     if (k.body[i].kind != Instr::Kind::kLoad) key += expression(k.body, i, value_name) + "\n";
   k.symbol = "kiln_pointwise_" + backend::hex_hash(key);
@@ -418,18 +453,18 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
   s += kCodegenPrelude;
   s += "namespace kiln::backend::cpu {\n";
   for (const PointwiseKernel& k : kernels) {
-    const size_t n_ops = k.inputs.size() + 1;
+    const size_t outputs = k.outputs.size();
+    const size_t n_ops = k.inputs.size() + outputs;
+    auto operand = [&](size_t op) -> const KernelOperand& {
+      return op < outputs ? k.outputs[op] : k.inputs[op - outputs];
+    };
     auto inner_size = [&](size_t op) -> std::string {
-      const KernelOperand& o = op == 0 ? k.output : k.inputs[op - 1];
-      if (o.inner == Inner::kBroadcast) return "0";
-      return detail::str_cat(dtype_size(o.dtype));
+      if (operand(op).inner == Inner::kBroadcast) return "0";
+      return detail::str_cat(dtype_size(operand(op).dtype));
     };
-    auto is = [&](size_t op, Inner kind) {
-      return (op == 0 ? k.output : k.inputs[op - 1]).inner == kind;
-    };
-    const std::string out_type = type_name(k.output.dtype);
-    const size_t last = k.body.size() - 1;
-    s += detail::str_cat("\n// ", k.inputs.size(), " inputs, ", k.body.size(), " values\n");
+    auto is = [&](size_t op, Inner kind) { return operand(op).inner == kind; };
+    s += detail::str_cat("\n// ", k.inputs.size(), " inputs, ", k.body.size(), " values, ", outputs,
+                         outputs == 1 ? " output\n" : " outputs\n");
     s += detail::str_cat("[[gnu::always_inline]] inline void ", k.symbol,
                          "_run(char* const* p, const int64_t* s, int64_t n) {\n");
     // The loop the graph's layout has: contiguous and broadcast operands
@@ -442,14 +477,17 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     }
     if (!cond.empty()) {
       s += detail::str_cat("  if (", cond, ") {\n");
-      if (is(0, Inner::kContiguous))
-        s += detail::str_cat("    ", out_type, "* __restrict o = reinterpret_cast<", out_type,
-                             "*>(p[0]);\n");
+      for (size_t j = 0; j < outputs; ++j) {
+        const std::string t = type_name(k.outputs[j].dtype);
+        if (is(j, Inner::kContiguous))
+          s += detail::str_cat("    ", t, "* __restrict o", j, " = reinterpret_cast<", t, "*>(p[",
+                               j, "]);\n");
+      }
       for (size_t i = 0; i < k.inputs.size(); ++i) {
         const std::string t = type_name(k.inputs[i].dtype);
-        if (is(i + 1, Inner::kContiguous))
+        if (is(outputs + i, Inner::kContiguous))
           s += detail::str_cat("    const ", t, "* __restrict a", i, " = reinterpret_cast<const ",
-                               t, "*>(p[", i + 1, "]);\n");
+                               t, "*>(p[", outputs + i, "]);\n");
       }
       s += blocked_loop(k, is);
       s += "    return;\n  }\n";
@@ -458,11 +496,10 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     s += "  for (int64_t i = 0; i < n; ++i) {\n";
     s += element_body(k, "    ", [&](size_t i) {
       const std::string t = type_name(k.inputs[i].dtype);
-      return detail::str_cat("*reinterpret_cast<const ", t, "*>(p[", i + 1, "] + i * s[", i + 1,
-                             "])");
+      return detail::str_cat("*reinterpret_cast<const ", t, "*>(p[", outputs + i, "] + i * s[",
+                             outputs + i, "])");
     });
-    s += detail::str_cat("    *reinterpret_cast<", out_type, "*>(p[0] + i * s[0]) = v", last,
-                         ";\n  }\n}\n");
+    s += "  }\n}\n";
     s += detail::str_cat(
         "extern \"C\" void ", k.symbol,
         "(char* const* ptrs, const int64_t* sizes, const int64_t* strides, int64_t ndim,\n"

@@ -47,8 +47,13 @@ struct Instr {
 
 struct PointwiseKernel {
   std::vector<KernelOperand> inputs;
-  KernelOperand output;
-  std::vector<Instr> body;  // the result is the last
+  // The values it stores, each of the output's sizes: by output, the
+  // instruction stored; the last output is the last instruction, the group's
+  // result. (A group whose other values are read after it, or which writes
+  // other tensors in place, has more than one.)
+  std::vector<KernelOperand> outputs;
+  std::vector<int32_t> results;
+  std::vector<Instr> body;
   // Its function's name in the source: "kiln_pointwise_<hash of its IR>".
   std::string symbol;
 };
@@ -60,18 +65,21 @@ struct PointwiseKernel {
 std::string why_not_generated(const Graph& graph, const Node& node);
 
 // The kernel of a group: `nodes` ascending, the last one's output the
-// result, `inputs` the values from outside the group it reads. Null, with
-// why, where a node's arguments are not of the dtypes the generator has.
+// result, `inputs` the values from outside the group it reads, `stored`
+// the values of its nodes it stores before the result (each of the
+// result's sizes). Null, with why, where a node's arguments are not of the
+// dtypes the generator has.
 std::optional<PointwiseKernel> lower_group(const Graph& graph, std::span<const int32_t> nodes,
-                                           std::span<const ValueId> inputs, std::string& why);
+                                           std::span<const ValueId> inputs, std::string& why,
+                                           std::span<const ValueId> stored = {});
 
 // One translation unit holding the kernels, each an extern "C" function
 //   void <symbol>(char* const* ptrs, const int64_t* sizes,
 //                 const int64_t* strides, int64_t ndim,
 //                 int64_t begin, int64_t end, int64_t* index)
-// over elements [begin, end) of an output of `ndim` dims of `sizes`; ptrs
-// are the output's then the inputs' first elements, strides in bytes, by
-// dim then operand (the output first); index is scratch of ndim entries.
+// over elements [begin, end) of outputs of `ndim` dims of `sizes`; ptrs
+// are the outputs' then the inputs' first elements, strides in bytes, by
+// dim then operand (the outputs first); index is scratch of ndim entries.
 std::string emit_cpp(std::span<const PointwiseKernel> kernels);
 
 // Dims of the output's sizes merged where every operand's strides allow and

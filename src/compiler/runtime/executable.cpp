@@ -28,7 +28,10 @@ struct Executable::Step {
   Device device;                         // where its kernel runs (its workspaces)
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
-  ValueId fused_result = kNoValue;  // a fused step's one result (its last node's output)
+  ValueId fused_result = kNoValue;  // a fused step's result (its last node's output)
+  // A generated group's values: those it stores, then its result (by output).
+  std::vector<ValueId> made;
+  std::vector<int32_t> writes;               // by output: the input whose memory it writes, else -1
   codegen::PointwiseFn generated = nullptr;  // a generated kernel's function
   codegen::PointwiseFn epilogue = nullptr;   // its row reduction's epilogue's
   codegen::PointwiseFn row = nullptr;        // the ops on the reduction's result
@@ -88,9 +91,14 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
         s.row = function(scheduled.reduction->row_kernel);
       }
       s.fused_result = schedule_.result(g, steps_.size());
-      const Value& out = g.value(s.fused_result);
-      s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
-      s.device = out.device;
+      s.made = schedule_.results(g, steps_.size());
+      s.writes = scheduled.stored_writes;
+      s.writes.push_back(scheduled.writes_input);
+      for (ValueId id : s.made) {
+        const Value& out = g.value(id);
+        s.outputs.push_back({out.sizes, out.dtype, out.device, {}, 0});
+      }
+      s.device = g.value(s.fused_result).device;
     } else if (scheduled.fused()) {
       // The library call's attributes as its shape rule canonicalizes them.
       const Node& call = g.nodes()[static_cast<size_t>(scheduled.nodes.front())];
@@ -102,6 +110,8 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.schema = &ops::op_schema(call.op);
       s.attrs = std::move(inferred.attrs);
       s.fused_result = schedule_.result(g, steps_.size());
+      s.made = {s.fused_result};
+      s.writes = {-1};
       const Value& out = g.value(s.fused_result);
       s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
       s.device = out.device;
@@ -264,14 +274,13 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         for (size_t i = 0; i < s.input_casts.size() && i < args.size(); ++i)
           if (s.input_casts[i]) args[i] = args[i].to(*s.input_casts[i]);
         const bool fused = s.kind == Step::Kind::kFused;
-        const std::span<const ValueId> made = fused ? std::span<const ValueId>(&s.fused_result, 1)
-                                                    : std::span<const ValueId>(n.outputs);
+        const std::span<const ValueId> made =
+            fused ? std::span<const ValueId>(s.made) : std::span<const ValueId>(n.outputs);
         TensorList outs;
         outs.reserve(s.outputs.size());
-        const int32_t written = s.scheduled->writes_input;
         for (size_t k = 0; k < s.outputs.size(); ++k) {
-          if (written >= 0) {  // a generated group in place: its input's memory
-            outs.push_back(args[static_cast<size_t>(written)]);
+          if (fused && s.writes[k] >= 0) {  // a generated group in place: its input's memory
+            outs.push_back(args[static_cast<size_t>(s.writes[k])]);
             continue;
           }
           const ops::TensorMeta& m = s.outputs[k];
@@ -298,8 +307,9 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
                                      s.epilogue, s.row);
         } else if (s.generated) {
           detail::count_kernel_launch();
-          codegen::run_pointwise(s.generated, outs[0], args);
-          if (written >= 0) outs[0].bump_version();
+          codegen::run_pointwise(s.generated, outs, args);
+          for (size_t k = 0; k < outs.size(); ++k)
+            if (s.writes[k] >= 0) outs[k].bump_version();
         } else if (fused) {
           detail::count_kernel_launch();
           s.scheduled->lowering->run(
@@ -310,7 +320,14 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs, s.prepared.get()});
         }
         if (measure) workspaces[index] = workspace->high_water();
-        if (observe) observe(observed, outs);
+        if (observe && fused && made.size() > 1) {
+          // Each stored value under the node that made it.
+          for (size_t k = 0; k < outs.size(); ++k)
+            observe(static_cast<size_t>(g.value(made[k]).producer),
+                    std::span<const Tensor>(&outs[k], 1));
+        } else if (observe) {
+          observe(observed, outs);
+        }
         for (size_t k = 0; k < outs.size(); ++k)
           env[static_cast<size_t>(made[k])] = std::move(outs[k]);
         break;

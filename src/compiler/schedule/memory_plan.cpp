@@ -206,8 +206,8 @@ void check_plan(const Graph& g, const Schedule& schedule, const MemoryPlan& plan
       claims.push_back({plan.workspace_arena[i], b, e, name, step});
     }
     if (st.fused()) {
-      const ValueId out = schedule.result(g, i);
-      if (in_arena(out)) claim(storage_of(out), step);
+      for (ValueId out : schedule.results(g, i))
+        if (in_arena(out)) claim(storage_of(out), step);
     } else {
       const Node& n = g.nodes()[static_cast<size_t>(st.nodes[0])];
       for (ValueId out : n.outputs) {

@@ -24,6 +24,9 @@ struct Candidate {
   // reduction (codegen::RowReduction's epilogue).
   std::optional<codegen::PointwiseKernel> epilogue_kernel, row_kernel;
   int32_t writes_input = -1;  // a group written in place into this input
+  // Values stored besides the result, and the input each writes, else -1.
+  std::vector<ValueId> stored;
+  std::vector<int32_t> stored_writes;
 };
 
 bool library_call(ops::OpId op) {
@@ -132,6 +135,24 @@ std::string node_list(const Graph& g, const std::vector<int32_t>& nodes) {
                          ")");
 }
 
+// ", and 3 outputs, written in place into inputs 0 and 2"
+// for a group that stores values besides its result; else its result's note.
+std::string stored_note(const Candidate& c) {
+  std::vector<int32_t> written;
+  for (int32_t w : c.stored_writes)
+    if (w >= 0) written.push_back(w);
+  if (c.writes_input >= 0) written.push_back(c.writes_input);
+  std::sort(written.begin(), written.end());
+  std::string note =
+      c.stored.empty() ? std::string() : detail::str_cat(", and ", c.stored.size() + 1, " outputs");
+  for (size_t i = 0; i < written.size(); ++i)
+    note += detail::str_cat(i > 0                 ? (i + 1 == written.size() ? " and " : ", ")
+                            : written.size() == 1 ? ", written in place into input "
+                                                  : ", written in place into inputs ",
+                            written[i]);
+  return note;
+}
+
 // Groups of pointwise nodes, each grown from a node (its result) back
 // through the producers whose every reader is in the group, and made one
 // generated kernel. The cost model (docs/architecture.md, "Schedules and
@@ -155,7 +176,17 @@ class PointwiseGrouper {
         fusible_(g.nodes().size()),
         inside_reads_(g.values().size(), 0),
         member_(g.nodes().size(), false),
-        private_(g.storages().size(), true) {
+        private_(g.storages().size(), true),
+        reader_nodes_(g.values().size()) {
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      std::vector<ValueId> read(n.inputs);
+      if (n.inplace()) read.push_back(n.target);
+      std::sort(read.begin(), read.end());
+      read.erase(std::unique(read.begin(), read.end()), read.end());
+      for (ValueId v : read)
+        if (v != kNoValue) reader_nodes_[static_cast<size_t>(v)].push_back(static_cast<int32_t>(i));
+    }
     for (size_t i = 0; i < g.nodes().size(); ++i)
       fusible_[i] = !taken[i] && codegen::why_not_generated(g, g.nodes()[i]).empty();
     // A private storage: a tensor the program makes with a pointwise node
@@ -196,7 +227,8 @@ class PointwiseGrouper {
         }
         start = p;
       }
-      Candidate cand = grow(start);
+      // A row reduction's groups store their results alone.
+      Candidate cand = grow(start, false);
       if (reduction) {
         const Node& n = g_.nodes()[r];
         reduction->kernel_inputs = cand.inputs.size();
@@ -214,6 +246,8 @@ class PointwiseGrouper {
             ", its rows reduced in cache and the ops after it applied to each block"));
         groups.push_back(std::move(*whole));
         continue;
+      } else {
+        cand = grow(start, true);
       }
       if (cand.nodes.size() < 2) continue;
       const std::string what = node_list(g_, cand.nodes);
@@ -232,9 +266,9 @@ class PointwiseGrouper {
         const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
         const size_t kernel_inputs =
             cand.reduction ? cand.reduction->kernel_inputs : cand.inputs.size();
-        cand.kernel =
-            codegen::lower_group(g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
-                                 std::span<const ValueId>(cand.inputs).first(kernel_inputs), why);
+        cand.kernel = codegen::lower_group(
+            g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
+            std::span<const ValueId>(cand.inputs).first(kernel_inputs), why, cand.stored);
       }
       if (!why.empty()) {
         lines.push_back(detail::str_cat(what, " not fused: ", why));
@@ -247,9 +281,7 @@ class PointwiseGrouper {
           cand.reduction ? detail::str_cat(", its rows reduced by ",
                                            ops::op_schema(g_.nodes()[r].op).name, " in cache")
                          : std::string(),
-          cand.writes_input >= 0
-              ? detail::str_cat(", written in place into input ", cand.writes_input)
-              : std::string()));
+          stored_note(cand)));
       groups.push_back(std::move(cand));
     }
     // In program order, as the epilogue groups' lines.
@@ -338,7 +370,7 @@ class PointwiseGrouper {
       if (!made_by_reduction(v)) {
         const auto c = static_cast<size_t>(g_.value(v).producer);
         if (!fusible_[c] || taken_[c]) continue;
-        row = grow(static_cast<int32_t>(c));
+        row = grow(static_cast<int32_t>(c), false);
         const auto found = std::find_if(row->inputs.begin(), row->inputs.end(), made_by_reduction);
         if (found == row->inputs.end() || in_place(row->nodes)) continue;
         rv = *found;
@@ -356,7 +388,7 @@ class PointwiseGrouper {
       std::optional<codegen::RowReduction> reduction =
           p < 0 ? std::nullopt : codegen::row_reduction_of(g_, rn, why);
       if (!reduction) continue;
-      Candidate pro = grow(p);
+      Candidate pro = grow(p, false);
       Candidate whole;
       whole.nodes = pro.nodes;
       whole.nodes.push_back(rnode);
@@ -407,21 +439,101 @@ class PointwiseGrouper {
   // The group grown from `root` (its result): nodes ascending, the values
   // it reads from outside in order of first use. Private storages' writes
   // join where the group then holds every write before them too (else the
-  // storage's memory would have to hold what a node outside wrote).
-  Candidate grow(int32_t root) {
-    Candidate cand = grow(root, true);
+  // storage's memory would have to hold what a node outside wrote). With
+  // `multi`, values the group makes that nodes after it read, or that it
+  // writes in place into tensors other than its result's, join too, and the
+  // kernel stores them (Candidate::stored): an optimizer's update of a
+  // parameter with its moments, a forward value saved for the backward.
+  Candidate grow(int32_t root, bool multi) {
+    Candidate cand = grow(root, true, multi);
     const Value& result = g_.value(g_.nodes()[static_cast<size_t>(root)].outputs[0]);
     for (int32_t k : cand.nodes) {
       const Node& n = g_.nodes()[static_cast<size_t>(k)];
-      if (!n.inplace() || g_.value(n.target).storage == result.storage) continue;
+      if (!n.inplace()) continue;
       const Value& target = g_.value(n.target);
-      if (!std::binary_search(cand.nodes.begin(), cand.nodes.end(), target.producer))
-        return grow(root, false);
+      if (target.storage == result.storage || !private_[static_cast<size_t>(target.storage)])
+        continue;
+      if (!std::binary_search(cand.nodes.begin(), cand.nodes.end(), target.producer)) {
+        cand = grow(root, false, multi);
+        break;
+      }
     }
+    if (multi && !find_stored(cand)) return grow(root, false);
     return cand;
   }
 
-  Candidate grow(int32_t root, bool with_private) {
+  // The values of a group grown with `multi` that it stores besides its
+  // result, each with the input whose memory it writes (in place) or -1;
+  // false where the group cannot run so. A tensor the group writes is
+  // stored once, its last value: its values before that are read inside
+  // alone. Stored are the values read after the group or returned, and a
+  // tensor's last value where the tensor comes from outside (its memory is
+  // then the input's, of the same view), and no node in between touches
+  // the tensor: the group runs at its last node's place.
+  bool find_stored(Candidate& cand) const {
+    const auto& nodes = g_.nodes();
+    const int32_t root = cand.nodes.back();
+    const int32_t result_storage = g_.value(nodes[static_cast<size_t>(root)].outputs[0]).storage;
+    const auto in_group = [&](int32_t k) {
+      return std::binary_search(cand.nodes.begin(), cand.nodes.end(), k);
+    };
+    for (size_t m = 0; m + 1 < cand.nodes.size(); ++m) {
+      const int32_t k = cand.nodes[m];
+      const ValueId out = nodes[static_cast<size_t>(k)].outputs[0];
+      const Value& v = g_.value(out);
+      if (v.storage == result_storage) continue;
+      int32_t inside = 0;
+      for (int32_t j : cand.nodes) inside += reads(nodes[static_cast<size_t>(j)], out);
+      const bool read_outside = inside != readers_.count[static_cast<size_t>(out)];
+      const bool last = std::none_of(
+          cand.nodes.begin() + static_cast<std::ptrdiff_t>(m) + 1, cand.nodes.end(),
+          [&](int32_t j) {
+            return g_.value(nodes[static_cast<size_t>(j)].outputs[0]).storage == v.storage;
+          });
+      if (!last) {
+        if (read_outside) return false;
+        continue;
+      }
+      const Value& made = g_.value(g_.storages()[static_cast<size_t>(v.storage)].root);
+      const bool made_inside = made.kind == ValueKind::kNode && in_group(made.producer);
+      if (!read_outside && made_inside) continue;  // a value inside alone
+      int32_t writes = -1;
+      if (!made_inside) {
+        for (size_t i = 0; i < cand.inputs.size(); ++i) {
+          const Value& in = g_.value(cand.inputs[i]);
+          if (in.storage != v.storage) continue;
+          if (writes >= 0 || in.sizes != v.sizes || in.strides != v.strides ||
+              in.offset != v.offset)
+            return false;
+          writes = static_cast<int32_t>(i);
+        }
+        if (writes < 0) return false;
+      }
+      for (int32_t j = cand.nodes.front() + 1; j < root; ++j)
+        if (!in_group(j) && touches(nodes[static_cast<size_t>(j)], v.storage)) return false;
+      cand.stored.push_back(out);
+      cand.stored_writes.push_back(writes);
+    }
+    return true;
+  }
+
+  static bool reads(const Node& n, ValueId v) {
+    return n.target == v || std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end();
+  }
+  bool touches(const Node& n, int32_t storage) const {
+    if (n.target != kNoValue && g_.value(n.target).storage == storage) return true;
+    for (ValueId v : n.inputs)
+      if (v != kNoValue && g_.value(v).storage == storage) return true;
+    return false;
+  }
+
+  // How many nodes up to `node` read v (Readers counts all of them).
+  int32_t reads_up_to(ValueId v, int32_t node) const {
+    const std::vector<int32_t>& r = reader_nodes_[static_cast<size_t>(v)];
+    return static_cast<int32_t>(std::upper_bound(r.begin(), r.end(), node) - r.begin());
+  }
+
+  Candidate grow(int32_t root, bool with_private, bool multi) {
     const auto& nodes = g_.nodes();
     const Value& result = g_.value(nodes[static_cast<size_t>(root)].outputs[0]);
     // The storage a root in place writes: the group may hold the writes
@@ -450,12 +562,23 @@ class PointwiseGrouper {
       const ValueId out = nodes[ku].outputs[0];
       const Value& v = g_.value(out);
       const int32_t reads = inside_reads_[static_cast<size_t>(out)];
-      if (reads == 0 || reads != readers_.count[static_cast<size_t>(out)]) continue;
-      if (v.sizes != result.sizes) continue;
+      if (reads == 0 || v.sizes != result.sizes) continue;
+      // Read outside the group too: only after it (the kernel stores it).
+      const bool outside = reads != readers_.count[static_cast<size_t>(out)];
+      if (outside && (!multi || reads_up_to(out, root) != reads)) continue;
       const auto storage = static_cast<size_t>(v.storage);
-      if (v.storage != chain && !(with_private && private_[storage]) &&
-          (nodes[ku].inplace() || written_[storage] || returned_[storage]))
-        continue;
+      const bool scratch = with_private && private_[storage];
+      if (v.storage == chain) {
+        if (outside) continue;  // its tensor's later values would be read
+      } else if (nodes[ku].inplace() || written_[storage] || returned_[storage]) {
+        if (scratch && outside) continue;
+        if (!scratch && !multi) continue;
+        // A tensor the group writes again: its value here is read inside alone.
+        if (outside && std::any_of(cand.nodes.begin(), cand.nodes.end(), [&](int32_t j) {
+              return g_.value(nodes[static_cast<size_t>(j)].outputs[0]).storage == v.storage;
+            }))
+          continue;
+      }
       join(k);
     }
     for (ValueId v : counted) inside_reads_[static_cast<size_t>(v)] = 0;
@@ -480,7 +603,8 @@ class PointwiseGrouper {
   std::vector<bool> fusible_;
   std::vector<int32_t> inside_reads_;
   std::vector<bool> member_;
-  std::vector<bool> private_;  // by storage
+  std::vector<bool> private_;                       // by storage
+  std::vector<std::vector<int32_t>> reader_nodes_;  // by value, ascending
 };
 
 // The kernel's index in s.kernels, added there unless a kernel of the same
@@ -498,6 +622,12 @@ int32_t kernel_index(Schedule& s, const codegen::PointwiseKernel& kernel) {
 ValueId Schedule::result(const Graph& graph, size_t step) const {
   const Node& last = graph.nodes()[static_cast<size_t>(steps[step].nodes.back())];
   return last.outputs.empty() ? kNoValue : last.outputs[0];
+}
+
+std::vector<ValueId> Schedule::results(const Graph& graph, size_t step) const {
+  std::vector<ValueId> all = steps[step].stored;
+  all.push_back(result(graph, step));
+  return all;
 }
 
 std::string Schedule::describe(const Graph& graph, size_t step) const {
@@ -599,15 +729,19 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
         st.kernel = kernel_index(s, *c.kernel);
         st.reduction = c.reduction;
         st.writes_input = c.writes_input;
+        st.stored = c.stored;
+        st.stored_writes = c.stored_writes;
         if (c.epilogue_kernel) st.reduction->epilogue_kernel = kernel_index(s, *c.epilogue_kernel);
         if (c.row_kernel) st.reduction->row_kernel = kernel_index(s, *c.row_kernel);
       }
-      // Values inside the group live in storages of their own unless the
-      // epilogue wrote in place into the call's result.
-      const int32_t result_storage = g.value(nodes[i].outputs[0]).storage;
+      // Values inside the group get no bytes, unless they live in the
+      // storage of its result or of a value it stores.
+      std::vector<int32_t> kept{g.value(nodes[i].outputs[0]).storage};
+      for (ValueId v : c.stored) kept.push_back(g.value(v).storage);
       for (size_t k = 0; k + 1 < c.nodes.size(); ++k) {
         const int32_t inner = g.value(nodes[static_cast<size_t>(c.nodes[k])].outputs[0]).storage;
-        if (inner != result_storage) s.materialized[static_cast<size_t>(inner)] = false;
+        if (std::find(kept.begin(), kept.end(), inner) == kept.end())
+          s.materialized[static_cast<size_t>(inner)] = false;
       }
     } else {
       st.nodes = {static_cast<int32_t>(i)};

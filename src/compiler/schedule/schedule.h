@@ -55,6 +55,12 @@ struct ScheduledStep {
   // `m.mul_(b).add_(g)`, its last node in place): the input it writes, whose
   // memory is the result's; -1 where the group makes the tensor itself.
   int32_t writes_input = -1;
+  // A generated group that stores values besides its result (read after it,
+  // or its last value of a tensor it writes in place), in the kernel's order
+  // of outputs before the result; by each, the input whose memory it writes
+  // (in place), else -1 (memory of its own).
+  std::vector<ValueId> stored;
+  std::vector<int32_t> stored_writes;
 
   bool fused() const noexcept { return lowering != nullptr || kernel >= 0; }
 };
@@ -74,6 +80,8 @@ struct Schedule {
   // The value a step makes for the steps after it (a fused step: its last
   // node's output).
   ValueId result(const Graph& graph, size_t step) const;
+  // Every value it makes for the steps after it: the stored ones, then the result.
+  std::vector<ValueId> results(const Graph& graph, size_t step) const;
   // "conv2d + add + relu (nodes 4-6)", for messages.
   std::string describe(const Graph& graph, size_t step) const;
 };
