@@ -289,14 +289,7 @@ class Compiled {
   template <typename... Args>
   auto operator()(Args&&... args) const {
     using R = std::remove_cvref_t<std::invoke_result_t<F&, Args&&...>>;
-    if constexpr (std::is_void_v<R>) {
-      static_assert(!std::is_void_v<R>,
-                    "kiln::compile: the compiled function returns nothing (void); return what it "
-                    "computes: a Tensor, or an optional, vector, string-keyed map, tuple or "
-                    "aggregate of those");
-    } else {
-      return call<R>(std::forward<Args>(args)...);
-    }
+    return call<R>(std::forward<Args>(args)...);
   }
 
   CompileStats stats() const { return core_->stats(); }
@@ -316,13 +309,19 @@ class Compiled {
           compiler::internal::rebuild_arg(std::forward<Args>(args), tensors, next)...};
       TensorList out;
       structure.clear();
-      compiler::internal::flatten_result(std::apply(*f_, std::move(rebuilt)), out, structure);
+      if constexpr (std::is_void_v<R>) {
+        std::apply(*f_, std::move(rebuilt));  // its writes alone (an optimizer's step)
+      } else {
+        compiler::internal::flatten_result(std::apply(*f_, std::move(rebuilt)), out, structure);
+      }
       return out;
     };
     std::vector<int64_t> structure;
     const TensorList flat_out = core_->call(flat, run, structure);
-    size_t next = 0, shape_at = 0;
-    return compiler::internal::unflatten_result<R>(flat_out, structure, next, shape_at);
+    if constexpr (!std::is_void_v<R>) {
+      size_t next = 0, shape_at = 0;
+      return compiler::internal::unflatten_result<R>(flat_out, structure, next, shape_at);
+    }
   }
 
   std::shared_ptr<F> f_;

@@ -191,14 +191,37 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(
   return seg;
 }
 
+namespace {
+
+// Whether replaying the trace through dispatch would record autograd: a node
+// traced with grad mode on reads an argument or captured tensor that
+// requires grad (a value of another node requires grad only through such a
+// node). An optimizer's step, whose updates run under NoGradGuard, records
+// nothing and gets an executable.
+bool records_autograd_on_replay(const Trace& trace, const TensorList& inputs) {
+  const Graph& g = trace.graph;
+  std::vector<bool> needs(g.values().size(), false);
+  for (size_t i = 0; i < g.inputs().size() && i < inputs.size(); ++i)
+    needs[static_cast<size_t>(g.inputs()[i])] = inputs[i].requires_grad();
+  for (size_t i = 0; i < g.captured().size() && i < trace.captured.size(); ++i)
+    needs[static_cast<size_t>(g.captured()[i])] = trace.captured[i].requires_grad();
+  const auto requires_grad = [&](ValueId v) {
+    return v != kNoValue && needs[static_cast<size_t>(v)];
+  };
+  return std::any_of(g.nodes().begin(), g.nodes().end(), [&](const Node& n) {
+    return n.grad_enabled && (requires_grad(n.target) ||
+                              std::any_of(n.inputs.begin(), n.inputs.end(), requires_grad));
+  });
+}
+
+}  // namespace
+
 void Core::Impl::lower(Segment& seg, const TensorList& inputs,
                        const std::shared_ptr<Family>& family, uint64_t program) {
   const auto lower_start = std::chrono::steady_clock::now();
-  bool needs_grad = false;
-  for (const Tensor& t : seg.trace->captured) needs_grad = needs_grad || t.requires_grad();
-  for (const Tensor& t : inputs) needs_grad = needs_grad || t.requires_grad();
   // A training step's graph holds its backward ops: it records no autograd.
-  const bool records_autograd = needs_grad && is_grad_enabled() && !seg.ran_backward;
+  const bool records_autograd =
+      is_grad_enabled() && !seg.ran_backward && records_autograd_on_replay(*seg.trace, inputs);
   if (options.backend == CompileBackend::Default && !records_autograd) {
     ScheduleOptions schedule_options;
     schedule_options.strict = options.strict;

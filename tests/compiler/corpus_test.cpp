@@ -276,7 +276,8 @@ std::vector<Case> corpus() {
                  return i;
                },
                {{{m}}, {{m}}}, 1, 0});
-  c.push_back({"sgd_update_of_captured_parameters", [] {
+  c.push_back({"sgd_update_of_captured_parameters",
+               [] {
                  auto net = std::make_shared<nn::Linear>(4, 2);
                  for (const Tensor& p : net->parameters()) p.set_grad(ones_like(p) * 0.5);
                  return with_module(net, [net](const Args& a, int64_t) {
@@ -288,7 +289,11 @@ std::vector<Case> corpus() {
                    return std::vector<Tensor>{(*net)(a[0])};
                  });
                },
-               {{{m}}, {{m}}, {{m}}}, 1, 0});
+               // All under NoGradGuard: an executable, each update one kernel (one IR).
+               {{{m}}, {{m}}, {{m}}},
+               1,
+               0,
+               1});
   c.push_back({"adamw_training_step",
                [] {
                  auto net = std::make_shared<nn::Sequential>(

@@ -297,6 +297,32 @@ TEST(TrainingStep, AForwardValueTheBackwardReadsIsStoredByTheGroupThatMakesIt) {
       << r.to_string();
 }
 
+// An optimizer's step compiled alone (its updates run under NoGradGuard)
+// records no autograd, though its parameters require grad: it runs as an
+// executable of generated kernels, and its updates are eager's.
+TEST(TrainingStep, AnOptimizerStepCompiledAloneIsAnExecutable) {
+  for (const AdamCase& c : adam_cases()) {
+    SCOPED_TRACE(c.name);
+    auto [net, eager_net] = twins(16);
+    auto opt = c.make(net->parameters()), eager_opt = c.make(eager_net->parameters());
+    const auto step = compile([&] { opt->step(); }, {.name = "step"});
+    Generator gen(17);
+    for (int i = 0; i < 4; ++i) {
+      const Tensor x = randn({8, 6}, {}, &gen), y = randn({8, 3}, {}, &gen);
+      for (Net* n : {net.get(), eager_net.get()}) {
+        n->zero_grad();
+        nn::functional::mse_loss(n->forward(x), y).backward();
+      }
+      step();
+      eager_opt->step();
+      expect_close_parameters(*net, *eager_net, detail::str_cat("after step ", i));
+    }
+    const ExplainReport r = step.explain();
+    ASSERT_FALSE(r.graphs.empty());
+    EXPECT_TRUE(r.graphs.back().executable) << r.to_string();
+  }
+}
+
 TEST(TrainingStep, ALoadedAdamStateTracesAnew) {
   auto [net, eager_net] = twins(13);
   optim::Adam opt(net->parameters(), {.lr = 1e-2}), eager_opt(eager_net->parameters(), {.lr = 1e-2});
