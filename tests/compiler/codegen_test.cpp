@@ -289,6 +289,30 @@ TEST(Codegen, GroupsStopAtLibraryCallsReductionsAndValuesReadOutside) {
       {x}, 1, "diamond");
 }
 
+// Siblings: groups of one sizes that read one input (or the later reads the
+// earlier's values) and run one after the other are one kernel storing
+// both results; a library call between them keeps them apart.
+TEST(Codegen, SiblingGroupsRunNextToEachOtherAreOneKernel) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  Generator gen(9);
+  const Tensor x = values({6, 8}, kFloat32, gen), w = values({8, 8}, kFloat32, gen);
+  const Program siblings = [](const TensorList& t) {
+    return TensorList{(t[0] * 2.0).exp(), (t[0] + 1.0).sin()};
+  };
+  expect_generated(siblings, {x, w}, 1, "siblings");
+  const Lowered l = lower(siblings, {x, w});
+  ASSERT_EQ(l.exe->schedule().steps.size(), 1u);
+  EXPECT_EQ(l.exe->schedule().fused.at(0),
+            "mul + exp + add + sin (nodes 0-3): one generated kernel of 3 inputs, and 2 outputs");
+  const Program apart = [](const TensorList& t) {
+    const Tensor a = (t[0] * 2.0).exp();
+    const Tensor m = t[0].matmul(t[1]);
+    return TensorList{a, (t[0] + 1.0).sin() + m};
+  };
+  expect_generated(apart, {x, w}, 2, "a matmul between");
+}
+
 struct ReductionCase {
   const char* name;
   Unary op;  // of a [.., n] input

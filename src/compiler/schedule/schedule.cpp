@@ -211,6 +211,9 @@ class PointwiseGrouper {
   void run(std::vector<Candidate>& groups, std::vector<std::string>& fused,
            std::vector<std::string>& not_fused) {
     std::vector<std::string> lines;
+    // The last plain group made (index in groups) and its line.
+    int32_t last_plain = -1;
+    size_t last_line = 0;
     for (auto root = static_cast<int32_t>(g_.nodes().size()) - 1; root >= 0; --root) {
       const auto r = static_cast<size_t>(root);
       if (taken_[r]) continue;
@@ -275,13 +278,19 @@ class PointwiseGrouper {
         continue;
       }
       for (int32_t k : cand.nodes) taken_[static_cast<size_t>(k)] = true;
-      lines.push_back(detail::str_cat(
-          what, ": one generated kernel of ", cand.inputs.size(),
-          cand.inputs.size() == 1 ? " input" : " inputs",
-          cand.reduction ? detail::str_cat(", its rows reduced by ",
-                                           ops::op_schema(g_.nodes()[r].op).name, " in cache")
-                         : std::string(),
-          stored_note(cand)));
+      // With the group made just before (it runs after this one), as one kernel?
+      if (last_plain >= 0 && static_cast<size_t>(last_plain) + 1 == groups.size()) {
+        if (std::optional<Candidate> u = joined(cand, groups.back())) {
+          groups.back() = std::move(*u);
+          lines[last_line] = kernel_line(groups.back());
+          continue;
+        }
+      }
+      if (!cand.reduction) {
+        last_plain = static_cast<int32_t>(groups.size());
+        last_line = lines.size();
+      }
+      lines.push_back(kernel_line(cand));
       groups.push_back(std::move(cand));
     }
     // In program order, as the epilogue groups' lines.
@@ -517,6 +526,18 @@ class PointwiseGrouper {
     return true;
   }
 
+  std::string kernel_line(const Candidate& c) const {
+    return detail::str_cat(
+        node_list(g_, c.nodes), ": one generated kernel of ", c.inputs.size(),
+        c.inputs.size() == 1 ? " input" : " inputs",
+        c.reduction ? detail::str_cat(
+                          ", its rows reduced by ",
+                          ops::op_schema(g_.nodes()[static_cast<size_t>(c.nodes.back())].op).name,
+                          " in cache")
+                    : std::string(),
+        stored_note(c));
+  }
+
   static bool reads(const Node& n, ValueId v) {
     return n.target == v || std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end();
   }
@@ -582,17 +603,73 @@ class PointwiseGrouper {
       join(k);
     }
     for (ValueId v : counted) inside_reads_[static_cast<size_t>(v)] = 0;
+    for (int32_t k : cand.nodes) member_[static_cast<size_t>(k)] = false;
     std::sort(cand.nodes.begin(), cand.nodes.end());
-    for (int32_t k : cand.nodes)
-      for (ValueId in : nodes[static_cast<size_t>(k)].inputs) {
+    cand.inputs = inputs_of(cand.nodes);
+    return cand;
+  }
+
+  // The values nodes (ascending) read from outside them, in order of first use.
+  std::vector<ValueId> inputs_of(const std::vector<int32_t>& group) {
+    std::vector<ValueId> inputs;
+    for (int32_t k : group) member_[static_cast<size_t>(k)] = true;
+    for (int32_t k : group)
+      for (ValueId in : g_.nodes()[static_cast<size_t>(k)].inputs) {
         const bool inside = in != kNoValue && g_.value(in).kind == ValueKind::kNode &&
                             member_[static_cast<size_t>(g_.value(in).producer)];
         if (in != kNoValue && !inside &&
-            std::find(cand.inputs.begin(), cand.inputs.end(), in) == cand.inputs.end())
-          cand.inputs.push_back(in);
+            std::find(inputs.begin(), inputs.end(), in) == inputs.end())
+          inputs.push_back(in);
       }
-    for (int32_t k : cand.nodes) member_[static_cast<size_t>(k)] = false;
-    return cand;
+    for (int32_t k : group) member_[static_cast<size_t>(k)] = false;
+    return inputs;
+  }
+
+  // Group a joined to the group b that runs after it with nothing between
+  // them but b's nodes and views, where both have one sizes and b reads a's
+  // values or an input of a (siblings: the two bias corrections of an Adam
+  // step), as one kernel at b's place: a's values are then stored by it
+  // (those read after it) or stay inside (those b alone reads). None where
+  // a node outside reads a's values before b's place, or the joined group
+  // could not run there (as a group grown so).
+  std::optional<Candidate> joined(const Candidate& a, const Candidate& b) {
+    const auto& nodes = g_.nodes();
+    const int32_t a_last = a.nodes.back(), b_last = b.nodes.back();
+    const auto result_of = [&](const Candidate& c) {
+      return g_.value(nodes[static_cast<size_t>(c.nodes.back())].outputs[0]);
+    };
+    if (!a.kernel || !b.kernel || a.reduction || b.reduction || a_last > b_last ||
+        result_of(a).sizes != result_of(b).sizes)
+      return std::nullopt;
+    for (int32_t k = a_last + 1; k < b_last; ++k)
+      if (!std::binary_search(b.nodes.begin(), b.nodes.end(), k) &&
+          !ops::op_schema(nodes[static_cast<size_t>(k)].op).has_flag(ops::kView))
+        return std::nullopt;
+    const bool related = std::any_of(b.inputs.begin(), b.inputs.end(), [&](ValueId v) {
+      const Value& value = g_.value(v);
+      return std::find(a.inputs.begin(), a.inputs.end(), v) != a.inputs.end() ||
+             (value.kind == ValueKind::kNode &&
+              std::binary_search(a.nodes.begin(), a.nodes.end(), value.producer));
+    });
+    if (!related) return std::nullopt;
+    Candidate u;
+    std::merge(a.nodes.begin(), a.nodes.end(), b.nodes.begin(), b.nodes.end(),
+               std::back_inserter(u.nodes));
+    u.inputs = inputs_of(u.nodes);
+    for (int32_t k : u.nodes) {
+      const ValueId out = nodes[static_cast<size_t>(k)].outputs[0];
+      int32_t inside = 0;
+      for (int32_t j : u.nodes) inside += reads(nodes[static_cast<size_t>(j)], out);
+      if (reads_up_to(out, b_last) != inside) return std::nullopt;
+    }
+    if (!moved_past_a_write(g_, u).empty()) return std::nullopt;
+    if (nodes[static_cast<size_t>(b_last)].inplace() && !in_place_hazard(u).empty())
+      return std::nullopt;
+    if (!find_stored(u)) return std::nullopt;
+    std::string why;
+    u.kernel = codegen::lower_group(g_, u.nodes, u.inputs, why, u.stored);
+    if (!u.kernel) return std::nullopt;
+    return u;
   }
 
   const Graph& g_;
