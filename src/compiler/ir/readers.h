@@ -12,10 +12,13 @@ namespace kiln::compiler {
 
 // By value: how many nodes read it (as an input or an in-place target, once
 // per node), and the last that does; a graph output counts as two more reads.
+// `nodes`: the nodes that read it, ascending.
 struct Readers {
   std::vector<int32_t> count, last;
+  std::vector<std::vector<int32_t>> nodes;
 
-  explicit Readers(const Graph& g) : count(g.values().size(), 0), last(g.values().size(), -1) {
+  explicit Readers(const Graph& g)
+      : count(g.values().size(), 0), last(g.values().size(), -1), nodes(g.values().size()) {
     for (size_t i = 0; i < g.nodes().size(); ++i) {
       const Node& n = g.nodes()[i];
       std::vector<ValueId> read(n.inputs);
@@ -26,9 +29,15 @@ struct Readers {
         if (v == kNoValue) continue;
         ++count[static_cast<size_t>(v)];
         last[static_cast<size_t>(v)] = static_cast<int32_t>(i);
+        nodes[static_cast<size_t>(v)].push_back(static_cast<int32_t>(i));
       }
     }
     for (ValueId id : g.outputs()) count[static_cast<size_t>(id)] += 2;
+  }
+  // How many nodes up to `node` (included) read v.
+  int32_t reads_up_to(ValueId v, int32_t node) const {
+    const std::vector<int32_t>& r = nodes[static_cast<size_t>(v)];
+    return static_cast<int32_t>(std::upper_bound(r.begin(), r.end(), node) - r.begin());
   }
   // The node that alone reads v, else -1.
   int32_t only(ValueId v) const {

@@ -176,17 +176,7 @@ class PointwiseGrouper {
         fusible_(g.nodes().size()),
         inside_reads_(g.values().size(), 0),
         member_(g.nodes().size(), false),
-        private_(g.storages().size(), true),
-        reader_nodes_(g.values().size()) {
-    for (size_t i = 0; i < g.nodes().size(); ++i) {
-      const Node& n = g.nodes()[i];
-      std::vector<ValueId> read(n.inputs);
-      if (n.inplace()) read.push_back(n.target);
-      std::sort(read.begin(), read.end());
-      read.erase(std::unique(read.begin(), read.end()), read.end());
-      for (ValueId v : read)
-        if (v != kNoValue) reader_nodes_[static_cast<size_t>(v)].push_back(static_cast<int32_t>(i));
-    }
+        private_(g.storages().size(), true) {
     for (size_t i = 0; i < g.nodes().size(); ++i)
       fusible_[i] = !taken[i] && codegen::why_not_generated(g, g.nodes()[i]).empty();
     // A private storage: a tensor the program makes with a pointwise node
@@ -548,12 +538,6 @@ class PointwiseGrouper {
     return false;
   }
 
-  // How many nodes up to `node` read v (Readers counts all of them).
-  int32_t reads_up_to(ValueId v, int32_t node) const {
-    const std::vector<int32_t>& r = reader_nodes_[static_cast<size_t>(v)];
-    return static_cast<int32_t>(std::upper_bound(r.begin(), r.end(), node) - r.begin());
-  }
-
   Candidate grow(int32_t root, bool with_private, bool multi) {
     const auto& nodes = g_.nodes();
     const Value& result = g_.value(nodes[static_cast<size_t>(root)].outputs[0]);
@@ -586,7 +570,7 @@ class PointwiseGrouper {
       if (reads == 0 || v.sizes != result.sizes) continue;
       // Read outside the group too: only after it (the kernel stores it).
       const bool outside = reads != readers_.count[static_cast<size_t>(out)];
-      if (outside && (!multi || reads_up_to(out, root) != reads)) continue;
+      if (outside && (!multi || readers_.reads_up_to(out, root) != reads)) continue;
       const auto storage = static_cast<size_t>(v.storage);
       const bool scratch = with_private && private_[storage];
       if (v.storage == chain) {
@@ -660,7 +644,7 @@ class PointwiseGrouper {
       const ValueId out = nodes[static_cast<size_t>(k)].outputs[0];
       int32_t inside = 0;
       for (int32_t j : u.nodes) inside += reads(nodes[static_cast<size_t>(j)], out);
-      if (reads_up_to(out, b_last) != inside) return std::nullopt;
+      if (readers_.reads_up_to(out, b_last) != inside) return std::nullopt;
     }
     if (!moved_past_a_write(g_, u).empty()) return std::nullopt;
     if (nodes[static_cast<size_t>(b_last)].inplace() && !in_place_hazard(u).empty())
@@ -680,8 +664,7 @@ class PointwiseGrouper {
   std::vector<bool> fusible_;
   std::vector<int32_t> inside_reads_;
   std::vector<bool> member_;
-  std::vector<bool> private_;                       // by storage
-  std::vector<std::vector<int32_t>> reader_nodes_;  // by value, ascending
+  std::vector<bool> private_;  // by storage
 };
 
 // The kernel's index in s.kernels, added there unless a kernel of the same
