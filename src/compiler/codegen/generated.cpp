@@ -40,20 +40,37 @@ std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kerne
   return built;
 }
 
+namespace {
+
+// A kernel's operands, outputs first, and its call over outputs of `sizes`.
+struct Operands {
+  std::vector<Shape> sizes, strides;
+  std::vector<size_t> elements;
+  std::vector<char*> ptrs;
+
+  void add(const Shape& s, const Shape& st, DType dtype, const void* data) {
+    sizes.push_back(s);
+    strides.push_back(st);
+    elements.push_back(dtype_size(dtype));
+    ptrs.push_back(static_cast<char*>(const_cast<void*>(data)));
+  }
+  void add(const Tensor& t) { add(t.sizes(), t.strides(), t.dtype(), t.data_ptr()); }
+  PointwiseCall call(const Shape& out_sizes) const {
+    PointwiseCall c;
+    c.ptrs = ptrs;
+    c.layout = loop_layout(out_sizes, sizes, strides, elements);
+    return c;
+  }
+};
+
+}  // namespace
+
 PointwiseCall pointwise_call(const Shape& sizes, const Shape& strides, DType dtype, void* out,
                              std::span<const Tensor> inputs) {
-  std::vector<Shape> all_sizes{sizes}, all_strides{strides};
-  std::vector<size_t> elements{dtype_size(dtype)};
-  PointwiseCall c;
-  c.ptrs.push_back(static_cast<char*>(out));
-  for (const Tensor& t : inputs) {
-    all_sizes.push_back(t.sizes());
-    all_strides.push_back(t.strides());
-    elements.push_back(dtype_size(t.dtype()));
-    c.ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
-  }
-  c.layout = loop_layout(sizes, all_sizes, all_strides, elements);
-  return c;
+  Operands o;
+  o.add(sizes, strides, dtype, out);
+  for (const Tensor& t : inputs) o.add(t);
+  return o.call(sizes);
 }
 
 void PointwiseCall::run(PointwiseFn fn, int64_t begin, int64_t end, int64_t* index) const {
@@ -66,18 +83,10 @@ void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> in
 }
 
 void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs) {
-  std::vector<Shape> sizes, strides;
-  std::vector<size_t> elements;
-  PointwiseCall c;
-  const auto add = [&](const Tensor& t) {
-    sizes.push_back(t.sizes());
-    strides.push_back(t.strides());
-    elements.push_back(dtype_size(t.dtype()));
-    c.ptrs.push_back(static_cast<char*>(const_cast<void*>(t.data_ptr())));
-  };
-  for (const Tensor& t : outs) add(t);
-  for (const Tensor& t : inputs) add(t);
-  c.layout = loop_layout(outs[0].sizes(), sizes, strides, elements);
+  Operands o;
+  for (const Tensor& t : outs) o.add(t);
+  for (const Tensor& t : inputs) o.add(t);
+  const PointwiseCall c = o.call(outs[0].sizes());
   if (c.layout.numel == 0) return;
   backend::cpu::parallel_for(c.layout.numel, backend::cpu::kParallelGrain,
                              [&](int64_t b, int64_t e) {

@@ -11,14 +11,12 @@
 namespace kiln::compiler {
 
 // By value: how many nodes read it (as an input or an in-place target, once
-// per node), and the last that does; a graph output counts as two more reads.
-// `nodes`: the nodes that read it, ascending.
+// per node; a graph output counts as two more reads), and which, ascending.
 struct Readers {
-  std::vector<int32_t> count, last;
+  std::vector<int32_t> count;
   std::vector<std::vector<int32_t>> nodes;
 
-  explicit Readers(const Graph& g)
-      : count(g.values().size(), 0), last(g.values().size(), -1), nodes(g.values().size()) {
+  explicit Readers(const Graph& g) : count(g.values().size(), 0), nodes(g.values().size()) {
     for (size_t i = 0; i < g.nodes().size(); ++i) {
       const Node& n = g.nodes()[i];
       std::vector<ValueId> read(n.inputs);
@@ -28,7 +26,6 @@ struct Readers {
       for (ValueId v : read) {
         if (v == kNoValue) continue;
         ++count[static_cast<size_t>(v)];
-        last[static_cast<size_t>(v)] = static_cast<int32_t>(i);
         nodes[static_cast<size_t>(v)].push_back(static_cast<int32_t>(i));
       }
     }
@@ -41,7 +38,7 @@ struct Readers {
   }
   // The node that alone reads v, else -1.
   int32_t only(ValueId v) const {
-    return count[static_cast<size_t>(v)] == 1 ? last[static_cast<size_t>(v)] : -1;
+    return count[static_cast<size_t>(v)] == 1 ? nodes[static_cast<size_t>(v)].back() : -1;
   }
 };
 

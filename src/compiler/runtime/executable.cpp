@@ -28,8 +28,8 @@ struct Executable::Step {
   Device device;                         // where its kernel runs (its workspaces)
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
-  ValueId fused_result = kNoValue;  // a fused step's result (its last node's output)
-  // A generated group's values: those it stores, then its result (by output).
+  // A fused step's values: a generated group's stored ones, then the
+  // result (its last node's output), by output.
   std::vector<ValueId> made;
   std::vector<int32_t> writes;               // by output: the input whose memory it writes, else -1
   codegen::PointwiseFn generated = nullptr;  // a generated kernel's function
@@ -90,7 +90,6 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
         s.epilogue = function(scheduled.reduction->epilogue_kernel);
         s.row = function(scheduled.reduction->row_kernel);
       }
-      s.fused_result = schedule_.result(g, steps_.size());
       s.made = schedule_.results(g, steps_.size());
       s.writes = scheduled.stored_writes;
       s.writes.push_back(scheduled.writes_input);
@@ -98,7 +97,7 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
         const Value& out = g.value(id);
         s.outputs.push_back({out.sizes, out.dtype, out.device, {}, 0});
       }
-      s.device = g.value(s.fused_result).device;
+      s.device = g.value(s.made.back()).device;
     } else if (scheduled.fused()) {
       // The library call's attributes as its shape rule canonicalizes them.
       const Node& call = g.nodes()[static_cast<size_t>(scheduled.nodes.front())];
@@ -109,10 +108,9 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.node = &call;
       s.schema = &ops::op_schema(call.op);
       s.attrs = std::move(inferred.attrs);
-      s.fused_result = schedule_.result(g, steps_.size());
-      s.made = {s.fused_result};
+      s.made = {schedule_.result(g, steps_.size())};
       s.writes = {-1};
-      const Value& out = g.value(s.fused_result);
+      const Value& out = g.value(s.made.back());
       s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
       s.device = out.device;
     } else if (n.inplace()) {
@@ -174,7 +172,7 @@ void Executable::prepare_constants() {
     TensorList inputs, outputs;
     for (size_t i = 0; i < s.node->inputs.size(); ++i)
       inputs.push_back(ids[i] == kNoValue ? Tensor() : g.meta_tensor(ids[i]));
-    outputs.push_back(g.meta_tensor(s.scheduled->fused() ? s.fused_result : s.node->outputs[0]));
+    outputs.push_back(g.meta_tensor(s.scheduled->fused() ? s.made.back() : s.node->outputs[0]));
     s.prepared = prep->prepare(
         backend::KernelCall{*s.schema, inputs, outputs, s.attrs},
         [&g, slot](int64_t begin, int64_t end) {

@@ -91,6 +91,41 @@ Candidate epilogue_of(const Graph& g, const Readers& readers, int32_t call) {
   return cand;
 }
 
+// Whether node n reads value v (as an input or its in-place target).
+bool reads(const Node& n, ValueId v) {
+  return n.target == v || std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end();
+}
+
+// How many of `nodes` read v.
+int32_t reads_among(const Graph& g, const std::vector<int32_t>& nodes, ValueId v) {
+  return static_cast<int32_t>(std::count_if(nodes.begin(), nodes.end(), [&](int32_t k) {
+    return reads(g.nodes()[static_cast<size_t>(k)], v);
+  }));
+}
+
+// Whether node n reads or writes a value of `storage`.
+bool touches(const Graph& g, const Node& n, int32_t storage) {
+  if (n.target != kNoValue && g.value(n.target).storage == storage) return true;
+  return std::any_of(n.inputs.begin(), n.inputs.end(),
+                     [&](ValueId v) { return v != kNoValue && g.value(v).storage == storage; });
+}
+
+// The input of cand that is the tensor v writes in place (its storage, in
+// v's view): its index; -1 where no input is; -2 where cand reads that
+// tensor through another view, or twice.
+int32_t input_written(const Graph& g, const Candidate& cand, const Value& v) {
+  int32_t found = -1;
+  for (size_t i = 0; i < cand.inputs.size(); ++i) {
+    if (cand.inputs[i] == kNoValue) continue;
+    const Value& in = g.value(cand.inputs[i]);
+    if (in.storage != v.storage) continue;
+    if (found >= 0 || in.sizes != v.sizes || in.strides != v.strides || in.offset != v.offset)
+      return -2;
+    found = static_cast<int32_t>(i);
+  }
+  return found;
+}
+
 // Why the group cannot run at its last node's place: a node in between
 // writes a storage that one of its nodes read before that write (empty when
 // none does). A write before the first node that reads a storage is one the
@@ -103,8 +138,7 @@ std::string moved_past_a_write(const Graph& g, const Candidate& cand) {
     if (in == kNoValue) continue;
     const int32_t storage = g.value(in).storage;
     for (int32_t k : cand.nodes) {
-      const Node& n = g.nodes()[static_cast<size_t>(k)];
-      if (n.target == in || std::find(n.inputs.begin(), n.inputs.end(), in) != n.inputs.end()) {
+      if (reads(g.nodes()[static_cast<size_t>(k)], in)) {
         first_read.emplace_back(storage, k);
         break;
       }
@@ -297,29 +331,15 @@ class PointwiseGrouper {
   // written too late, or be overwritten.
   std::string in_place_hazard(Candidate& cand) const {
     const Value& result = g_.value(g_.nodes()[static_cast<size_t>(cand.nodes.back())].outputs[0]);
-    for (size_t i = 0; i < cand.inputs.size(); ++i) {
-      if (cand.inputs[i] == kNoValue) continue;
-      const Value& v = g_.value(cand.inputs[i]);
-      if (v.storage != result.storage) continue;
-      if (cand.writes_input >= 0 || v.sizes != result.sizes || v.strides != result.strides ||
-          v.offset != result.offset) {
-        cand.writes_input = -1;
-        return "it reads another view of the tensor it writes in place";
-      }
-      cand.writes_input = static_cast<int32_t>(i);
-    }
+    const int32_t written = input_written(g_, cand, result);
+    cand.writes_input = -1;
+    if (written == -2) return "it reads another view of the tensor it writes in place";
     for (int32_t k = cand.nodes.front() + 1; k < cand.nodes.back(); ++k) {
-      if (std::binary_search(cand.nodes.begin(), cand.nodes.end(), k)) continue;
-      const Node& n = g_.nodes()[static_cast<size_t>(k)];
-      std::vector<ValueId> touched = n.inputs;
-      touched.push_back(n.target);
-      for (ValueId v : touched) {
-        if (v != kNoValue && g_.value(v).storage == result.storage) {
-          cand.writes_input = -1;
-          return detail::str_cat("node ", k, " uses the tensor it writes in place, in between");
-        }
-      }
+      if (!std::binary_search(cand.nodes.begin(), cand.nodes.end(), k) &&
+          touches(g_, g_.nodes()[static_cast<size_t>(k)], result.storage))
+        return detail::str_cat("node ", k, " uses the tensor it writes in place, in between");
     }
+    cand.writes_input = written;
     return "";
   }
 
@@ -481,9 +501,8 @@ class PointwiseGrouper {
       const ValueId out = nodes[static_cast<size_t>(k)].outputs[0];
       const Value& v = g_.value(out);
       if (v.storage == result_storage) continue;
-      int32_t inside = 0;
-      for (int32_t j : cand.nodes) inside += reads(nodes[static_cast<size_t>(j)], out);
-      const bool read_outside = inside != readers_.count[static_cast<size_t>(out)];
+      const bool read_outside =
+          reads_among(g_, cand.nodes, out) != readers_.count[static_cast<size_t>(out)];
       const bool last = std::none_of(
           cand.nodes.begin() + static_cast<std::ptrdiff_t>(m) + 1, cand.nodes.end(),
           [&](int32_t j) {
@@ -496,20 +515,10 @@ class PointwiseGrouper {
       const Value& made = g_.value(g_.storages()[static_cast<size_t>(v.storage)].root);
       const bool made_inside = made.kind == ValueKind::kNode && in_group(made.producer);
       if (!read_outside && made_inside) continue;  // a value inside alone
-      int32_t writes = -1;
-      if (!made_inside) {
-        for (size_t i = 0; i < cand.inputs.size(); ++i) {
-          const Value& in = g_.value(cand.inputs[i]);
-          if (in.storage != v.storage) continue;
-          if (writes >= 0 || in.sizes != v.sizes || in.strides != v.strides ||
-              in.offset != v.offset)
-            return false;
-          writes = static_cast<int32_t>(i);
-        }
-        if (writes < 0) return false;
-      }
+      const int32_t writes = made_inside ? -1 : input_written(g_, cand, v);
+      if (!made_inside && writes < 0) return false;
       for (int32_t j = cand.nodes.front() + 1; j < root; ++j)
-        if (!in_group(j) && touches(nodes[static_cast<size_t>(j)], v.storage)) return false;
+        if (!in_group(j) && touches(g_, nodes[static_cast<size_t>(j)], v.storage)) return false;
       cand.stored.push_back(out);
       cand.stored_writes.push_back(writes);
     }
@@ -526,16 +535,6 @@ class PointwiseGrouper {
                           " in cache")
                     : std::string(),
         stored_note(c));
-  }
-
-  static bool reads(const Node& n, ValueId v) {
-    return n.target == v || std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end();
-  }
-  bool touches(const Node& n, int32_t storage) const {
-    if (n.target != kNoValue && g_.value(n.target).storage == storage) return true;
-    for (ValueId v : n.inputs)
-      if (v != kNoValue && g_.value(v).storage == storage) return true;
-    return false;
   }
 
   Candidate grow(int32_t root, bool with_private, bool multi) {
@@ -642,9 +641,7 @@ class PointwiseGrouper {
     u.inputs = inputs_of(u.nodes);
     for (int32_t k : u.nodes) {
       const ValueId out = nodes[static_cast<size_t>(k)].outputs[0];
-      int32_t inside = 0;
-      for (int32_t j : u.nodes) inside += reads(nodes[static_cast<size_t>(j)], out);
-      if (readers_.reads_up_to(out, b_last) != inside) return std::nullopt;
+      if (readers_.reads_up_to(out, b_last) != reads_among(g_, u.nodes, out)) return std::nullopt;
     }
     if (!moved_past_a_write(g_, u).empty()) return std::nullopt;
     if (nodes[static_cast<size_t>(b_last)].inplace() && !in_place_hazard(u).empty())
