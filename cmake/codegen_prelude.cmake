@@ -1,6 +1,7 @@
 # The source every generated CPU kernel starts with (src/compiler/codegen/):
 # the pointwise ops' arithmetic of src/backends/cpu/vec_math.h and
-# src/backends/cpu/scalar_ops.h, the very text the library kernels compile,
+# src/backends/cpu/scalar_ops.h, and dropout's Philox generator of
+# src/core/philox.h, the very text the library kernels compile,
 # without its #pragma once and kiln #include lines, as a string literal of a
 # source generated at build time.
 #
@@ -37,7 +38,8 @@ extern const std::string_view kCodegenPrelude{kCodegenPreludeText, sizeof(kCodeg
 endif()
 
 set(KILN_CODEGEN_HEADERS ${CMAKE_SOURCE_DIR}/src/backends/cpu/vec_math.h
-                         ${CMAKE_SOURCE_DIR}/src/backends/cpu/scalar_ops.h)
+                         ${CMAKE_SOURCE_DIR}/src/backends/cpu/scalar_ops.h
+                         ${CMAKE_SOURCE_DIR}/src/core/philox.h)
 set(KILN_CODEGEN_PRELUDE_CPP ${CMAKE_BINARY_DIR}/generated/codegen_prelude.cpp)
 add_custom_command(
   OUTPUT ${KILN_CODEGEN_PRELUDE_CPP}

@@ -73,6 +73,30 @@ inline void blocks(uint64_t seed, uint64_t first, uint32_t* out) {
     out[4 * j + 3] = c3[j];
   }
 }
+
+// Values first, first + 1, ..., first + n - 1 of the stream (u32) into out:
+// whole spans of blocks() from a counter divisible by four, and the span
+// around an unaligned start or a short end computed whole and copied from.
+// A dropout's bits, in the library kernel and in generated kernels.
+inline void u32s(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
+  constexpr int kBlocks = 16;
+  constexpr int64_t kSpan = 4 * kBlocks;
+  uint32_t part[kSpan];
+  int64_t i = 0;
+  while (i < n) {
+    const uint64_t counter = first + static_cast<uint64_t>(i);
+    const auto lane = static_cast<int64_t>(counter & 3);
+    if (lane == 0 && n - i >= kSpan) {
+      blocks<kBlocks>(seed, counter >> 2, out + i);
+      i += kSpan;
+      continue;
+    }
+    blocks<kBlocks>(seed, counter >> 2, part);
+    const int64_t take = n - i < kSpan - lane ? n - i : kSpan - lane;
+    for (int64_t k = 0; k < take; ++k) out[i + k] = part[lane + k];
+    i += take;
+  }
+}
 #endif
 
 // The index-th 32-bit value of the stream.

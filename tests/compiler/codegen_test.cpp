@@ -35,10 +35,6 @@ using testing::lower;
 using testing::Lowered;
 using testing::Program;
 
-#define KILN_NEEDS_COMPILER()           \
-  if (!testing::can_generate_kernels()) \
-  GTEST_SKIP() << "no C++ compiler: kernels cannot be generated here"
-
 size_t generated_steps(const Schedule& s) {
   size_t n = 0;
   for (const auto& st : s.steps) n += st.kernel >= 0;

@@ -74,6 +74,11 @@ inline bool can_generate_kernels() {
   return !backend::cpu::KernelCompiler::find_compiler(why).empty();
 }
 
+// Skips a test of generated kernels where they cannot be built.
+#define KILN_NEEDS_COMPILER()                             \
+  if (!::kiln::compiler::testing::can_generate_kernels()) \
+  GTEST_SKIP() << "no C++ compiler: kernels cannot be generated here"
+
 // The graph's ops in order, in-place ones with a trailing underscore.
 inline std::vector<std::string> op_names(const Graph& g) {
   std::vector<std::string> names;

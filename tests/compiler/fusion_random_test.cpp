@@ -2,9 +2,10 @@
 // pointwise ops over broadcast operands, in-place writes to tensors the
 // program made and to its arguments (a group's scratch where it holds all of
 // a tensor's writes), views read between writes, values read after the
-// group that makes them (stored as more outputs), and reductions over rows, each program's
-// executable against eager bitwise (its results and what it wrote into its arguments). The programs
-// are made from a seed, so that a failure names the seed and the program's text.
+// group that makes them (stored as more outputs), reductions over rows, and dropouts (drawn
+// inside the kernels), each program's executable against eager bitwise (its results and what it
+// wrote into its arguments) from one generator state. The programs are made from a seed, so
+// that a failure names the seed and the program's text.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -25,7 +26,7 @@ struct Step {
   int a = 0, b = 0, c = 0;
 };
 
-constexpr int kKinds = 16;
+constexpr int kKinds = 16;                 // and kinds 16 and 17 (dropouts) in place of some steps
 constexpr int64_t kRows = 31, kCols = 31;  // square: a transposed view has the sizes
 
 // The values a step may read: the arguments, then each step's result.
@@ -107,6 +108,15 @@ Tensor run_step(const Step& st, std::vector<Tensor>& v, std::string& text) {
       text += detail::str_cat(out, " = sum(sigmoid(", name(st.a), "), -1, keepdim) * ", name(st.b),
                               "\n");
       return a.sigmoid().sum({-1}, true) * b;
+    case 16:
+      text += detail::str_cat(out, " = dropout(", name(st.a), ", 0.3) * ", name(st.b), "\n");
+      return nn::functional::dropout(a, 0.3) * b;
+    case 17: {
+      text += detail::str_cat(out, " = layer_norm(dropout(", name(st.a), ", 0.2) + ", name(st.b),
+                              ")\n");
+      const Tensor sum = nn::functional::dropout(a, 0.2) + b;
+      return nn::functional::layer_norm(sum, {sum.size(-1)});
+    }
     default:
       text +=
           detail::str_cat(out, " = remainder(", name(st.a), ", 1.5) * sign(", name(st.b), ")\n");
@@ -122,6 +132,7 @@ struct RandomProgram {
 
 RandomProgram make_program(uint32_t seed) {
   std::mt19937 rng(seed);
+  std::mt19937 draws(seed + 7919);  // which steps are dropouts instead
   RandomProgram p;
   const int n = 4 + static_cast<int>(rng() % 9);
   for (int i = 0; i < n; ++i) {
@@ -130,6 +141,8 @@ RandomProgram make_program(uint32_t seed) {
     Step st{static_cast<int>(rng() % kKinds), pick(), pick(), pick()};
     // Reductions and in-place writes read a full-size value first.
     if (st.kind >= 7 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(rng() % 2);
+    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 2);  // a dropout may broadcast
+    if (st.kind == 17 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(draws() % 2);
     if (st.kind == 8 && st.a < 2) p.writes_argument = true;
     p.steps.push_back(st);
   }
@@ -151,6 +164,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
   NoGradGuard no_grad;
   int fused_steps = 0, reductions = 0, epilogues = 0, in_place = 0, scratch = 0;
   int stored = 0, stored_in_place = 0;  // groups of several outputs; of those writing inputs
+  int drawing = 0, drawing_reductions = 0;  // groups with dropouts; of those reducing rows
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -171,6 +185,8 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
       stored += !st.stored.empty();
       stored_in_place += std::any_of(st.stored_writes.begin(), st.stored_writes.end(),
                                      [](int32_t w) { return w >= 0; });
+      drawing += !st.draws.empty();
+      drawing_reductions += !st.draws.empty() && st.reduction.has_value();
       // A tensor written in place inside the group, other than its result's.
       const Graph& g = l.trace->graph;
       const int32_t result =
@@ -181,7 +197,9 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
                  });
     }
     std::string text;  // the program, as eager runs it
+    manual_seed(1000 + seed);
     const TensorList want = run_program(p, theirs, &text);
+    manual_seed(1000 + seed);
     const TensorList got = l.exe->run(mine);
     const std::string what = detail::str_cat("seed ", seed, ":\n", text, to_text(l.trace->graph));
     ASSERT_EQ(got.size(), want.size()) << what;
@@ -199,6 +217,8 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(scratch, 3);
     EXPECT_GT(stored, 10);
     EXPECT_GT(stored_in_place, 2);
+    EXPECT_GT(drawing, 5);
+    EXPECT_GT(drawing_reductions, 1);
   }
 }
 

@@ -110,6 +110,19 @@ TEST(TrainingStep, DropoutsBackwardUsesTheMaskOfItsForwardDraw) {
     expect_same_parameters(*net, *eager_net, i);
   }
   EXPECT_EQ(step.stats().traces, 2);
+  if (!compiler::testing::can_generate_kernels()) return;
+  // All four dropouts (two forward, two backward masks) draw inside
+  // generated kernels.
+  const ExplainReport r = step.explain();
+  ASSERT_FALSE(r.graphs.empty());
+  int drawn = 0;
+  for (const std::string& line : r.graphs.back().fused) {
+    if (line.find("generated kernel") == std::string::npos) continue;
+    for (size_t at = line.find("dropout"); at != std::string::npos;
+         at = line.find("dropout", at + 1))
+      ++drawn;
+  }
+  EXPECT_EQ(drawn, 4) << r.to_string();
 }
 
 TEST(TrainingStep, GradientsAccumulateAcrossCallsAsInEager) {

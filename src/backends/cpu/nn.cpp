@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "backends/cpu/scalar_ops.h"
 #include "core/philox.h"
 
 namespace kiln::backend {
@@ -57,31 +58,20 @@ void dropout(const KernelCall& c) {
   const auto seed = static_cast<uint64_t>(c.attrs.i(1));
   const auto offset = static_cast<uint64_t>(c.attrs.i(2));
   const C scale = p < 1 ? static_cast<C>(1 / (1 - p)) : C(0);
+  const auto threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
   const T* px = x.data<T>();
   T* py = c.out().data<T>();
-  // Element i keeps iff philox::uniform_f32(seed, offset + i) >= p; one
-  // Philox block serves four consecutive counters. That uniform is m 2^-24
-  // for m = bits >> 8, exactly, so it is at least p iff m >= ceil(p 2^24):
-  // one integer comparison, which vectorizes.
-  const auto threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
-  const auto apply = [px, py, scale, threshold](int64_t i, uint32_t bits) {
-    const bool keep = (bits >> 8) >= threshold;
-    py[i] = keep ? static_cast<T>(static_cast<C>(px[i]) * scale) : static_cast<T>(0);
-  };
+  // Element i keeps iff philox::uniform_f32(seed, offset + i) >= p
+  // (scalar::dropout), its bits made a block of elements at a time.
   parallel_for(x.numel(), kParallelGrain / 4, [&](int64_t i0, int64_t i1) {
-    constexpr int kBlocks = 16;  // computed side by side: vectorized rounds
-    uint32_t bits[4 * kBlocks];
-    int64_t i = i0;
-    while (i < i1) {
-      const uint64_t counter = offset + static_cast<uint64_t>(i);
-      if ((counter & 3) == 0 && i1 - i >= 4 * kBlocks) {
-        philox::blocks<kBlocks>(seed, counter >> 2, bits);
-        for (int k = 0; k < 4 * kBlocks; ++k) apply(i + k, bits[k]);
-        i += 4 * kBlocks;
-        continue;
-      }
-      const philox::Block block = philox::block(seed, counter >> 2);
-      for (uint64_t lane = counter & 3; lane < 4 && i < i1; ++lane, ++i) apply(i, block.v[lane]);
+    constexpr int64_t kBlock = 256;
+    uint32_t bits[kBlock];
+    for (int64_t i = i0; i < i1; i += kBlock) {
+      const int64_t m = std::min(kBlock, i1 - i);
+      philox::u32s(seed, offset + static_cast<uint64_t>(i), m, bits);
+      for (int64_t k = 0; k < m; ++k)
+        py[i + k] =
+            static_cast<T>(scalar::dropout(static_cast<C>(px[i + k]), bits[k], threshold, scale));
     }
   });
 }

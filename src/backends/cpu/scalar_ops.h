@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/cpu/vec_math.h"
@@ -164,6 +165,15 @@ template <typename C>
 KILN_SCALAR_FN C clamp(C x, C lo, C hi) {
   const C v = x < lo || lo != lo ? lo : x;
   return v > hi || hi != hi ? hi : v;
+}
+
+// dropout of x at an element whose Philox value is `bits`: kept, and
+// scaled, iff the value's uniform (bits >> 8) 2^-24 is at least p, which is
+// iff bits >> 8 >= threshold = ceil(p 2^24): one integer comparison, which
+// vectorizes. scale is 1 / (1 - p) in C (0 where p is 1).
+template <typename C>
+KILN_SCALAR_FN C dropout(C x, uint32_t bits, uint32_t threshold, C scale) {
+  return (bits >> 8) >= threshold ? x * scale : C(0);
 }
 
 #undef KILN_SCALAR_FN

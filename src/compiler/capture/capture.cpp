@@ -517,15 +517,26 @@ std::vector<Tensor> bind_sources(const Trace& trace, const TensorList& inputs,
   return env;
 }
 
-const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch,
-                             CallDraws& draws, const uint64_t** words) {
-  const ops::OpSchema& schema = ops::op_schema(n.op);
-  if (!schema.has_flag(ops::kRandom)) return base;
+namespace {
+
+// Where a random op's seed and offset are among its attributes (past the
+// end where it has none).
+std::pair<size_t, size_t> draw_attrs(const ops::OpSchema& schema) {
   size_t seed = schema.attrs.size(), offset = schema.attrs.size();
   for (size_t i = 0; i < schema.attrs.size(); ++i) {
     if (schema.attrs[i].name == "seed") seed = i;
     if (schema.attrs[i].name == "offset") offset = i;
   }
+  return {seed, offset};
+}
+
+}  // namespace
+
+const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch,
+                             CallDraws& draws, const uint64_t** words) {
+  const ops::OpSchema& schema = ops::op_schema(n.op);
+  if (!schema.has_flag(ops::kRandom)) return base;
+  const auto [seed, offset] = draw_attrs(schema);
   if (seed >= base.size() || offset >= base.size() || base.i(seed) != kTracedDrawSeed) return base;
   const int64_t number = base.i(offset);
   ops::PhiloxDraw draw;
@@ -565,6 +576,15 @@ const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& 
   scratch[seed] = draw.seed;
   scratch[offset] = draw.offset;
   return scratch;
+}
+
+ops::PhiloxDraw call_draw(const Node& n, ops::Attrs& scratch, CallDraws& draws) {
+  if (draws.recording)
+    throw Error(detail::str_cat("compile: ", ops::op_schema(n.op).name,
+                                " in a generated kernel, under a device graph's recording"));
+  const ops::Attrs& attrs = call_attrs(n, n.attrs, scratch, draws);
+  const auto [seed, offset] = draw_attrs(ops::op_schema(n.op));
+  return {attrs.i(seed), attrs.i(offset)};
 }
 
 TensorList replay(const Trace& trace, const TensorList& inputs, const NodeObserver& observe) {

@@ -303,6 +303,10 @@ struct CallDraws {
 // does not advance), and `*words` is set to the slot's device memory.
 const ops::Attrs& call_attrs(const Node& n, const ops::Attrs& base, ops::Attrs& scratch,
                              CallDraws& draws, const uint64_t** words = nullptr);
+// A random node's seed and offset for one call, as call_attrs makes them,
+// for a generated kernel that reads them from the host (not under a
+// recording).
+ops::PhiloxDraw call_draw(const Node& n, ops::Attrs& scratch, CallDraws& draws);
 
 // Suspends the thread's tracer (ops run eagerly) while alive (ops/tracing.h).
 using TracerPause = ops::TracePause;

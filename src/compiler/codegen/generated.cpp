@@ -66,27 +66,32 @@ struct Operands {
 }  // namespace
 
 PointwiseCall pointwise_call(const Shape& sizes, const Shape& strides, DType dtype, void* out,
-                             std::span<const Tensor> inputs) {
+                             std::span<const Tensor> inputs, const uint64_t* draws) {
   Operands o;
   o.add(sizes, strides, dtype, out);
   for (const Tensor& t : inputs) o.add(t);
-  return o.call(sizes);
+  PointwiseCall c = o.call(sizes);
+  c.draws = draws;
+  return c;
 }
 
 void PointwiseCall::run(PointwiseFn fn, int64_t begin, int64_t end, int64_t* index) const {
   fn(ptrs.data(), layout.sizes.data(), layout.strides.data(),
-     static_cast<int64_t>(layout.sizes.size()), begin, end, index);
+     static_cast<int64_t>(layout.sizes.size()), begin, end, index, draws);
 }
 
-void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs) {
-  run_pointwise(fn, std::span<const Tensor>(&out, 1), inputs);
+void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs,
+                   const uint64_t* draws) {
+  run_pointwise(fn, std::span<const Tensor>(&out, 1), inputs, draws);
 }
 
-void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs) {
+void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs,
+                   const uint64_t* draws) {
   Operands o;
   for (const Tensor& t : outs) o.add(t);
   for (const Tensor& t : inputs) o.add(t);
-  const PointwiseCall c = o.call(outs[0].sizes());
+  PointwiseCall c = o.call(outs[0].sizes());
+  c.draws = draws;
   if (c.layout.numel == 0) return;
   backend::cpu::parallel_for(c.layout.numel, backend::cpu::kParallelGrain,
                              [&](int64_t b, int64_t e) {

@@ -15,7 +15,8 @@
 namespace kiln::compiler::codegen {
 
 using PointwiseFn = void (*)(char* const* ptrs, const int64_t* sizes, const int64_t* strides,
-                             int64_t ndim, int64_t begin, int64_t end, int64_t* index);
+                             int64_t ndim, int64_t begin, int64_t end, int64_t* index,
+                             const uint64_t* draws);
 
 struct BuiltKernels {
   std::vector<PointwiseFn> functions;  // by kernel
@@ -33,21 +34,25 @@ std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kerne
 
 // A kernel's call over an output of `sizes` and `strides` (each input
 // broadcast to those sizes): the loop's layout and the operands' first
-// elements, the output's first (its data, which a caller may move).
+// elements, the output's first (its data, which a caller may move), and
+// its random nodes' seeds and offsets (emit_cpp's `draws`).
 struct PointwiseCall {
   LoopLayout layout;
   std::vector<char*> ptrs;
+  const uint64_t* draws = nullptr;
 
   // Elements [begin, end) of the output; index is scratch of layout's dims.
   void run(PointwiseFn fn, int64_t begin, int64_t end, int64_t* index) const;
 };
 PointwiseCall pointwise_call(const Shape& sizes, const Shape& strides, DType dtype, void* out,
-                             std::span<const Tensor> inputs);
+                             std::span<const Tensor> inputs, const uint64_t* draws = nullptr);
 
 // Runs fn over out = the group of `inputs` (each broadcast to out's sizes),
 // split across the CPU's threads when large.
-void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs);
+void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> inputs,
+                   const uint64_t* draws = nullptr);
 // The same over a kernel of several outputs, all of outs[0]'s sizes.
-void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs);
+void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs,
+                   const uint64_t* draws = nullptr);
 
 }  // namespace kiln::compiler::codegen

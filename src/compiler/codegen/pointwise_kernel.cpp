@@ -30,7 +30,9 @@ enum class Form : uint8_t {
   kCast,
   kMaskedFill,
   kTest,
-  kLogical
+  kLogical,
+  kFull,
+  kDropout
 };
 
 Form form_of(OpId op) {
@@ -90,6 +92,10 @@ Form form_of(OpId op) {
       return Form::kClamp;
     case OpId::copy:
       return Form::kCast;
+    case OpId::full:
+      return Form::kFull;
+    case OpId::dropout:
+      return Form::kDropout;
     default:
       return Form::kNone;
   }
@@ -149,9 +155,28 @@ std::string cast_expression(const std::string& v, DType to) {
 
 std::string value_name(int32_t v) { return detail::str_cat("v", v); }
 
-// The expression of instruction i (not a load), its arguments named by `arg_name`.
+// The library dropout's threshold on a Philox value's top 24 bits and its
+// scale in the compute type t (scalar::dropout), as literals.
+std::string dropout_constants(double p, DType t) {
+  const double scale = p >= 1          ? 0.0
+                       : t == kFloat32 ? static_cast<double>(static_cast<float>(1 / (1 - p)))
+                                       : 1 / (1 - p);
+  return detail::str_cat(static_cast<uint32_t>(std::ceil(p * 16777216.0)), "u, ",
+                         literal(scale, t));
+}
+
+// A dropout's Philox value at an element of the element loop (position
+// pos + i), by its draw's seed and offset.
+std::string element_bits(const Instr& in) {
+  return detail::str_cat("philox::u32(r[", 2 * in.draw, "], r[", 2 * in.draw + 1,
+                         "] + static_cast<uint64_t>(pos + i))");
+}
+
+// The expression of instruction i (not a load), its arguments named by
+// `arg_name`, a dropout's random value by `bits`.
 std::string expression(const std::vector<Instr>& body, size_t i,
-                       const std::function<std::string(int32_t)>& arg_name) {
+                       const std::function<std::string(int32_t)>& arg_name,
+                       const std::function<std::string(const Instr&)>& bits = element_bits) {
   const Instr& in = body[i];
   auto arg = [&](size_t k) { return arg_name(in.args[k]); };
   if (in.kind == Instr::Kind::kCast || form_of(in.op) == Form::kCast)
@@ -186,6 +211,11 @@ std::string expression(const std::vector<Instr>& body, size_t i,
                                                    : " != ";
       return detail::str_cat("(", a, op, b, ")");
     }
+    case Form::kFull:
+      return literal(*in.constants[0], in.dtype);
+    case Form::kDropout:
+      return detail::str_cat("scalar::dropout(", arg(0), ", ", bits(in), ", ",
+                             dropout_constants(*in.constants[0], in.dtype), ")");
     case Form::kClamp: {
       const double inf = std::numeric_limits<double>::infinity();
       return detail::str_cat("scalar::clamp(", arg(0), ", ",
@@ -238,7 +268,7 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
     if (in.kind == Instr::Kind::kLoad) {
       uniform[i] = is(outputs + static_cast<size_t>(in.input), Inner::kBroadcast);
     } else {
-      uniform[i] = output_of(k, i) < 0;
+      uniform[i] = output_of(k, i) < 0 && in.draw < 0;
       for (int32_t a : in.args) uniform[i] = uniform[i] && uniform[static_cast<size_t>(a)];
     }
   }
@@ -276,9 +306,16 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
   for (size_t i = 0; i < last; ++i)
     if (!uniform[i] && k.body[i].kind != Instr::Kind::kLoad)
       s += detail::str_cat("      ", type_name(k.body[i].dtype), " v", i, "[kBlock];\n");
+  // A dropout's Philox values for the block's elements, made together.
+  const auto block_bits = [](const Instr& in) { return detail::str_cat("b", in.draw, "[i]"); };
   for (size_t i = 0; i < k.body.size(); ++i) {
     if (uniform[i] || k.body[i].kind == Instr::Kind::kLoad) continue;
-    const std::string value = expression(k.body, i, at);
+    const int32_t draw = k.body[i].draw;
+    if (draw >= 0)
+      s += detail::str_cat("      uint32_t b", draw, "[kBlock];\n      philox::u32s(r[", 2 * draw,
+                           "], r[", 2 * draw + 1, "] + static_cast<uint64_t>(pos + i0), m, b", draw,
+                           ");\n");
+    const std::string value = expression(k.body, i, at, block_bits);
     const int32_t j = output_of(k, i);
     const std::string target = i != last ? detail::str_cat("v", i, "[i]") : store(j);
     s += detail::str_cat("      for (int64_t i = 0; i < m; ++i) ", target, " = ", value, ";\n");
@@ -332,7 +369,8 @@ std::string why_not_generated(const Graph& g, const Node& n) {
 
 std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32_t> nodes,
                                            std::span<const ValueId> inputs, std::string& why,
-                                           std::span<const ValueId> stored) {
+                                           std::span<const ValueId> stored,
+                                           std::span<const int32_t> draws) {
   PointwiseKernel k;
   const ValueId result = g.nodes()[static_cast<size_t>(nodes.back())].outputs[0];
   const Value& rv = g.value(result);
@@ -409,6 +447,29 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
       op.tanh_form = attrs.str(0) == "tanh";
     } else if (n.op == OpId::masked_fill) {
       op.constants = {as_compute(attrs.scalar(0), op.dtype)};  // the library's to<T>()
+    } else if (n.op == OpId::full) {
+      op.constants = {as_compute(attrs.scalar(1), op.dtype)};
+    } else if (n.op == OpId::dropout) {
+      // Its counters are the result's positions: of the result's sizes only.
+      if (g.value(n.outputs[0]).sizes != rv.sizes) {
+        why = detail::str_cat("dropout (node ", index, ") of ", g.value(n.outputs[0]).sizes,
+                              " is broadcast to ", rv.sizes);
+        return std::nullopt;
+      }
+      op.constants = {attrs.f(0)};
+      int32_t slot = 0;
+      if (draws.empty()) {
+        for (int32_t j : nodes)
+          slot += j < index &&
+                  ops::op_schema(g.nodes()[static_cast<size_t>(j)].op).has_flag(ops::kRandom);
+      } else {
+        const auto at = std::find(draws.begin(), draws.end(), index);
+        if (at == draws.end())
+          throw Error(detail::str_cat("compiler: codegen: dropout (node ", index,
+                                      ") is not among its step's draws"));
+        slot = static_cast<int32_t>(at - draws.begin());
+      }
+      op.draw = slot;
     }
     // The arguments as the library kernel gets them (after its casts).
     const Form form = form_of(n.op);
@@ -465,8 +526,9 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     auto is = [&](size_t op, Inner kind) { return operand(op).inner == kind; };
     s += detail::str_cat("\n// ", k.inputs.size(), " inputs, ", k.body.size(), " values, ", outputs,
                          outputs == 1 ? " output\n" : " outputs\n");
-    s += detail::str_cat("[[gnu::always_inline]] inline void ", k.symbol,
-                         "_run(char* const* p, const int64_t* s, int64_t n) {\n");
+    s += detail::str_cat(
+        "[[gnu::always_inline]] inline void ", k.symbol,
+        "_run(char* const* p, const int64_t* s, int64_t n, int64_t pos, const uint64_t* r) {\n");
     // The loop the graph's layout has: contiguous and broadcast operands
     // with strides the compiler knows, so that it vectorizes.
     std::string cond;
@@ -503,7 +565,7 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     s += detail::str_cat(
         "extern \"C\" void ", k.symbol,
         "(char* const* ptrs, const int64_t* sizes, const int64_t* strides, int64_t ndim,\n"
-        "    int64_t begin, int64_t end, int64_t* index) {\n"
+        "    int64_t begin, int64_t end, int64_t* index, const uint64_t* draws) {\n"
         "  constexpr int64_t kOperands = ",
         n_ops,
         ";\n"
@@ -522,7 +584,7 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
         "    }\n"
         "    const int64_t n = std::min(sizes[ndim - 1] - index[ndim - 1], end - pos);\n    ",
         k.symbol,
-        "_run(p, inner, n);\n"
+        "_run(p, inner, n, pos, draws);\n"
         "    pos += n;\n"
         "    index[ndim - 1] += n;\n"
         "    for (int64_t d = ndim - 1; d > 0 && index[d] == sizes[d]; --d) {\n"

@@ -41,8 +41,12 @@ struct Instr {
   int32_t input = -1;         // kLoad: which input
   // kOp: add/sub's factor on the second operand (absent: alpha 1), clamp's
   // bounds (absent: none), as values of the compute type; gelu's form.
+  // dropout's p; full's value.
   std::vector<std::optional<double>> constants;
   bool tanh_form = false;
+  // kOp dropout: its draw's slot in the kernel's `draws` (its seed and
+  // offset at 2 slot and 2 slot + 1).
+  int32_t draw = -1;
 };
 
 struct PointwiseKernel {
@@ -67,19 +71,26 @@ std::string why_not_generated(const Graph& graph, const Node& node);
 // The kernel of a group: `nodes` ascending, the last one's output the
 // result, `inputs` the values from outside the group it reads, `stored`
 // the values of its nodes it stores before the result (each of the
-// result's sizes). Null, with why, where a node's arguments are not of the
-// dtypes the generator has.
+// result's sizes). A random node's draw is its slot in `draws` (the random
+// nodes of the step it is part of, in program order; empty: its own).
+// Null, with why, where a node's arguments are not of the dtypes the
+// generator has, or a dropout is not of the result's sizes.
 std::optional<PointwiseKernel> lower_group(const Graph& graph, std::span<const int32_t> nodes,
                                            std::span<const ValueId> inputs, std::string& why,
-                                           std::span<const ValueId> stored = {});
+                                           std::span<const ValueId> stored = {},
+                                           std::span<const int32_t> draws = {});
 
 // One translation unit holding the kernels, each an extern "C" function
 //   void <symbol>(char* const* ptrs, const int64_t* sizes,
 //                 const int64_t* strides, int64_t ndim,
-//                 int64_t begin, int64_t end, int64_t* index)
+//                 int64_t begin, int64_t end, int64_t* index,
+//                 const uint64_t* draws)
 // over elements [begin, end) of outputs of `ndim` dims of `sizes`; ptrs
 // are the outputs' then the inputs' first elements, strides in bytes, by
-// dim then operand (the outputs first); index is scratch of ndim entries.
+// dim then operand (the outputs first); index is scratch of ndim entries;
+// draws holds each random node's seed and offset for this call, by slot.
+// An element's position in the outputs' row-major order is its Philox
+// counter past the offset, as the library's dropout counts it.
 std::string emit_cpp(std::span<const PointwiseKernel> kernels);
 
 // Dims of the output's sizes merged where every operand's strides allow and

@@ -157,7 +157,7 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
 
 void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
                        const Tensor& out, std::span<const Tensor> inputs, PointwiseFn epilogue,
-                       PointwiseFn row) {
+                       PointwiseFn row, const uint64_t* draws) {
   const auto rank = static_cast<int64_t>(sizes.size());
   int64_t reduced = 1, rows = 1;
   for (int64_t d = 0; d < rank; ++d) (d < rank - r.trailing ? rows : reduced) *= sizes[d];
@@ -213,7 +213,7 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
   if (rows < threads || reduced == 0 || omp_in_parallel()) {
     // The whole input, then one call: eager's split of few rows over threads.
     Tensor x = ops::make_tensor(sizes, dtype, Device::cpu());
-    run_pointwise(fn, x, kernel_inputs);
+    run_pointwise(fn, x, kernel_inputs, draws);
     if (!epilogue) {
       reduce(over(x.data_ptr(), {rows, reduced}, dtype), 0);
       return;
@@ -223,14 +223,14 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
     if (row) {
       row_inputs[r.row_result_input] = result;
       result = ops::make_tensor(result_sizes, dtype, Device::cpu());
-      run_pointwise(row, result, row_inputs);
+      run_pointwise(row, result, row_inputs, draws);
     }
     epilogue_inputs[r.result_input] = result;
-    run_pointwise(epilogue, out, epilogue_inputs);
+    run_pointwise(epilogue, out, epilogue_inputs, draws);
     return;
   }
   const PointwiseCall call =
-      pointwise_call(sizes, contiguous_strides(sizes), dtype, nullptr, kernel_inputs);
+      pointwise_call(sizes, contiguous_strides(sizes), dtype, nullptr, kernel_inputs, draws);
   const int64_t row_bytes = reduced * static_cast<int64_t>(dtype_size(dtype));
   const int64_t block_rows =
       std::clamp<int64_t>(kBlockBytes / row_bytes, 1, (rows + threads - 1) / threads);
@@ -239,13 +239,13 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
   std::optional<PointwiseCall> epilogue_call, row_call;
   if (epilogue) {
     epilogue_inputs[r.result_input] = over(nullptr, result_sizes, dtype);
-    epilogue_call =
-        pointwise_call(sizes, contiguous_strides(sizes), dtype, out.data_ptr(), epilogue_inputs);
+    epilogue_call = pointwise_call(sizes, contiguous_strides(sizes), dtype, out.data_ptr(),
+                                   epilogue_inputs, draws);
   }
   if (row) {
     row_inputs[r.row_result_input] = over(nullptr, result_sizes, dtype);
-    row_call =
-        pointwise_call(result_sizes, contiguous_strides(result_sizes), dtype, nullptr, row_inputs);
+    row_call = pointwise_call(result_sizes, contiguous_strides(result_sizes), dtype, nullptr,
+                              row_inputs, draws);
   }
   backend::cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
     std::vector<double> buffer(static_cast<size_t>(block_rows * row_bytes + 7) / 8);

@@ -64,9 +64,11 @@ bool keeps_rank(const Graph& graph, const Node& n);
 // With an epilogue (`epilogue` its function, `row` the ops on the result
 // before it), out is the epilogue's result, of `sizes` and contiguous; the
 // inputs standing for the reduction's result and the row ops' result are
-// not read.
+// not read. draws: the seeds and offsets of the step's random nodes, for
+// each of its kernels (emit_cpp's `draws`).
 void run_row_reduction(PointwiseFn fn, const RowReduction& reduction, const Shape& sizes,
                        DType dtype, const Tensor& out, std::span<const Tensor> inputs,
-                       PointwiseFn epilogue = nullptr, PointwiseFn row = nullptr);
+                       PointwiseFn epilogue = nullptr, PointwiseFn row = nullptr,
+                       const uint64_t* draws = nullptr);
 
 }  // namespace kiln::compiler::codegen

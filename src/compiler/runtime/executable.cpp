@@ -222,6 +222,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
   TensorList args;
   ops::Attrs scratch;
   CallDraws draws;
+  std::vector<uint64_t> step_draws;  // a generated step's seeds and offsets
+  ops::Attrs draw_scratch;
   draws.recording = philox;
   std::optional<ops::WorkspaceScope> workspace;
   std::optional<ops::RecordedPhiloxScope> recorded_draw;
@@ -297,15 +299,25 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           // A layout a pass chose (channels last): the same bytes, its strides.
           if (v.strides != outs.back().strides()) outs.back() = view_of(outs.back(), v, 0);
         }
+        if (s.generated) {
+          // Its random nodes' draws, in program order (ScheduledStep::draws).
+          step_draws.clear();
+          for (int32_t k : s.scheduled->draws) {
+            const ops::PhiloxDraw d =
+                call_draw(g.nodes()[static_cast<size_t>(k)], draw_scratch, draws);
+            step_draws.push_back(static_cast<uint64_t>(d.seed));
+            step_draws.push_back(static_cast<uint64_t>(d.offset));
+          }
+        }
         if (s.generated && s.scheduled->reduction) {
           detail::count_kernel_launch();
           const codegen::RowReduction& reduction = *s.scheduled->reduction;
           const Value& x = g.value(g.nodes()[static_cast<size_t>(reduction.node)].inputs[0]);
           codegen::run_row_reduction(s.generated, reduction, x.sizes, x.dtype, outs[0], args,
-                                     s.epilogue, s.row);
+                                     s.epilogue, s.row, step_draws.data());
         } else if (s.generated) {
           detail::count_kernel_launch();
-          codegen::run_pointwise(s.generated, outs, args);
+          codegen::run_pointwise(s.generated, outs, args, step_draws.data());
           for (size_t k = 0; k < outs.size(); ++k)
             if (s.writes[k] >= 0) outs[k].bump_version();
         } else if (fused) {

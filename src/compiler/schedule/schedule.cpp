@@ -1,6 +1,7 @@
 #include "compiler/schedule/schedule.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "compiler/ir/readers.h"
@@ -156,6 +157,30 @@ std::string moved_past_a_write(const Graph& g, const Candidate& cand) {
   return "";
 }
 
+bool draws(const Graph& g, int32_t node) {
+  return ops::op_schema(g.nodes()[static_cast<size_t>(node)].op).has_flag(ops::kRandom);
+}
+
+std::vector<int32_t> random_nodes(const Graph& g, const std::vector<int32_t>& nodes) {
+  std::vector<int32_t> out;
+  std::copy_if(nodes.begin(), nodes.end(), std::back_inserter(out),
+               [&](int32_t k) { return draws(g, k); });
+  return out;
+}
+
+// Why a group's random nodes cannot draw at its last node's place, where
+// the step makes their draws in program order (empty when they can): a
+// random node outside it in between would draw before them, not after.
+std::string draws_moved(const Graph& g, const Candidate& cand) {
+  const auto first =
+      std::find_if(cand.nodes.begin(), cand.nodes.end(), [&](int32_t k) { return draws(g, k); });
+  if (first == cand.nodes.end()) return "";
+  for (int32_t k = *first + 1; k < cand.nodes.back(); ++k)
+    if (draws(g, k) && !std::binary_search(cand.nodes.begin(), cand.nodes.end(), k))
+      return detail::str_cat("node ", k, " draws random numbers in between");
+  return "";
+}
+
 std::string node_list(const Graph& g, const std::vector<int32_t>& nodes) {
   std::string s;
   for (int32_t i : nodes) {
@@ -288,6 +313,7 @@ class PointwiseGrouper {
         for (int32_t k : cand.nodes) fusible_[static_cast<size_t>(k)] = false;
       }
       if (why.empty()) why = moved_past_a_write(g_, cand);
+      if (why.empty()) why = draws_moved(g_, cand);
       if (why.empty() && g_.nodes()[r].inplace()) why = in_place_hazard(cand);
       if (why.empty()) {
         const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
@@ -427,12 +453,14 @@ class PointwiseGrouper {
       reduction->epilogue_inputs = whole.inputs.size();
       reduction->result_input = i;
       whole.inputs.insert(whole.inputs.end(), e.inputs.begin(), e.inputs.end());
-      if (!moved_past_a_write(g_, whole).empty()) continue;
-      whole.kernel = codegen::lower_group(g_, pro.nodes, pro.inputs, why);
+      if (!moved_past_a_write(g_, whole).empty() || !draws_moved(g_, whole).empty()) continue;
+      // Its kernels' draws numbered among the step's.
+      const std::vector<int32_t> step_draws = random_nodes(g_, whole.nodes);
+      whole.kernel = codegen::lower_group(g_, pro.nodes, pro.inputs, why, {}, step_draws);
       if (whole.kernel && row)
-        whole.row_kernel = codegen::lower_group(g_, row->nodes, row->inputs, why);
+        whole.row_kernel = codegen::lower_group(g_, row->nodes, row->inputs, why, {}, step_draws);
       if (whole.kernel && (!row || whole.row_kernel))
-        whole.epilogue_kernel = codegen::lower_group(g_, e.nodes, e.inputs, why);
+        whole.epilogue_kernel = codegen::lower_group(g_, e.nodes, e.inputs, why, {}, step_draws);
       if (!whole.epilogue_kernel) continue;
       whole.reduction = std::move(reduction);
       return whole;
@@ -643,7 +671,7 @@ class PointwiseGrouper {
       const ValueId out = nodes[static_cast<size_t>(k)].outputs[0];
       if (readers_.reads_up_to(out, b_last) != reads_among(g_, u.nodes, out)) return std::nullopt;
     }
-    if (!moved_past_a_write(g_, u).empty()) return std::nullopt;
+    if (!moved_past_a_write(g_, u).empty() || !draws_moved(g_, u).empty()) return std::nullopt;
     if (nodes[static_cast<size_t>(b_last)].inplace() && !in_place_hazard(u).empty())
       return std::nullopt;
     if (!find_stored(u)) return std::nullopt;
@@ -788,6 +816,7 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
         st.writes_input = c.writes_input;
         st.stored = c.stored;
         st.stored_writes = c.stored_writes;
+        st.draws = random_nodes(g, c.nodes);
         if (c.epilogue_kernel) st.reduction->epilogue_kernel = kernel_index(s, *c.epilogue_kernel);
         if (c.row_kernel) st.reduction->row_kernel = kernel_index(s, *c.row_kernel);
       }

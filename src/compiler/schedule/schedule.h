@@ -61,6 +61,10 @@ struct ScheduledStep {
   // (in place), else -1 (memory of its own).
   std::vector<ValueId> stored;
   std::vector<int32_t> stored_writes;
+  // A generated group's random nodes (dropout), ascending: the step draws
+  // for them in this order, and its kernels read each draw by its place
+  // here (codegen::emit_cpp's `draws`).
+  std::vector<int32_t> draws;
 
   bool fused() const noexcept { return lowering != nullptr || kernel >= 0; }
 };
