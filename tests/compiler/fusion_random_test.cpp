@@ -2,10 +2,10 @@
 // pointwise ops over broadcast operands, in-place writes to tensors the
 // program made and to its arguments (a group's scratch where it holds all of
 // a tensor's writes), views read between writes, values read after the
-// group that makes them (stored as more outputs), reductions over rows, and dropouts (drawn
-// inside the kernels), each program's executable against eager bitwise (its results and what it
-// wrote into its arguments) from one generator state. The programs are made from a seed, so
-// that a failure names the seed and the program's text.
+// group that makes them (stored as more outputs), reductions over rows and columns, and dropouts
+// (drawn inside the kernels), each program's executable against eager bitwise (its results and what
+// it wrote into its arguments) from one generator state. The programs are made from a seed, so that
+// a failure names the seed and the program's text.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -26,7 +26,7 @@ struct Step {
   int a = 0, b = 0, c = 0;
 };
 
-constexpr int kKinds = 16;                 // and kinds 16 and 17 (dropouts) in place of some steps
+constexpr int kKinds = 16;                 // and kinds 16 to 18 in place of some steps
 constexpr int64_t kRows = 31, kCols = 31;  // square: a transposed view has the sizes
 
 // The values a step may read: the arguments, then each step's result.
@@ -117,6 +117,10 @@ Tensor run_step(const Step& st, std::vector<Tensor>& v, std::string& text) {
       const Tensor sum = nn::functional::dropout(a, 0.2) + b;
       return nn::functional::layer_norm(sum, {sum.size(-1)});
     }
+    case 18:
+      text += detail::str_cat(out, " = sum(", name(st.a), " * ", name(st.b), ", 0, keepdim) + ",
+                              name(st.c), "\n");
+      return (a * b).sum({0}, true) + c;
     default:
       text +=
           detail::str_cat(out, " = remainder(", name(st.a), ", 1.5) * sign(", name(st.b), ")\n");
@@ -141,7 +145,8 @@ RandomProgram make_program(uint32_t seed) {
     Step st{static_cast<int>(rng() % kKinds), pick(), pick(), pick()};
     // Reductions and in-place writes read a full-size value first.
     if (st.kind >= 7 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(rng() % 2);
-    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 2);  // a dropout may broadcast
+    // Dropouts (one may broadcast) and a column reduction.
+    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 3);
     if (st.kind == 17 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(draws() % 2);
     if (st.kind == 8 && st.a < 2) p.writes_argument = true;
     p.steps.push_back(st);
@@ -165,6 +170,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
   int fused_steps = 0, reductions = 0, epilogues = 0, in_place = 0, scratch = 0;
   int stored = 0, stored_in_place = 0;  // groups of several outputs; of those writing inputs
   int drawing = 0, drawing_reductions = 0;  // groups with dropouts; of those reducing rows
+  int columns = 0;                          // column reductions
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -187,6 +193,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
                                      [](int32_t w) { return w >= 0; });
       drawing += !st.draws.empty();
       drawing_reductions += !st.draws.empty() && st.reduction.has_value();
+      columns += st.reduction && st.reduction->column_begin >= 0;
       // A tensor written in place inside the group, other than its result's.
       const Graph& g = l.trace->graph;
       const int32_t result =
@@ -219,6 +226,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(stored_in_place, 2);
     EXPECT_GT(drawing, 5);
     EXPECT_GT(drawing_reductions, 1);
+    EXPECT_GT(columns, 3);
   }
 }
 

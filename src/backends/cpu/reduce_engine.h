@@ -259,11 +259,15 @@ void reduce_rows(const ReduceView& v, const Op& op) {
   reduce_finish_segments(op, partial, segments, outer, reduced);
 }
 
-template <typename T, typename Op>
-void reduce_columns(const ReduceView& v, const Op& op) {
+// The columns of [outer, reduced, inner] values in work items of up to
+// kColumns columns (and segments of the reduced range where the items are
+// fewer than the threads): fold(o, r0, r1, i0, ncols, k0, totals) folds
+// rows [r0, r1) of outer o's columns [i0, i0 + ncols) into totals, which
+// finish() or the segments' merge then take.
+template <typename T, typename Op, typename Fold>
+void reduce_columns_by(int64_t outer, int64_t reduced, int64_t inner, const Op& op,
+                       const Fold& fold) {
   using Total = decltype(op.identity());
-  const T* data = reinterpret_cast<const T*>(v.data);
-  const int64_t outer = v.outer, reduced = v.reduced, inner = v.inner;
   const int64_t chunks = (inner + kColumns - 1) / kColumns;
   const int64_t items = outer * chunks;
   const int64_t nout = outer * inner;
@@ -281,7 +285,7 @@ void reduce_columns(const ReduceView& v, const Op& op) {
       reduce_segment_range(s, segments, reduced, r0, r1);
       for (int64_t j = 0; j < ncols; ++j) totals[j] = op.identity();
       const int64_t k0 = o * inner + i0;
-      op.columns(data + (o * reduced + r0) * inner + i0, inner, r1 - r0, r0, ncols, k0, totals);
+      fold(o, r0, r1, i0, ncols, k0, totals);
       for (int64_t j = 0; j < ncols; ++j) {
         if (segments == 1) op.finish(k0 + j, totals[j], reduced);
         else partial[s * nout + k0 + j] = totals[j];
@@ -289,6 +293,53 @@ void reduce_columns(const ReduceView& v, const Op& op) {
     }
   });
   if (segments > 1) reduce_finish_segments(op, partial, segments, nout, reduced);
+}
+
+template <typename T, typename Op>
+void reduce_columns(const ReduceView& v, const Op& op) {
+  const T* data = reinterpret_cast<const T*>(v.data);
+  const int64_t reduced = v.reduced, inner = v.inner;
+  reduce_columns_by<T>(
+      v.outer, reduced, inner, op,
+      [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t ncols, int64_t k0, auto* totals) {
+        op.columns(data + (o * reduced + r0) * inner + i0, inner, r1 - r0, r0, ncols, k0, totals);
+      });
+}
+
+// reduce_run over [outer, reduced, inner] values (inner > 1) that are never
+// in memory whole: produce(o, r0, r1, i0, ncols, tile, stride) writes rows
+// [r0, r1) of outer o's columns [i0, i0 + ncols) into `tile`, rows `stride`
+// elements apart, and each tile is folded while in cache. Tiles hold the
+// rows op.columns folds as one block over memory, with the same choice of
+// its narrow form, so the results are reduce_run's bit for bit (a fused
+// group's column reduction, compiler/codegen/row_reduction.h).
+template <typename T, typename Op, typename Produce>
+void reduce_columns_produced(int64_t outer, int64_t reduced, int64_t inner, const Op& op,
+                             const Produce& produce) {
+  const int64_t nout = outer * inner;
+  if (nout == 0) return;
+  if (reduced == 0) {
+    for (int64_t k = 0; k < nout; ++k) op.finish(k, op.identity(), 0);
+    return;
+  }
+  // Over memory the narrow form folds dense rows of all `inner` columns, in
+  // blocks of kRowBlock / inner rows; a tile holds several such blocks.
+  const bool narrow = 2 * inner <= kLanes;
+  const int64_t stride = narrow ? inner : kColumns;
+  const int64_t narrow_rows = std::max<int64_t>(1, kRowBlock / inner);
+  const int64_t block =
+      narrow ? narrow_rows * std::max<int64_t>(1, 8 * kRowBlock / (narrow_rows * inner))
+             : kColumnRowBlock;
+  reduce_columns_by<T>(
+      outer, reduced, inner, op,
+      [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t ncols, int64_t k0, auto* totals) {
+        std::vector<T> tile(static_cast<size_t>(block * stride));
+        for (int64_t r = r0; r < r1; r += block) {
+          const int64_t rows = std::min(block, r1 - r);
+          produce(o, r, r + rows, i0, ncols, tile.data(), stride);
+          op.columns(tile.data(), stride, rows, r, ncols, k0, totals);
+        }
+      });
 }
 
 // Runs op over the view: every output element gets finish() exactly once.

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/cpu/column_reduce.h"
 #include "backends/cpu/reduce_engine.h"
 #include "backends/cpu/vec_math.h"
 
@@ -249,6 +250,37 @@ void run_logsumexp(const KernelCall& c) {
 }
 
 }  // namespace
+
+bool reduces_produced_columns(OpId op, DType dtype) {
+  return (op == OpId::sum || op == OpId::mean || op == OpId::amax || op == OpId::amin) &&
+         (dtype == kFloat32 || dtype == kFloat64);
+}
+
+void reduce_produced_columns(OpId op, DType dtype, int64_t outer, int64_t reduced, int64_t inner,
+                             void* out, const ColumnTiles& produce) {
+  if (!reduces_produced_columns(op, dtype))
+    throw Error(detail::str_cat("reduce_produced_columns: ", ops::op_schema(op).name, " of ", dtype,
+                                " does not reduce produced columns"));
+  visit_float_dtype(dtype, [&]<typename T>() {
+    const auto run = [&](const auto& reduction) {
+      reduce_columns_produced<T>(outer, reduced, inner, reduction, produce);
+    };
+    if (op == OpId::sum || op == OpId::mean) {
+      SumOp<T> sum;
+      sum.out = static_cast<T*>(out);
+      sum.mean = op == OpId::mean;
+      run(sum);
+    } else if (op == OpId::amax) {
+      ExtremeOp<T, true> amax;
+      amax.out = static_cast<T*>(out);
+      run(amax);
+    } else {
+      ExtremeOp<T, false> amin;
+      amin.out = static_cast<T*>(out);
+      run(amin);
+    }
+  });
+}
 
 void register_cpu_sum_kernels(KernelTable& t) {
   t.set(OpId::sum, [](const KernelCall& c) {

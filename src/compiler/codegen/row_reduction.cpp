@@ -3,11 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/column_reduce.h"
 #include "backends/cpu/loops.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
@@ -144,20 +146,146 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
     const std::vector<int64_t>& dims = r.attrs.ints(static_cast<size_t>(place->dims));
     // Canonical dims are sorted and unique: trailing when the last is the
     // input's last and they run without a gap.
-    const bool trailing = !dims.empty() && dims.back() == rank - 1 &&
-                          dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
-    if (!trailing) {
-      why = detail::str_cat(name, " reduces dims ", dims, " of ", x.sizes, ", not trailing ones");
+    const bool run =
+        !dims.empty() && dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+    // The library's view leaves dims of size 1 out: a run followed by kept
+    // dims of size 1 alone reduces rows, as trailing dims do, and a run of
+    // dims of size 1 before kept ones reduces nothing (left to the library).
+    int64_t reduced = 1, inner = 1;
+    for (int64_t d = run ? dims.front() : rank; d < rank; ++d)
+      (d <= dims.back() ? reduced : inner) *= x.sizes[static_cast<size_t>(d)];
+    if (run && reduced == 1 && inner > 1) {
+      why = detail::str_cat(name, " reduces dims ", dims, " of ", x.sizes, ", all of size 1");
       return std::nullopt;
     }
-    r.trailing = static_cast<int64_t>(dims.size());
+    if (run && inner > 1 && backend::cpu::reduces_produced_columns(n.op, x.dtype)) {
+      r.column_begin = dims.front();  // dims kept after them: columns
+      r.column_end = dims.back() + 1;
+      return r;
+    }
+    if (!run || inner > 1) {
+      why = detail::str_cat(name, " reduces dims ", dims, " of ", x.sizes,
+                            ", not trailing ones (nor a run of dims before the last, which sum, "
+                            "mean, amax and amin reduce)");
+      return std::nullopt;
+    }
+    r.trailing = rank - dims.front();
   }
   return r;
 }
 
+namespace {
+
+// Byte strides of t, broadcast to `sizes`, over the groups of dims
+// [0, a), [a, b) and [b, rank): each group as one dim where t's strides
+// merge in it; none where they do not (a [8, 1, 512] operand over reduced
+// dims [0, 1] of [8, 64, 512] is not affine in the reduced index).
+std::optional<std::array<int64_t, 3>> grouped_strides(const Shape& sizes, const Tensor& t,
+                                                      int64_t a, int64_t b) {
+  const auto rank = static_cast<int64_t>(sizes.size());
+  const int64_t shift = rank - t.dim();
+  std::array<int64_t, 3> out{0, 0, 0};
+  const int64_t bounds[4] = {0, a, b, rank};
+  for (int group = 0; group < 3; ++group) {
+    bool seen = false;
+    int64_t expected = 0;
+    for (int64_t d = bounds[group + 1] - 1; d >= bounds[group]; --d) {
+      if (sizes[static_cast<size_t>(d)] == 1) continue;
+      const int64_t td = d - shift;
+      const int64_t stride =
+          td < 0 || t.size(td) == 1 ? 0 : t.stride(td) * static_cast<int64_t>(t.element_size());
+      if (!seen) {
+        out[static_cast<size_t>(group)] = stride;
+        seen = true;
+      } else if (stride != expected) {
+        return std::nullopt;
+      }
+      expected = stride * sizes[static_cast<size_t>(d)];
+    }
+  }
+  return out;
+}
+
+// The column reduction of r: the kernel writes each tile of its result (the
+// reduction's input) as the library's column reduction folds it. A tile is
+// one call of the kernel over [rows, ncols] where every input is affine in
+// the reduced and the kept index and the kernel draws nothing (a dropout's
+// counters are positions in the whole input); else one call per row.
+void run_column_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
+                          const Tensor& out, std::span<const Tensor> inputs,
+                          const uint64_t* draws) {
+  int64_t outer = 1, reduced = 1, inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d)
+    (d < r.column_begin ? outer : d < r.column_end ? reduced : inner) *= sizes[d];
+  const std::span<const Tensor> kernel_inputs = inputs.first(r.kernel_inputs);
+  const auto element = static_cast<int64_t>(dtype_size(dtype));
+  std::vector<std::array<int64_t, 3>> grouped;
+  for (const Tensor& t : kernel_inputs) {
+    const auto g = grouped_strides(sizes, t, r.column_begin, r.column_end);
+    if (!g || draws) {
+      grouped.clear();
+      break;
+    }
+    grouped.push_back(*g);
+  }
+  if (grouped.size() == kernel_inputs.size()) {
+    const size_t operands = kernel_inputs.size() + 1;
+    backend::cpu::reduce_produced_columns(
+        r.op, dtype, outer, reduced, inner, out.data_ptr(),
+        [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t ncols, void* tile,
+            int64_t stride) {
+          thread_local std::vector<char*> ptrs;  // kept: no allocation per tile
+          thread_local std::vector<int64_t> strides;
+          ptrs.assign(operands, nullptr);
+          strides.assign(2 * operands, 0);
+          ptrs[0] = static_cast<char*>(tile);
+          strides[0] = stride * element;
+          strides[operands] = element;
+          for (size_t k = 0; k < kernel_inputs.size(); ++k) {
+            const auto& [so, sr, si] = grouped[k];
+            ptrs[k + 1] =
+                static_cast<char*>(kernel_inputs[k].data_ptr()) + o * so + r0 * sr + i0 * si;
+            strides[k + 1] = sr;
+            strides[operands + k + 1] = si;
+          }
+          // Rows that follow one another in every operand are one run.
+          bool dense = true;
+          for (size_t k = 0; k < operands && dense; ++k)
+            dense = strides[k] == ncols * strides[operands + k];
+          const int64_t rows = r1 - r0;
+          const int64_t box[2] = {dense ? rows * ncols : rows, ncols};
+          int64_t index[2];
+          fn(ptrs.data(), box, dense ? strides.data() + operands : strides.data(), dense ? 1 : 2, 0,
+             rows * ncols, index, nullptr);
+        });
+    return;
+  }
+  const PointwiseCall call =
+      pointwise_call(sizes, contiguous_strides(sizes), dtype, nullptr, kernel_inputs, draws);
+  backend::cpu::reduce_produced_columns(
+      r.op, dtype, outer, reduced, inner, out.data_ptr(),
+      [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t ncols, void* tile,
+          int64_t stride) {
+        PointwiseCall own = call;
+        std::vector<int64_t> index(call.layout.sizes.size());
+        for (int64_t row = r0; row < r1; ++row) {
+          const int64_t begin = (o * reduced + row) * inner + i0;
+          own.ptrs[0] =
+              before(static_cast<char*>(tile) + (row - r0) * stride * element, begin * element);
+          own.run(fn, begin, begin + ncols, index.data());
+        }
+      });
+}
+
+}  // namespace
+
 void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
                        const Tensor& out, std::span<const Tensor> inputs, PointwiseFn epilogue,
                        PointwiseFn row, const uint64_t* draws) {
+  if (r.column_begin >= 0) {
+    run_column_reduction(fn, r, sizes, dtype, out, inputs, draws);
+    return;
+  }
   const auto rank = static_cast<int64_t>(sizes.size());
   int64_t reduced = 1, rows = 1;
   for (int64_t d = 0; d < rank; ++d) (d < rank - r.trailing ? rows : reduced) *= sizes[d];

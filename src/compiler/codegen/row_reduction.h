@@ -12,7 +12,10 @@
 // tensor, so the result is eager's bit for bit and strict mode fuses too.
 // Where eager would split rows across threads (fewer rows than threads), the
 // kernel fills the whole input first and the library kernel runs once, as
-// eager does.
+// eager does. sum, mean, amax and amin also run so over a run of dims before
+// the last (RowReduction::column_begin): the library's column reduction
+// folds tiles of rows and columns that the kernel writes, in the blocks it
+// folds over memory, so their results are eager's bit for bit too.
 #pragma once
 
 #include <optional>
@@ -28,6 +31,13 @@ struct RowReduction {
   ops::OpId op{};
   ops::Attrs attrs;          // the node's, as its shape rule canonicalizes them
   int64_t trailing = 1;      // how many trailing dims of its input it reduces
+  // A column reduction: sum, mean, amax or amin over the run of dims
+  // [column_begin, column_end) of its input, dims after them kept (a bias
+  // gradient's sum over [0, 1], a mean over a sequence's tokens). The kernel
+  // writes the input a tile of rows and columns at a time, and the library's
+  // column reduction folds each tile in cache (backends/cpu/column_reduce.h),
+  // bitwise as over memory. No epilogue. -1: a row reduction.
+  int64_t column_begin = -1, column_end = -1;
   size_t kernel_inputs = 0;  // of the step's inputs, the kernel's; then the reduction's others
   int32_t node = -1;         // the reduction's node
   // An epilogue: pointwise nodes after the reduction, over its input's

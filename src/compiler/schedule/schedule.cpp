@@ -432,7 +432,7 @@ class PointwiseGrouper {
       std::string why;
       std::optional<codegen::RowReduction> reduction =
           p < 0 ? std::nullopt : codegen::row_reduction_of(g_, rn, why);
-      if (!reduction) continue;
+      if (!reduction || reduction->column_begin >= 0) continue;  // columns take no epilogue
       Candidate pro = grow(p, false);
       Candidate whole;
       whole.nodes = pro.nodes;
@@ -558,7 +558,8 @@ class PointwiseGrouper {
         node_list(g_, c.nodes), ": one generated kernel of ", c.inputs.size(),
         c.inputs.size() == 1 ? " input" : " inputs",
         c.reduction ? detail::str_cat(
-                          ", its rows reduced by ",
+                          c.reduction->column_begin >= 0 ? ", its columns reduced by "
+                                                         : ", its rows reduced by ",
                           ops::op_schema(g_.nodes()[static_cast<size_t>(c.nodes.back())].op).name,
                           " in cache")
                     : std::string(),

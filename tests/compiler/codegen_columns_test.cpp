@@ -1,0 +1,141 @@
+// Column reductions in generated kernels: sum, mean, amax and amin over a
+// run of dims before the last (a bias gradient's sum over [0, 1], a mean
+// over a sequence's tokens) join the pointwise group that makes their
+// input. The kernel writes the input a tile at a time and the library's
+// column reduction folds each tile in cache, in the blocks it folds over
+// memory: results are eager's bitwise, for narrow and wide rows, a tail of
+// columns, segments of the reduced range, broadcast inputs (one call per
+// tile where they are affine, per row where not) and dropouts (per row, at
+// their positions).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compiler/compiler_testing.h"
+#include "kiln/kiln.h"
+
+namespace kiln::compiler {
+namespace {
+
+namespace F = kiln::nn::functional;
+using testing::same;
+
+struct ColumnCase {
+  std::string name;
+  Shape sizes;
+  std::vector<int64_t> dims;
+  Shape other;  // the second operand's sizes (broadcast)
+  bool keepdim = false;
+  DType dtype = kFloat32;
+  // How it runs: "columns"; "rows" where the dims kept after the run are all
+  // 1 (the library then reduces rows); "apart" where the reduced ones are.
+  std::string how = "columns";
+};
+
+Tensor reduce(const std::string& op, const Tensor& x, const std::vector<int64_t>& dims,
+              bool keepdim) {
+  if (op == "sum") return x.sum(dims, keepdim);
+  if (op == "mean") return x.mean(dims, keepdim);
+  if (op == "amax") return amax(x, dims, keepdim);
+  return amin(x, dims, keepdim);
+}
+
+std::string fused_lines(const ExplainReport& r) {
+  std::string s;
+  for (const auto& g : r.graphs)
+    for (const auto& line : g.fused) s += line + "\n";
+  return s;
+}
+
+TEST(CodegenColumns, ReductionsOverDimsBeforeTheLastRunInTheGroupsKernel) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  const std::vector<ColumnCase> cases = {
+      {"bias_gradient", {8, 64, 96}, {0, 1}, {8, 64, 96}},
+      {"tokens_keepdim", {8, 64, 96}, {1}, {8, 64, 1}, true},
+      {"narrow_rows", {1000, 3}, {0}, {1000, 3}},
+      {"segments", {4096, 8}, {0}, {8}},
+      {"column_tail", {33, 260}, {0}, {33, 260}},
+      {"wide", {2, 3000, 20}, {1}, {2, 3000, 20}},
+      {"not_affine", {8, 16, 40}, {0, 1}, {8, 1, 40}},
+      {"middle_pair", {3, 5, 7, 9}, {1, 2}, {9}},
+      {"empty_reduced", {5, 0, 7}, {1}, {7}},
+      {"no_outputs", {0, 4, 7}, {1}, {7}},
+      {"float64", {6, 40, 10}, {0, 1}, {6, 40, 10}, false, kFloat64},
+      {"kept_ones", {40, 5, 1}, {0, 1}, {40, 5, 1}, false, kFloat32, "rows"},
+      {"reduced_ones", {1, 1, 7}, {0, 1}, {7}, false, kFloat32, "apart"},
+  };
+  for (const std::string op : {"sum", "mean", "amax", "amin"}) {
+    for (const ColumnCase& c : cases) {
+      const std::string what = detail::str_cat(op, " ", c.name);
+      const std::vector<int64_t> dims = c.dims;
+      const bool keepdim = c.keepdim;
+      const auto program = [op, dims, keepdim](const Tensor& x, const Tensor& y) {
+        return reduce(op, (x * y).tanh(), dims, keepdim);
+      };
+      const Tensor x = randn(c.sizes, {.dtype = c.dtype}), y = randn(c.other, {.dtype = c.dtype});
+      if ((op == "amax" || op == "amin") && c.name == "empty_reduced") continue;  // an error
+      const auto f = compile(program, {.strict = true, .name = what});
+      EXPECT_TRUE(same(f(x, y), program(x, y))) << what;
+      const ExplainReport r = f.explain();
+      const std::string line =
+          c.how == "apart" ? detail::str_cat(op, " (nodes 1-2) not fused: ", op, " reduces dims ",
+                                             c.dims, " of ", c.sizes, ", all of size 1")
+                           : detail::str_cat("mul + tanh + ", op,
+                                             " (nodes 0-2): one generated kernel of 2 inputs, its ",
+                                             c.how, " reduced by ", op, " in cache");
+      std::string lines = fused_lines(r);
+      for (const auto& g : r.graphs)
+        for (const auto& l : g.not_fused) lines += l + "\n";
+      EXPECT_NE(lines.find(line), std::string::npos) << what << "\n" << r.to_string();
+    }
+  }
+}
+
+// A dropout's counters are its positions in the whole input: the kernel
+// writes the tiles of `mean(x + dropout(h), 1)` a row at a time.
+TEST(CodegenColumns, ADropoutBeforeAColumnReductionDrawsAtItsPositions) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  const auto program = [](const Tensor& h, const Tensor& x) {
+    return (x + F::dropout(h, 0.1, true)).mean({1});
+  };
+  const Tensor h = randn({4, 50, 300}), x = randn({4, 50, 300});
+  const auto f = compile(program, {.strict = true});
+  for (uint64_t seed : {21, 22}) {
+    manual_seed(seed);
+    (void)randn({1});  // an offset that does not start a Philox block
+    const Tensor got = f(h, x), got_after = randn({3});
+    manual_seed(seed);
+    (void)randn({1});
+    const Tensor want = program(h, x);
+    EXPECT_TRUE(same(got, want)) << seed;
+    EXPECT_TRUE(same(got_after, randn({3}))) << seed;
+  }
+  EXPECT_NE(fused_lines(f.explain())
+                .find("dropout + add + mean (nodes 0-2): one generated kernel of 2 inputs, its "
+                      "columns reduced by mean in cache"),
+            std::string::npos)
+      << f.explain().to_string();
+}
+
+// var folds in two passes over its input: it stays apart, and says why.
+TEST(CodegenColumns, AReductionTheLibraryCannotFoldFromTilesStaysApart) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  const auto program = [](const Tensor& x) { return var(x * 2.0, {0}); };
+  const Tensor x = randn({64, 32});
+  const auto f = compile(program, {.strict = true});
+  EXPECT_TRUE(same(f(x), program(x)));
+  const ExplainReport r = f.explain();
+  std::string apart;
+  for (const auto& line : r.graphs.back().not_fused) apart += line + "\n";
+  EXPECT_NE(apart.find("var reduces dims [0] of [64, 32], not trailing ones (nor a run of dims "
+                       "before the last, which sum, mean, amax and amin reduce)"),
+            std::string::npos)
+      << apart;
+}
+
+}  // namespace
+}  // namespace kiln::compiler
