@@ -41,13 +41,6 @@ Tensor reduce(const std::string& op, const Tensor& x, const std::vector<int64_t>
   return amin(x, dims, keepdim);
 }
 
-std::string fused_lines(const ExplainReport& r) {
-  std::string s;
-  for (const auto& g : r.graphs)
-    for (const auto& line : g.fused) s += line + "\n";
-  return s;
-}
-
 TEST(CodegenColumns, ReductionsOverDimsBeforeTheLastRunInTheGroupsKernel) {
   KILN_NEEDS_COMPILER();
   NoGradGuard no_grad;
@@ -85,9 +78,7 @@ TEST(CodegenColumns, ReductionsOverDimsBeforeTheLastRunInTheGroupsKernel) {
                            : detail::str_cat("mul + tanh + ", op,
                                              " (nodes 0-2): one generated kernel of 2 inputs, its ",
                                              c.how, " reduced by ", op, " in cache");
-      std::string lines = fused_lines(r);
-      for (const auto& g : r.graphs)
-        for (const auto& l : g.not_fused) lines += l + "\n";
+      const std::string lines = testing::explain_lines(r) + testing::explain_lines(r, false);
       EXPECT_NE(lines.find(line), std::string::npos) << what << "\n" << r.to_string();
     }
   }
@@ -113,7 +104,7 @@ TEST(CodegenColumns, ADropoutBeforeAColumnReductionDrawsAtItsPositions) {
     EXPECT_TRUE(same(got, want)) << seed;
     EXPECT_TRUE(same(got_after, randn({3}))) << seed;
   }
-  EXPECT_NE(fused_lines(f.explain())
+  EXPECT_NE(testing::explain_lines(f.explain())
                 .find("dropout + add + mean (nodes 0-2): one generated kernel of 2 inputs, its "
                       "columns reduced by mean in cache"),
             std::string::npos)
@@ -128,9 +119,7 @@ TEST(CodegenColumns, AReductionTheLibraryCannotFoldFromTilesStaysApart) {
   const Tensor x = randn({64, 32});
   const auto f = compile(program, {.strict = true});
   EXPECT_TRUE(same(f(x), program(x)));
-  const ExplainReport r = f.explain();
-  std::string apart;
-  for (const auto& line : r.graphs.back().not_fused) apart += line + "\n";
+  const std::string apart = testing::explain_lines(f.explain(), false);
   EXPECT_NE(apart.find("var reduces dims [0] of [64, 32], not trailing ones (nor a run of dims "
                        "before the last, which sum, mean, amax and amin reduce)"),
             std::string::npos)

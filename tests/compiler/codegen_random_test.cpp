@@ -35,20 +35,6 @@ void expect_eager_draws(const std::function<Tensor()>& f, const std::function<Te
   EXPECT_TRUE(same(got_after, want_after)) << what << ": the generator moved otherwise";
 }
 
-std::string fused_lines(const ExplainReport& r) {
-  std::string s;
-  for (const auto& g : r.graphs)
-    for (const auto& line : g.fused) s += line + "\n";
-  return s;
-}
-
-std::string not_fused_lines(const ExplainReport& r) {
-  std::string s;
-  for (const auto& g : r.graphs)
-    for (const auto& line : g.not_fused) s += line + "\n";
-  return s;
-}
-
 struct DropoutCase {
   std::string name;
   Shape sizes;
@@ -92,7 +78,7 @@ TEST(CodegenRandom, ADropoutInAChainDrawsInsideTheKernelAsEager) {
     if (c.name == "rows") {
       // Each call draws anew.
       EXPECT_FALSE(same(f(x, y), f(x, y)));
-      const std::string fused = fused_lines(f.explain());
+      const std::string fused = testing::explain_lines(f.explain());
       EXPECT_NE(fused.find("mul + dropout + add (nodes 0-2): one generated kernel of 3 inputs"),
                 std::string::npos)
           << fused;
@@ -116,9 +102,10 @@ TEST(CodegenRandom, TwoDropoutsOfOneKernelDrawInProgramOrder) {
                        "two dropouts");
   const ExplainReport r = f.explain();
   EXPECT_EQ(r.graphs.back().generated_kernels, 1) << r.to_string();
-  EXPECT_NE(fused_lines(r).find("full + dropout + dropout + exp + mul + dropout + mul (nodes "
-                                "0-6): one generated kernel of 2 inputs"),
-            std::string::npos)
+  EXPECT_NE(
+      testing::explain_lines(r).find("full + dropout + dropout + exp + mul + dropout + mul (nodes "
+                                     "0-6): one generated kernel of 2 inputs"),
+      std::string::npos)
       << r.to_string();
 }
 
@@ -137,7 +124,7 @@ TEST(CodegenRandom, ARandomOpInBetweenKeepsADropoutsGroupApart) {
   for (uint64_t seed : {5, 6})
     expect_eager_draws([&] { return f(x); }, [&] { return program(x); }, seed, 0,
                        "randn in between");
-  const std::string apart = not_fused_lines(f.explain());
+  const std::string apart = testing::explain_lines(f.explain(), false);
   EXPECT_NE(apart.find("dropout + exp + add (nodes 0-3) not fused: node 1 draws random numbers "
                        "in between"),
             std::string::npos)
@@ -168,12 +155,12 @@ TEST(CodegenRandom, DropoutsBeforeAndAfterARowReductionDrawInItsKernels) {
       expect_eager_draws([&] { return g(h); }, [&] { return attention(h); }, seed, 1,
                          "softmax " + what);
     }
-    EXPECT_NE(fused_lines(f.explain())
+    EXPECT_NE(testing::explain_lines(f.explain())
                   .find("dropout + add + layer_norm (nodes 0-2): one generated kernel of 4 "
                         "inputs, its rows reduced by layer_norm in cache"),
               std::string::npos)
         << f.explain().to_string();
-    EXPECT_NE(fused_lines(g.explain()).find("around softmax"), std::string::npos)
+    EXPECT_NE(testing::explain_lines(g.explain()).find("around softmax"), std::string::npos)
         << g.explain().to_string();
   }
 }

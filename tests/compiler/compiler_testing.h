@@ -74,6 +74,15 @@ inline bool can_generate_kernels() {
   return !backend::cpu::KernelCompiler::find_compiler(why).empty();
 }
 
+// Each graph's fused steps (or, with `fused` false, the candidates left
+// apart) in a report, one per line.
+inline std::string explain_lines(const ExplainReport& r, bool fused = true) {
+  std::string s;
+  for (const auto& g : r.graphs)
+    for (const auto& line : fused ? g.fused : g.not_fused) s += line + "\n";
+  return s;
+}
+
 // Skips a test of generated kernels where they cannot be built.
 #define KILN_NEEDS_COMPILER()                             \
   if (!::kiln::compiler::testing::can_generate_kernels()) \

@@ -333,7 +333,8 @@ void reduce_columns_produced(int64_t outer, int64_t reduced, int64_t inner, cons
   reduce_columns_by<T>(
       outer, reduced, inner, op,
       [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t ncols, int64_t k0, auto* totals) {
-        std::vector<T> tile(static_cast<size_t>(block * stride));
+        thread_local std::vector<T> tile;  // kept: no allocation per work item
+        tile.resize(static_cast<size_t>(block * stride));
         for (int64_t r = r0; r < r1; r += block) {
           const int64_t rows = std::min(block, r1 - r);
           produce(o, r, r + rows, i0, ncols, tile.data(), stride);

@@ -457,19 +457,11 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
         return std::nullopt;
       }
       op.constants = {attrs.f(0)};
-      int32_t slot = 0;
-      if (draws.empty()) {
-        for (int32_t j : nodes)
-          slot += j < index &&
-                  ops::op_schema(g.nodes()[static_cast<size_t>(j)].op).has_flag(ops::kRandom);
-      } else {
-        const auto at = std::find(draws.begin(), draws.end(), index);
-        if (at == draws.end())
-          throw Error(detail::str_cat("compiler: codegen: dropout (node ", index,
-                                      ") is not among its step's draws"));
-        slot = static_cast<int32_t>(at - draws.begin());
-      }
-      op.draw = slot;
+      const auto at = std::find(draws.begin(), draws.end(), index);
+      if (at == draws.end())
+        throw Error(detail::str_cat("compiler: codegen: dropout (node ", index,
+                                    ") is not among its step's draws"));
+      op.draw = static_cast<int32_t>(at - draws.begin());
     }
     // The arguments as the library kernel gets them (after its casts).
     const Form form = form_of(n.op);

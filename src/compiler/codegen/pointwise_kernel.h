@@ -72,7 +72,7 @@ std::string why_not_generated(const Graph& graph, const Node& node);
 // result, `inputs` the values from outside the group it reads, `stored`
 // the values of its nodes it stores before the result (each of the
 // result's sizes). A random node's draw is its slot in `draws` (the random
-// nodes of the step it is part of, in program order; empty: its own).
+// nodes of the step it is part of, in program order).
 // Null, with why, where a node's arguments are not of the dtypes the
 // generator has, or a dropout is not of the result's sizes.
 std::optional<PointwiseKernel> lower_group(const Graph& graph, std::span<const int32_t> nodes,

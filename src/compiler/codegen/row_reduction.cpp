@@ -144,8 +144,8 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
     }
   } else {
     const std::vector<int64_t>& dims = r.attrs.ints(static_cast<size_t>(place->dims));
-    // Canonical dims are sorted and unique: trailing when the last is the
-    // input's last and they run without a gap.
+    // Canonical dims are sorted and unique: a run when they have no gap,
+    // trailing when it ends at the input's last dim.
     const bool run =
         !dims.empty() && dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
     // The library's view leaves dims of size 1 out: a run followed by kept

@@ -309,15 +309,16 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
             step_draws.push_back(static_cast<uint64_t>(d.offset));
           }
         }
+        const uint64_t* seeds = step_draws.empty() ? nullptr : step_draws.data();
         if (s.generated && s.scheduled->reduction) {
           detail::count_kernel_launch();
           const codegen::RowReduction& reduction = *s.scheduled->reduction;
           const Value& x = g.value(g.nodes()[static_cast<size_t>(reduction.node)].inputs[0]);
           codegen::run_row_reduction(s.generated, reduction, x.sizes, x.dtype, outs[0], args,
-                                     s.epilogue, s.row, step_draws.data());
+                                     s.epilogue, s.row, seeds);
         } else if (s.generated) {
           detail::count_kernel_launch();
-          codegen::run_pointwise(s.generated, outs, args, step_draws.data());
+          codegen::run_pointwise(s.generated, outs, args, seeds);
           for (size_t k = 0; k < outs.size(); ++k)
             if (s.writes[k] >= 0) outs[k].bump_version();
         } else if (fused) {

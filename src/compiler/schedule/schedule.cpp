@@ -319,9 +319,10 @@ class PointwiseGrouper {
         const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
         const size_t kernel_inputs =
             cand.reduction ? cand.reduction->kernel_inputs : cand.inputs.size();
-        cand.kernel = codegen::lower_group(
-            g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
-            std::span<const ValueId>(cand.inputs).first(kernel_inputs), why, cand.stored);
+        cand.kernel =
+            codegen::lower_group(g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
+                                 std::span<const ValueId>(cand.inputs).first(kernel_inputs), why,
+                                 cand.stored, random_nodes(g_, cand.nodes));
       }
       if (!why.empty()) {
         lines.push_back(detail::str_cat(what, " not fused: ", why));
@@ -677,7 +678,8 @@ class PointwiseGrouper {
       return std::nullopt;
     if (!find_stored(u)) return std::nullopt;
     std::string why;
-    u.kernel = codegen::lower_group(g_, u.nodes, u.inputs, why, u.stored);
+    u.kernel =
+        codegen::lower_group(g_, u.nodes, u.inputs, why, u.stored, random_nodes(g_, u.nodes));
     if (!u.kernel) return std::nullopt;
     return u;
   }
