@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#if defined(__AVX512F__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#endif
 
 #if defined(__CUDACC__)
 #define KILN_HOST_DEVICE __host__ __device__
@@ -46,11 +49,63 @@ KILN_HOST_DEVICE inline Block block(uint64_t seed, uint64_t counter) {
 }
 
 #if !defined(__CUDACC__)
+#if defined(__AVX512F__)
+// blocks<16> in 512-bit vectors, counter j in lane j: a round's 32 x 32 ->
+// 64-bit products by vpmuludq on the even and the odd lanes (GCC 12
+// vectorizes the portable loop below with 64 x 64-bit multiplies, about 4x
+// slower). The same integers, so the same bits.
+inline void blocks16_avx512(uint64_t seed, uint64_t first, uint32_t* out) {
+  const auto splat = [](uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); };
+  const __m512i low = splat(static_cast<uint32_t>(first));
+  __m512i c0 = _mm512_add_epi32(
+      low, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i high = splat(static_cast<uint32_t>(first >> 32));
+  // The high word, plus one where the low word wrapped.
+  __m512i c1 = _mm512_mask_add_epi32(high, _mm512_cmplt_epu32_mask(c0, low), high, splat(1));
+  __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
+  const __m512i m0 = splat(0xD2511F53u), m1 = splat(0xCD9E8D57u);
+  const auto high_word = [](__m512i a, __m512i m) {
+    const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, m), 32);
+    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+    return _mm512_mask_blend_epi32(0xAAAA, even, odd);
+  };
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r, bump(k0, k1)) {
+    const __m512i h0 = high_word(c0, m0), l0 = _mm512_mullo_epi32(c0, m0);
+    const __m512i h1 = high_word(c2, m1), l1 = _mm512_mullo_epi32(c2, m1);
+    c0 = _mm512_xor_si512(_mm512_xor_si512(h1, c1), splat(k0));
+    c2 = _mm512_xor_si512(_mm512_xor_si512(h0, c3), splat(k1));
+    c1 = l1;
+    c3 = l0;
+  }
+  // Interleaved as out[4 j + word]: x_t's 128-bit lane q is block 4 q + t.
+  const __m512i a = _mm512_unpacklo_epi32(c0, c1), b = _mm512_unpackhi_epi32(c0, c1);
+  const __m512i c = _mm512_unpacklo_epi32(c2, c3), d = _mm512_unpackhi_epi32(c2, c3);
+  const __m512i x[4] = {_mm512_unpacklo_epi64(a, c), _mm512_unpackhi_epi64(a, c),
+                        _mm512_unpacklo_epi64(b, d), _mm512_unpackhi_epi64(b, d)};
+  for (int t = 0; t < 4; ++t) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * t), _mm512_extracti32x4_epi32(x[t], 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * (4 + t)),
+                     _mm512_extracti32x4_epi32(x[t], 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * (8 + t)),
+                     _mm512_extracti32x4_epi32(x[t], 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * (12 + t)),
+                     _mm512_extracti32x4_epi32(x[t], 3));
+  }
+}
+#endif
+
 // The N blocks of counters first, first + 1, ... into out[4 j + lane], each
 // as block() computes it, the N counters' rounds side by side so that the
 // compiler vectorizes them (a dropout's mask 4 N elements at a time).
 template <int N>
 inline void blocks(uint64_t seed, uint64_t first, uint32_t* out) {
+#if defined(__AVX512F__)
+  if constexpr (N == 16) {
+    blocks16_avx512(seed, first, out);
+    return;
+  }
+#endif
   uint32_t c0[N], c1[N], c2[N], c3[N];
   for (int j = 0; j < N; ++j) {
     const uint64_t counter = first + static_cast<uint64_t>(j);
