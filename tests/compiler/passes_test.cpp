@@ -72,6 +72,32 @@ TEST(Passes, CommonSubexpressionsMergeUnlessAWriteIntervenes) {
   EXPECT_EQ(r.graph.nodes().size(), 2u);
 }
 
+// A pass that finds nothing to do gives back the graph as it was; one
+// whose first change comes late builds the nodes before it as they were,
+// ids and all, though a captured tensor first read after them is a source.
+TEST(Passes, APassThatChangesNothingOrChangesLateKeepsTheGraph) {
+  const Tensor w = randn({5});
+  const Program f = [&](const TensorList& a) {
+    Tensor x = a[0] * 2.0 + 1.0;
+    Tensor y = x.exp() * w;  // w is read after three nodes
+    return TensorList{y.tanh() + y.tanh(), y.sigmoid()};
+  };
+  const Tensor x = randn({5});
+  const Trace t = trace_of(f, {x});
+  for (const auto& pass : {remove_noops, eliminate_dead_code, fold_constants, elide_copies}) {
+    const Trace same_trace = pass(t);
+    EXPECT_EQ(to_text(same_trace.graph), to_text(t.graph));
+    EXPECT_EQ(structural_hash(same_trace.graph), structural_hash(t.graph));
+  }
+  const Trace c = eliminate_common_subexpressions(t);
+  EXPECT_EQ(op_names(c.graph),
+            (std::vector<std::string>{"mul", "add", "exp", "mul", "tanh", "add", "sigmoid"}));
+  expect_equivalent(c, f, {x});
+  const Trace all = run_passes(t);
+  EXPECT_EQ(op_names(all.graph), op_names(c.graph));
+  expect_equivalent(all, f, {x});
+}
+
 TEST(Passes, ConstantsFoldWhenSmallAndPrivate) {
   const Program f = [](const TensorList& a) {
     Tensor ramp = arange(0, 8).to(kFloat32) * 0.5;  // folded: arange, copy (to), mul

@@ -159,7 +159,8 @@ std::vector<bool> returned_storages(const Graph& graph);
 // Checks the graph's invariants and throws kiln::Error naming the first node
 // that breaks one: values defined before use, producers and storages
 // consistent, every node's shape rule reproducing its outputs' sizes and
-// dtypes from its inputs. Run after every pass in debug builds and tests.
+// dtypes from its inputs. Run on each trace, and after every pass that
+// changed the graph (run_passes).
 void verify(const Graph& graph);
 
 // Text, one line per node:  %5 = add(%3, %4) {alpha=1} : float32[2, 3] cpu

@@ -22,8 +22,7 @@ Trace fold_constants(const Trace& trace) {
   for (const Node& n : g.nodes()) {
     // Random ops draw at each call, or reuse a draw of the call.
     bool foldable = !n.inplace() && !ops::op_schema(n.op).has_flag(ops::kRandom);
-    for (ValueId in : n.inputs)
-      foldable = foldable && (in == kNoValue || r.graph().value(r.map(in)).kind == ValueKind::kConstant);
+    for (ValueId in : n.inputs) foldable = foldable && (in == kNoValue || r.is_constant(in));
     for (ValueId out : n.outputs) {
       const Value& v = g.value(out);
       const auto storage = static_cast<size_t>(v.storage);

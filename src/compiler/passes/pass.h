@@ -19,26 +19,55 @@ namespace kiln::compiler {
 
 // Builds a new graph from an old one, node by node, mapping value ids.
 // Sources (inputs, captured values, constants) are copied first, in slots.
+// Lazily: while a pass copies the old nodes in order and changes nothing,
+// nothing is built; the first change builds the copied prefix, and a pass
+// that changed nothing returns the old trace as it is (most passes find
+// nothing to do in most graphs: a new size of a dynamic dim runs them all).
 class Rewriter {
  public:
   // With `as_constants`, the captured values whose slot is true become
   // constants (freeze); the rest stay captured, renumbered.
   explicit Rewriter(const Trace& old, const std::vector<bool>* as_constants = nullptr);
   // The new id of an old value (kNoValue stays kNoValue).
-  ValueId map(ValueId old) const { return old == kNoValue ? kNoValue : map_.at(static_cast<size_t>(old)); }
+  ValueId map(ValueId old) const {
+    if (old == kNoValue) return kNoValue;
+    return (lazy_ ? canonical_ : map_).at(static_cast<size_t>(old));
+  }
+  // Whether old value `old` stands for a constant in the new graph.
+  bool is_constant(ValueId old);
   // The old value stands for `now` in the new graph from here on.
-  void replace(ValueId old, ValueId now) { map_.at(static_cast<size_t>(old)) = now; }
+  void replace(ValueId old, ValueId now) {
+    build();
+    map_.at(static_cast<size_t>(old)) = now;
+  }
   // Copies a node with its inputs mapped.
   void copy(const Node& n);
   // A new constant holding `value`, standing for old value `old`.
   void fold(ValueId old, const Tensor& value);
-  const Graph& graph() const noexcept { return out_.graph; }
+  const Graph& graph() {
+    build();
+    return out_.graph;
+  }
   // For passes that emit nodes of their own (their outputs are not mapped).
-  Graph& new_graph() noexcept { return out_.graph; }
+  Graph& new_graph() {
+    build();
+    return out_.graph;
+  }
   Trace finish();
 
  private:
+  // Builds the new graph's sources and the old nodes copied so far.
+  void build();
+  void copy_now(const Node& n);
+
   const Trace& old_;
+  const std::vector<bool>* as_constants_;
+  bool lazy_ = true;
+  bool built_ = false;
+  size_t copied_ = 0;  // while lazy: old nodes [0, copied_) copied, in order
+  // While lazy: the id each old source and copied node output will have
+  // in the new graph (its sources first, then the nodes' outputs).
+  std::vector<ValueId> canonical_;
   Trace out_;
   std::vector<ValueId> map_;
   std::unordered_map<int32_t, int32_t> storages_;  // old storage id -> new, for sources

@@ -1,5 +1,6 @@
 #include "compiler/passes/pass.h"
 
+#include <cassert>
 #include <chrono>
 
 #include "compiler/logs.h"
@@ -7,8 +8,26 @@
 namespace kiln::compiler {
 
 Rewriter::Rewriter(const Trace& old, const std::vector<bool>* as_constants)
-    : old_(old), map_(old.graph.values().size(), kNoValue) {
+    : old_(old), as_constants_(as_constants), lazy_(as_constants == nullptr) {
   const Graph& g = old.graph;
+  if (!lazy_) {
+    build();
+    return;
+  }
+  canonical_.assign(g.values().size(), kNoValue);
+  ValueId next = 0;
+  for (ValueId id : g.inputs()) canonical_[static_cast<size_t>(id)] = next++;
+  for (ValueId id : g.captured()) canonical_[static_cast<size_t>(id)] = next++;
+  for (ValueId id : g.constants()) canonical_[static_cast<size_t>(id)] = next++;
+  for (const Node& n : g.nodes())
+    for (ValueId out : n.outputs) canonical_[static_cast<size_t>(out)] = next++;
+}
+
+void Rewriter::build() {
+  if (built_) return;
+  built_ = true;
+  const Graph& g = old_.graph;
+  map_.assign(g.values().size(), kNoValue);
   auto storage_for = [&](ValueId id) {
     const auto it = storages_.find(g.value(id).storage);
     return it == storages_.end() ? -1 : it->second;
@@ -20,18 +39,39 @@ Rewriter::Rewriter(const Trace& old, const std::vector<bool>* as_constants)
   for (ValueId id : g.inputs()) note(id, out_.graph.add_input(g.meta_tensor(id), storage_for(id)));
   for (size_t slot = 0; slot < g.captured().size(); ++slot) {
     const ValueId id = g.captured()[slot];
-    if (as_constants && (*as_constants)[slot]) {
-      map_[static_cast<size_t>(id)] = out_.graph.add_constant(old.captured[slot]);
+    if (as_constants_ && (*as_constants_)[slot]) {
+      map_[static_cast<size_t>(id)] = out_.graph.add_constant(old_.captured[slot]);
       continue;
     }
     note(id, out_.graph.add_captured(g.meta_tensor(id), storage_for(id)));
-    out_.captured.push_back(old.captured[slot]);
+    out_.captured.push_back(old_.captured[slot]);
   }
   for (size_t slot = 0; slot < g.constants().size(); ++slot)
     map_[static_cast<size_t>(g.constants()[slot])] = out_.graph.copy_constant(g, slot);
+  const bool was_lazy = lazy_;
+  lazy_ = false;
+  for (size_t i = 0; i < copied_; ++i) copy_now(g.nodes()[i]);
+  // The ids map() gave while lazy are the ones the new graph has.
+  for (size_t id = 0; was_lazy && id < map_.size(); ++id)
+    assert(map_[id] == canonical_[id] || map_[id] == kNoValue);
+}
+
+bool Rewriter::is_constant(ValueId old) {
+  if (lazy_) return old_.graph.value(old).kind == ValueKind::kConstant;
+  return out_.graph.value(map(old)).kind == ValueKind::kConstant;
 }
 
 void Rewriter::copy(const Node& n) {
+  const auto& nodes = old_.graph.nodes();
+  if (lazy_ && copied_ < nodes.size() && &n == &nodes[copied_]) {
+    ++copied_;
+    return;
+  }
+  build();
+  copy_now(n);
+}
+
+void Rewriter::copy_now(const Node& n) {
   const Graph& g = old_.graph;
   std::vector<ValueId> inputs;
   inputs.reserve(n.inputs.size());
@@ -46,14 +86,45 @@ void Rewriter::copy(const Node& n) {
   for (size_t k = 0; k < n.outputs.size(); ++k) map_[static_cast<size_t>(n.outputs[k])] = copied.outputs[k];
 }
 
-void Rewriter::fold(ValueId old, const Tensor& value) { map_.at(static_cast<size_t>(old)) = out_.graph.add_constant(value); }
+void Rewriter::fold(ValueId old, const Tensor& value) {
+  build();
+  map_.at(static_cast<size_t>(old)) = out_.graph.add_constant(value);
+}
 
 Trace Rewriter::finish() {
+  if (lazy_ && copied_ == old_.graph.nodes().size()) return old_;  // nothing changed
+  build();
   std::vector<ValueId> outputs;
   for (ValueId id : old_.graph.outputs()) outputs.push_back(map(id));
   out_.graph.set_outputs(std::move(outputs));
   return std::move(out_);
 }
+
+namespace {
+
+// Whether b is a as a pass found it: the same values (layouts and storages)
+// and the same nodes, so that verifying b again would find what verifying a
+// found.
+bool unchanged(const Graph& a, const Graph& b) {
+  if (a.values().size() != b.values().size() || a.nodes().size() != b.nodes().size() ||
+      a.outputs() != b.outputs() || a.storages().size() != b.storages().size())
+    return false;
+  for (size_t i = 0; i < a.values().size(); ++i) {
+    const Value &x = a.values()[i], &y = b.values()[i];
+    if (x.kind != y.kind || x.sizes != y.sizes || x.strides != y.strides || x.offset != y.offset ||
+        x.dtype != y.dtype || x.storage != y.storage || x.producer != y.producer)
+      return false;
+  }
+  for (size_t i = 0; i < a.nodes().size(); ++i) {
+    const Node &x = a.nodes()[i], &y = b.nodes()[i];
+    if (x.op != y.op || x.inputs != y.inputs || x.outputs != y.outputs || x.target != y.target ||
+        !(x.attrs == y.attrs))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Trace run_passes(const Trace& trace, const PassContext& context, std::vector<PassReport>* reports) {
   using Pass = Trace (*)(const Trace&);
@@ -74,8 +145,10 @@ Trace run_passes(const Trace& trace, const PassContext& context, std::vector<Pas
   for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();
     const size_t before = current.graph.nodes().size();
-    current = pass(current);
-    verify(current.graph);
+    Trace next = pass(current);
+    // A pass that found nothing to do leaves the graph verified as it was.
+    if (!unchanged(current.graph, next.graph)) verify(next.graph);
+    current = std::move(next);
     PassReport r{name, before, current.graph.nodes().size(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()};
     log(LogChannel::kPasses, detail::str_cat(r.name, ": ", r.nodes_before, " -> ", r.nodes_after, " nodes in ", r.ms, " ms"));
