@@ -370,11 +370,14 @@ class SequentialLR final : public LRScheduler {
 // --- gradient clipping --------------------------------------------------------------
 
 // torch.nn.utils.clip_grad_norm_: the norm_type-norm of all gradients together
-// (norm_type may be infinity), returned; when max_norm / (total + 1e-6) < 1 every
-// gradient is scaled by it in place. Parameters without a gradient are ignored
-// (0 when none has one). error_if_nonfinite: ValueError when the total is NaN or
+// (norm_type may be infinity), returned as a 0-dim tensor on the first
+// gradient's device, in the gradients' dtype; every gradient is scaled in
+// place by min(max_norm / (total + 1e-6), 1), on its device, without reading
+// the total on the host (a compiled training step stays one graph).
+// Parameters without a gradient are ignored (a float32 0 when none has one).
+// error_if_nonfinite: reads the total and throws ValueError when it is NaN or
 // infinite. A negative max_norm is a ValueError.
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
 
 // torch.nn.utils.clip_grad_value_: clamps every gradient into [-clip_value,

@@ -125,6 +125,39 @@ TEST(TrainingStep, DropoutsBackwardUsesTheMaskOfItsForwardDraw) {
   EXPECT_EQ(drawn, 4) << r.to_string();
 }
 
+// Clipping the gradients' total norm reads nothing on the host: the step
+// stays one graph, and a batch of another size is made from its trace.
+TEST(TrainingStep, ClippingGradientsKeepsTheStepOneGraph) {
+  auto [net, eager_net] = twins(21);
+  optim::AdamW opt(net->parameters(), {.lr = 0.05}),
+      eager_opt(eager_net->parameters(), {.lr = 0.05});
+  const auto train = [](Net& n, optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    Tensor loss = nn::functional::mse_loss(n.forward(x), y);
+    loss.backward();
+    const Tensor total = optim::clip_grad_norm_(n.parameters(), 0.5);
+    o.step();
+    return TensorList{loss, total};
+  };
+  const auto step = compile(
+      [&](const Tensor& x, const Tensor& y) { return train(*net, opt, x, y); }, {.name = "step"});
+  Generator gen(22);
+  for (int i = 0; i < 5; ++i) {
+    const int64_t batch = i < 3 ? 8 : 12;
+    const Tensor x = randn({batch, 6}, {}, &gen), y = randn({batch, 3}, {}, &gen) * 4.0;
+    const TensorList got = step(x, y), want = train(*eager_net, eager_opt, x, y);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_TRUE(same(got[0], want[0])) << i;
+    EXPECT_TRUE(same(got[1], want[1])) << i;
+    EXPECT_GT(got[1].item<double>(), 0.5) << i;  // the gradients were clipped
+    expect_same_parameters(*net, *eager_net, i);
+  }
+  const ExplainReport r = step.explain();
+  EXPECT_EQ(r.stats.graph_breaks, 0) << r.to_string();
+  EXPECT_EQ(r.stats.eager_calls, 0) << r.to_string();
+  EXPECT_EQ(r.stats.traces, 3) << r.to_string();  // no gradients; Adam's state; batch 12 traced
+}
+
 TEST(TrainingStep, GradientsAccumulateAcrossCallsAsInEager) {
   auto [net, eager_net] = twins(6);
   // No zero_grad: each backward adds to the gradients of the last.

@@ -667,8 +667,10 @@ TEST(ClipGradNorm, ScalesAllGradientsByTheTotalTwoNorm) {
   Tensor a = param({0.0, 0.0}), b = param({0.0}), c = param({0.0});
   a.set_grad(from_vector(Values{3.0, 4.0}));
   b.set_grad(from_vector(Values{12.0}));
-  const double total = optim::clip_grad_norm_({a, b, c}, 6.5);
-  EXPECT_DOUBLE_EQ(total, 13.0);
+  const Tensor total = optim::clip_grad_norm_({a, b, c}, 6.5);
+  EXPECT_EQ(total.dim(), 0);
+  EXPECT_EQ(total.dtype(), a.grad().dtype());
+  EXPECT_DOUBLE_EQ(total.item<double>(), 13.0);
   const double coef = 6.5 / (13.0 + 1e-6);
   expect_close(a.grad().to_vector<double>(), {3 * coef, 4 * coef}, 1e-15);
   expect_close(b.grad().to_vector<double>(), {12 * coef}, 1e-15);
@@ -680,22 +682,38 @@ TEST(ClipGradNorm, SupportsInfinityAndOtherNorms) {
   a.set_grad(from_vector(Values{3.0, -4.0}));
   b.set_grad(from_vector(Values{2.0}));
   const double inf = std::numeric_limits<double>::infinity();
-  EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({a, b}, 2.0, inf), 4.0);
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({a, b}, 2.0, inf).item<double>(), 4.0);
   const double coef = 2.0 / (4.0 + 1e-6);
   expect_close(a.grad().to_vector<double>(), {3 * coef, -4 * coef}, 1e-15);
   expect_close(b.grad().to_vector<double>(), {2 * coef}, 1e-15);
-  EXPECT_NEAR(optim::clip_grad_norm_({a, b}, 100.0, 1.0), 9 * coef, 1e-12);
+  EXPECT_NEAR(optim::clip_grad_norm_({a, b}, 100.0, 1.0).item<double>(), 9 * coef, 1e-12);
 }
 
 TEST(ClipGradNorm, LeavesGradientsBelowTheMaxAlone) {
   Tensor a = param({0.0, 0.0});
   a.set_grad(from_vector(Values{3.0, 4.0}));
-  EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({a}, 5.0), 5.0);  // coef just below 1: scaled
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({a}, 5.0).item<double>(), 5.0);  // coef below 1: scaled
   EXPECT_LT(a.grad().to_vector<double>()[0], 3.0);
   a.set_grad(from_vector(Values{3.0, 4.0}));
-  EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({a}, 20.0), 5.0);
+  EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({a}, 20.0).item<double>(), 5.0);
   EXPECT_EQ(a.grad().to_vector<double>(), (Values{3.0, 4.0}));
-  EXPECT_EQ(optim::clip_grad_norm_({param({1.0})}, 1.0), 0.0);  // no gradients at all
+  EXPECT_EQ(optim::clip_grad_norm_({param({1.0})}, 1.0).item<double>(), 0.0);  // no gradients
+}
+
+// Gradients of two dtypes: each norm in its own, the total in both promoted,
+// and each gradient scaled in its own dtype (as PyTorch).
+TEST(ClipGradNorm, MixedDtypesPromoteTheTotal) {
+  Tensor a = from_vector(Values{0.0, 0.0}).to(kFloat32).requires_grad_();
+  Tensor b = param({0.0});
+  a.set_grad(from_vector(Values{3.0, 4.0}).to(kFloat32));
+  b.set_grad(from_vector(Values{12.0}));
+  const Tensor total = optim::clip_grad_norm_({a, b}, 6.5);
+  EXPECT_EQ(total.dtype(), kFloat64);
+  EXPECT_DOUBLE_EQ(total.item<double>(), 13.0);
+  EXPECT_EQ(a.grad().dtype(), kFloat32);
+  const double coef = 6.5 / (13.0 + 1e-6);
+  expect_close(a.grad().to_vector<double>(), {3 * coef, 4 * coef}, 1e-6);
+  expect_close(b.grad().to_vector<double>(), {12 * coef}, 1e-15);
 }
 
 TEST(ClipGradNorm, ReportsNonFiniteNormsWhenAsked) {
@@ -703,7 +721,7 @@ TEST(ClipGradNorm, ReportsNonFiniteNormsWhenAsked) {
   a.set_grad(from_vector(Values{std::numeric_limits<double>::infinity(), 1.0}));
   expect_error<ValueError>([&] { optim::clip_grad_norm_({a}, 1.0, 2.0, true); }, "clip_grad_norm_",
                            "inf");
-  EXPECT_TRUE(std::isinf(optim::clip_grad_norm_({a}, 1.0)));
+  EXPECT_TRUE(std::isinf(optim::clip_grad_norm_({a}, 1.0).item<double>()));
   expect_error<ValueError>([&] { optim::clip_grad_norm_({a}, -1.0); }, "clip_grad_norm_", "-1");
 }
 
