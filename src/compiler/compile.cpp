@@ -601,9 +601,7 @@ TensorList Core::Impl::trace(Entry& entry, Walk& walk, const FlatArgs& args, con
   }
   // A family's one-graph trace: later sizes are made from it (retrace).
   std::shared_ptr<Family::Generic> generic;
-  if (entry.family && cuts == 0 && !ran_backward && grad_writes.empty() && !unmapped_read &&
-      std::none_of(last.graph.nodes().begin(), last.graph.nodes().end(),
-                   [](const Node& n) { return n.draw_count >= 0; })) {
+  if (entry.family && cuts == 0 && !ran_backward && grad_writes.empty() && !unmapped_read) {
     generic = std::make_shared<Family::Generic>();
     generic->traced = std::make_shared<const Trace>(last);
     generic->reads = std::move(layout_reads);
@@ -801,8 +799,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   }
   const CompiledCall traced = [&](CallState* state, std::vector<std::shared_ptr<Segment>>& path) {
     std::optional<TensorList> made;
-    std::string why =
-        "no trace of its program made one graph without a graph break, backward() or random draws";
+    std::string why = "no trace of its program made one graph without a graph break or backward()";
     int64_t from = 0;
     for (size_t i = 0; i < generics.size() && !made; ++i) {
       std::string refused;

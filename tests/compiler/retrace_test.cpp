@@ -129,7 +129,7 @@ TEST(Retrace, ADetachedProxysReadsAreNotedToo) {
   EXPECT_FALSE(retrace(a.trace, a.reads, {randn({3, 6})}, why));
 }
 
-TEST(Retrace, RefusesOtherAliasingTypesRandomDrawsAndSizesAShapeRuleRejects) {
+TEST(Retrace, RefusesOtherAliasingTypesAndSizesAShapeRuleRejects) {
   const Program add = [](const TensorList& a) { return TensorList{a[0] + a[1]}; };
   const Traced a = traced_with_reads(add, {randn({4, 3}), randn({4, 3})});
   std::string why;
@@ -150,10 +150,36 @@ TEST(Retrace, RefusesOtherAliasingTypesRandomDrawsAndSizesAShapeRuleRejects) {
   EXPECT_NE(why.find("shares memory"), std::string::npos) << why;
   const Tensor y = randn({6, 3});
   EXPECT_TRUE(retrace(same_storage.trace, same_storage.reads, {y, y}, why)) << why;
+}
 
-  const Traced random = traced_with_reads(
-      [](const TensorList& a) { return TensorList{F::dropout(a[0], 0.5, true)}; }, {randn({4, 3})});
-  EXPECT_FALSE(retrace(random.trace, random.reads, {randn({5, 3})}, why));
+// A random op draws a number per element of its result: made again for new
+// sizes, it draws as many as they have, as the program's own trace for them.
+TEST(Retrace, ARandomOpDrawsAsManyNumbersAsItsNewSizesHave) {
+  const Program f = [](const TensorList& a) {
+    const Tensor dropped = F::dropout(a[0] * 2.0, 0.5, true);
+    return TensorList{dropped + randn({3})};
+  };
+  const Traced a = traced_with_reads(f, {randn({4, 3})});
+  std::string why;
+  const Tensor x = randn({7, 3});
+  const std::optional<Trace> made = retrace(a.trace, a.reads, {x}, why);
+  ASSERT_TRUE(made) << why;
+  const Traced own = traced_with_reads(f, {x});
+  EXPECT_EQ(structural_hash(made->graph), structural_hash(own.trace.graph));
+  std::vector<int64_t> counts, own_counts;
+  for (const Node& n : made->graph.nodes())
+    if (n.draw_count >= 0) counts.push_back(n.draw_count);
+  for (const Node& n : own.trace.graph.nodes())
+    if (n.draw_count >= 0) own_counts.push_back(n.draw_count);
+  EXPECT_EQ(counts, (std::vector<int64_t>{21, 3}));
+  EXPECT_EQ(counts, own_counts);
+  // Replayed from one generator state, the made trace gives eager's values.
+  manual_seed(5);
+  const TensorList got = replay(*made, {x});
+  const Tensor after = randn({2});
+  manual_seed(5);
+  EXPECT_TRUE(same(got[0], f({x})[0]));
+  EXPECT_TRUE(same(after, randn({2})));
 }
 
 }  // namespace

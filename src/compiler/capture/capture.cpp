@@ -725,9 +725,13 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
           why = "the traced graph's values are not in the order of its nodes";
           return std::nullopt;
         }
-        if (n.draw_count >= 0) {
-          why = detail::str_cat(ops::op_schema(n.op).name,
-                                " draws random numbers, as many as its sizes say");
+        // A random op draws a number per element of its result (every
+        // random op's draw_philox): as many as its new sizes say.
+        const int64_t traced_numel =
+            n.draw_count >= 0 ? shape_numel(g.value(n.outputs.at(0)).sizes) : -1;
+        if (n.draw_count >= 0 && n.draw_count != traced_numel) {
+          why = detail::str_cat(ops::op_schema(n.op).name, " drew ", n.draw_count,
+                                " random numbers for ", traced_numel, " elements");
           return std::nullopt;
         }
         std::vector<ValueId> ids;
@@ -753,7 +757,8 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
         }
         Node& copy = ng.node(made);
         copy.generator = n.generator;
-        copy.draw_count = n.draw_count;
+        copy.draw_count =
+            n.draw_count >= 0 ? shape_numel(ng.value(copy.outputs.at(0)).sizes) : n.draw_count;
         copy.grad_enabled = n.grad_enabled;
         for (size_t k = 0; k < n.outputs.size(); ++k)
           map[static_cast<size_t>(n.outputs[k])] = copy.outputs.at(k);

@@ -249,8 +249,8 @@ class Tracer final : public ops::TraceRecorder {
 // order, with its attributes, its shape rule run on the new layouts. Null,
 // with the reason in `why`, where the program's reads (LayoutRead) would
 // give other values, a shape rule rejects the new layouts, the inputs alias
-// otherwise than traced, a captured tensor's layout changed, or a node
-// draws random numbers (its count follows the sizes).
+// otherwise than traced, or a captured tensor's layout changed. A random
+// node draws as many numbers as its new result has elements.
 std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> reads,
                              const TensorList& inputs, std::string& why);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/shape_util.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/pointwise.h"
 #include "ops/dispatch.h"
@@ -98,7 +99,9 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
     throw ValueError(detail::str_cat("dropout: probability p must be in [0, 1], got ", p));
   }
   if (!training || p == 0) return input;
-  const auto [seed, offset] = ops::draw_philox(generator, input.numel());
+  // A number per element, read unnoted: a trace keeps the count as the
+  // node's draw, which is made again for new sizes (compiler/capture/capture.h).
+  const auto [seed, offset] = ops::draw_philox(generator, shape_numel(input.impl().sizes));
   return dispatch1(OpId::dropout, {input}, {p, seed, offset});
 }
 
