@@ -57,8 +57,8 @@ void dropout(const KernelCall& c) {
   const double p = c.attrs.f(0);
   const auto seed = static_cast<uint64_t>(c.attrs.i(1));
   const auto offset = static_cast<uint64_t>(c.attrs.i(2));
-  const C scale = p < 1 ? static_cast<C>(1 / (1 - p)) : C(0);
-  const auto threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
+  const C scale = scalar::dropout_scale<C>(p);
+  const uint32_t threshold = scalar::dropout_threshold(p);
   const T* px = x.data<T>();
   T* py = c.out().data<T>();
   // Element i keeps iff philox::uniform_f32(seed, offset + i) >= p

@@ -176,6 +176,15 @@ KILN_SCALAR_FN C dropout(C x, uint32_t bits, uint32_t threshold, C scale) {
   return (bits >> 8) >= threshold ? x * scale : C(0);
 }
 
+// dropout(p)'s threshold and scale, for the kernels and the code generator.
+inline uint32_t dropout_threshold(double p) {
+  return static_cast<uint32_t>(std::ceil(p * 16777216.0));
+}
+template <typename C>
+C dropout_scale(double p) {
+  return p < 1 ? static_cast<C>(1 / (1 - p)) : C(0);
+}
+
 #undef KILN_SCALAR_FN
 
 }  // namespace kiln::backend::cpu::scalar

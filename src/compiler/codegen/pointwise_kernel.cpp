@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 
+#include "backends/cpu/scalar_ops.h"
 #include "backends/kernel_cache.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
@@ -158,11 +159,10 @@ std::string value_name(int32_t v) { return detail::str_cat("v", v); }
 // The library dropout's threshold on a Philox value's top 24 bits and its
 // scale in the compute type t (scalar::dropout), as literals.
 std::string dropout_constants(double p, DType t) {
-  const double scale = p >= 1          ? 0.0
-                       : t == kFloat32 ? static_cast<double>(static_cast<float>(1 / (1 - p)))
-                                       : 1 / (1 - p);
-  return detail::str_cat(static_cast<uint32_t>(std::ceil(p * 16777216.0)), "u, ",
-                         literal(scale, t));
+  namespace scalar = backend::cpu::scalar;
+  const double scale = t == kFloat32 ? static_cast<double>(scalar::dropout_scale<float>(p))
+                                     : scalar::dropout_scale<double>(p);
+  return detail::str_cat(scalar::dropout_threshold(p), "u, ", literal(scale, t));
 }
 
 // A dropout's Philox value at an element of the element loop (position
