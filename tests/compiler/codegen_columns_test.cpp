@@ -126,5 +126,98 @@ TEST(CodegenColumns, AReductionTheLibraryCannotFoldFromTilesStaysApart) {
       << apart;
 }
 
+// Reduced dims with a kept one between them (a batch norm's statistics over
+// [0, 2, 3] of [N, C, H, W]): the library copies its input with the kept
+// dims first and reduces the copy's rows. The kernel writes those rows in
+// that order, for every reduction over dims, and results are eager's
+// bitwise: broadcast and transposed operands, keepdim, float64, empty
+// inputs, dims of size 1 between them.
+TEST(CodegenColumns, ReducedDimsApartInMemoryRunAsRowsOfTheInputPermuted) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  struct Case {
+    std::string name;
+    Shape sizes;
+    std::vector<int64_t> dims;
+    Shape other;
+    bool keepdim = false;
+    DType dtype = kFloat32;
+    bool transposed = false;  // the second operand a transposed view
+    std::string permutation;  // "" where the library reads the input in place
+  };
+  const std::vector<Case> cases = {
+      {"batch_norm", {4, 6, 9, 7}, {0, 2, 3}, {4, 6, 9, 7}, false, kFloat32, false, "[1, 0, 2, 3]"},
+      {"batch_norm_keepdim",
+       {4, 6, 9, 7},
+       {0, 2, 3},
+       {6, 1, 1},
+       true,
+       kFloat32,
+       false,
+       "[1, 0, 2, 3]"},
+      {"sequence_ends", {5, 300, 8}, {0, 2}, {5, 300, 8}, false, kFloat32, true, "[1, 0, 2]"},
+      {"two_kept", {3, 4, 5, 6}, {1, 3}, {6}, false, kFloat64, false, "[0, 2, 1, 3]"},
+      {"size_one_kept_between", {7, 1, 5}, {0, 2}, {7, 1, 5}, false, kFloat32, false, ""},
+      {"one_between", {4, 3, 1, 5}, {0, 3}, {5}, true, kFloat32, false, "[1, 2, 0, 3]"},
+      {"many_rows", {2, 600, 3}, {0, 2}, {600, 1}, false, kFloat32, false, "[1, 0, 2]"},
+      {"empty", {0, 6, 5}, {0, 2}, {6, 5}, false, kFloat32, false, "[1, 0, 2]"},
+  };
+  const std::vector<std::string> ops = {"sum", "mean", "amax", "amin",     "prod",
+                                        "var", "std",  "norm", "logsumexp"};
+  for (const std::string& op : ops) {
+    for (const Case& c : cases) {
+      const std::string what = detail::str_cat(op, " ", c.name);
+      if (c.name == "empty" && (op == "amax" || op == "amin")) continue;  // an error
+      const std::vector<int64_t> dims = c.dims;
+      const bool keepdim = c.keepdim;
+      const auto program = [op, dims, keepdim](const Tensor& x, const Tensor& y) {
+        const Tensor t = (x * y).tanh();
+        if (op == "sum") return t.sum(dims, keepdim);
+        if (op == "mean") return t.mean(dims, keepdim);
+        if (op == "amax") return amax(t, dims, keepdim);
+        if (op == "amin") return amin(t, dims, keepdim);
+        if (op == "prod") return prod(t * 0.1 + 1.0, dims, keepdim);
+        if (op == "var") return var(t, dims, 1.0, keepdim);
+        if (op == "std") return stddev(t, dims, 1.0, keepdim);
+        if (op == "norm") return norm(t, 2.0, dims, keepdim);
+        return logsumexp(t, dims, keepdim);
+      };
+      const Tensor x = randn(c.sizes, {.dtype = c.dtype});
+      Shape other = c.other;
+      if (c.transposed) std::swap(other.front(), other.back());
+      Tensor y = randn(other, {.dtype = c.dtype});
+      if (c.transposed) y = y.transpose(0, -1);
+      const auto f = compile(program, {.strict = true, .name = what});
+      EXPECT_TRUE(same(f(x, y), program(x, y))) << what;
+      const std::string lines = testing::explain_lines(f.explain());
+      const std::string want =
+          c.permutation.empty()
+              ? std::string("not fused: ")
+              : detail::str_cat("its rows (dims ", c.permutation, " of its input) reduced by ");
+      const std::string all = lines + testing::explain_lines(f.explain(), false);
+      EXPECT_NE(all.find(want), std::string::npos) << what << "\n" << f.explain().to_string();
+    }
+  }
+}
+
+// The rows of a permuted input are not the order a random node draws in:
+// a dropout before such a reduction keeps it apart, and says why.
+TEST(CodegenColumns, ADropoutBeforeAPermutedReductionKeepsItApart) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  const auto program = [](const Tensor& x) { return (F::dropout(x, 0.2, true) * 2.0).sum({0, 2}); };
+  const Tensor x = randn({4, 5, 6});
+  const auto f = compile(program, {.strict = true});
+  manual_seed(31);
+  const Tensor got = f(x);
+  manual_seed(31);
+  EXPECT_TRUE(same(got, program(x)));
+  EXPECT_NE(testing::explain_lines(f.explain(), false)
+                .find("not fused: its rows are dims [1, 0, 2] of its input, and a random node "
+                      "draws in the input's order"),
+            std::string::npos)
+      << f.explain().to_string();
+}
+
 }  // namespace
 }  // namespace kiln::compiler

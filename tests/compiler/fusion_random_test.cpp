@@ -2,10 +2,12 @@
 // pointwise ops over broadcast operands, in-place writes to tensors the
 // program made and to its arguments (a group's scratch where it holds all of
 // a tensor's writes), views read between writes, values read after the
-// group that makes them (stored as more outputs), reductions over rows and columns, and dropouts
-// (drawn inside the kernels), each program's executable against eager bitwise (its results and what
-// it wrote into its arguments) from one generator state. The programs are made from a seed, so that
-// a failure names the seed and the program's text.
+// group that makes them (stored as more outputs), reductions over rows, over
+// columns and over dims with a kept one between them, and dropouts (drawn
+// inside the kernels), each program's executable against eager bitwise (its
+// results and what it wrote into its arguments) from one generator state.
+// The programs are made from a seed, so that a failure names the seed and
+// the program's text.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -26,7 +28,7 @@ struct Step {
   int a = 0, b = 0, c = 0;
 };
 
-constexpr int kKinds = 16;                 // and kinds 16 to 18 in place of some steps
+constexpr int kKinds = 16;                 // and kinds 16 to 19 in place of some steps
 constexpr int64_t kRows = 31, kCols = 31;  // square: a transposed view has the sizes
 
 // The values a step may read: the arguments, then each step's result.
@@ -121,6 +123,12 @@ Tensor run_step(const Step& st, std::vector<Tensor>& v, std::string& text) {
       text += detail::str_cat(out, " = sum(", name(st.a), " * ", name(st.b), ", 0, keepdim) + ",
                               name(st.c), "\n");
       return (a * b).sum({0}, true) + c;
+    case 19: {  // dims with a kept one between them: rows of the input permuted
+      text +=
+          detail::str_cat(out, " = sum(", name(st.a), "[:, None, :] * ", name(st.b), ", [0, 2])\n");
+      if (a.dim() != 2) return a * 3.0;
+      return (a.unsqueeze(1) * b).sum({0, 2});
+    }
     default:
       text +=
           detail::str_cat(out, " = remainder(", name(st.a), ", 1.5) * sign(", name(st.b), ")\n");
@@ -145,8 +153,8 @@ RandomProgram make_program(uint32_t seed) {
     Step st{static_cast<int>(rng() % kKinds), pick(), pick(), pick()};
     // Reductions and in-place writes read a full-size value first.
     if (st.kind >= 7 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(rng() % 2);
-    // Dropouts (one may broadcast) and a column reduction.
-    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 3);
+    // Dropouts (one may broadcast), a column reduction and a permuted one.
+    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 4);
     if (st.kind == 17 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(draws() % 2);
     if (st.kind == 8 && st.a < 2) p.writes_argument = true;
     p.steps.push_back(st);
@@ -170,7 +178,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
   int fused_steps = 0, reductions = 0, epilogues = 0, in_place = 0, scratch = 0;
   int stored = 0, stored_in_place = 0;  // groups of several outputs; of those writing inputs
   int drawing = 0, drawing_reductions = 0;  // groups with dropouts; of those reducing rows
-  int columns = 0;                          // column reductions
+  int columns = 0, permuted = 0;            // column reductions; rows of a permuted input
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -194,6 +202,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
       drawing += !st.draws.empty();
       drawing_reductions += !st.draws.empty() && st.reduction.has_value();
       columns += st.reduction && st.reduction->column_begin >= 0;
+      permuted += st.reduction && !st.reduction->permutation.empty();
       // A tensor written in place inside the group, other than its result's.
       const Graph& g = l.trace->graph;
       const int32_t result =
@@ -227,6 +236,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(drawing, 5);
     EXPECT_GT(drawing_reductions, 1);
     EXPECT_GT(columns, 3);
+    EXPECT_GT(permuted, 1);
   }
 }
 

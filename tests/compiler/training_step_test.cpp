@@ -343,6 +343,61 @@ TEST(TrainingStep, AForwardValueTheBackwardReadsIsStoredByTheGroupThatMakesIt) {
       << r.to_string();
 }
 
+// A batch norm's backward reduces g and g * x_hat over [0, 2, 3] of
+// [N, C, H, W]: dims with a kept one between them. Each reduction runs in
+// the kernel that makes its input, as rows of the input permuted (the
+// channel first), and gradients, running statistics and parameters stay
+// eager's bitwise.
+TEST(TrainingStep, ABatchNormsBackwardReducesItsStatisticsInGeneratedKernels) {
+  struct ConvNet : nn::Module {
+    nn::Conv2d conv{3, 6, 3, {.padding = 1, .bias = false}};
+    nn::BatchNorm2d bn{6};
+    ConvNet() {
+      register_module("conv", conv);
+      register_module("bn", bn);
+    }
+    Tensor forward(const Tensor& x) { return relu(bn(conv(x))); }
+  };
+  manual_seed(16);
+  ConvNet net;
+  manual_seed(16);
+  ConvNet eager_net;
+  optim::SGD opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD eager_opt(eager_net.parameters(), {.lr = 0.1, .momentum = 0.9});
+  const auto step_of = [](ConvNet& n, optim::Optimizer& o, const Tensor& x) {
+    o.zero_grad();
+    Tensor loss = n.forward(x).square().mean();
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  const auto step = compile([&](const Tensor& x) { return step_of(net, opt, x); },
+                            {.strict = true, .name = "bn"});
+  Generator gen(17);
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = randn({4, 3, 9, 7}, {}, &gen);
+    EXPECT_TRUE(same(step(x), step_of(eager_net, eager_opt, x))) << i;
+    const auto p = net.parameters(), q = eager_net.parameters();
+    for (size_t k = 0; k < p.size(); ++k) {
+      EXPECT_TRUE(same(p[k], q[k])) << "parameter " << k << " after step " << i;
+      EXPECT_TRUE(same(p[k].grad(), q[k].grad())) << "gradient " << k << " after step " << i;
+    }
+    EXPECT_TRUE(same(net.bn.running_mean, eager_net.bn.running_mean)) << i;
+    EXPECT_TRUE(same(net.bn.running_var, eager_net.bn.running_var)) << i;
+  }
+  if (!compiler::testing::can_generate_kernels()) return;
+  const std::string fused = compiler::testing::explain_lines(step.explain());
+  for (const char* op : {"mean", "sum"}) {
+    EXPECT_NE(fused.find(detail::str_cat(
+                  "one generated kernel of 2 inputs, its rows (dims [1, 0, 2, 3] of its input) "
+                  "reduced by ",
+                  op, " in cache")),
+              std::string::npos)
+        << op << "\n"
+        << step.explain().to_string();
+  }
+}
+
 // An optimizer's step compiled alone (its updates run under NoGradGuard)
 // records no autograd, though its parameters require grad: it runs as an
 // executable of generated kernels, and its updates are eager's.

@@ -75,6 +75,41 @@ char* before(void* p, int64_t bytes) {
 // between the kernel's writes and the reduction's passes.
 constexpr int64_t kBlockBytes = 64 * 1024;
 
+// Whether the reduced dims of a contiguous input of `sizes`, less those of
+// size 1, are next to one another in memory: the library's reduction view
+// (backends/cpu/reduce.cpp) then reads the input in place, and otherwise
+// copies it permuted.
+bool adjacent_in_memory(const Shape& sizes, const std::vector<int64_t>& dims) {
+  enum { kBefore, kInside, kAfter } where = kBefore;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    if (sizes[static_cast<size_t>(d)] == 1) continue;
+    if (std::binary_search(dims.begin(), dims.end(), d)) {
+      if (where == kAfter) return false;
+      where = kInside;
+    } else if (where == kInside) {
+      where = kAfter;
+    }
+  }
+  return true;
+}
+
+// t broadcast to `sizes`, its dims in the order `perm`: a view, made
+// without the dispatcher (the executable runs it).
+Tensor permuted(const Tensor& t, const Shape& sizes, const std::vector<int64_t>& perm) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  const TensorImpl& from = t.impl();
+  impl->offset = from.offset;
+  impl->dtype = from.dtype;
+  const auto shift = static_cast<int64_t>(sizes.size() - from.sizes.size());
+  for (int64_t d : perm) {
+    const auto td = static_cast<size_t>(d - shift);
+    impl->sizes.push_back(sizes[static_cast<size_t>(d)]);
+    impl->strides.push_back(d < shift || from.sizes[td] == 1 ? 0 : from.strides[td]);
+  }
+  return Tensor(std::move(impl));
+}
+
 }  // namespace
 
 bool reduces_rows(ops::OpId op) { return place_of(op).has_value(); }
@@ -161,6 +196,14 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
     if (run && inner > 1 && backend::cpu::reduces_produced_columns(n.op, x.dtype)) {
       r.column_begin = dims.front();  // dims kept after them: columns
       r.column_end = dims.back() + 1;
+      return r;
+    }
+    if (!run && !adjacent_in_memory(x.sizes, dims)) {
+      // The library copies x permuted: kept dims first, then `dims`.
+      for (int64_t d = 0; d < rank; ++d)
+        if (!std::binary_search(dims.begin(), dims.end(), d)) r.permutation.push_back(d);
+      r.permutation.insert(r.permutation.end(), dims.begin(), dims.end());
+      r.trailing = static_cast<int64_t>(dims.size());
       return r;
     }
     if (!run || inner > 1) {
@@ -284,6 +327,19 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
                        PointwiseFn row, const uint64_t* draws) {
   if (r.column_begin >= 0) {
     run_column_reduction(fn, r, sizes, dtype, out, inputs, draws);
+    return;
+  }
+  if (!r.permutation.empty()) {
+    // Rows of the input permuted: the kernel writes them, reading its
+    // inputs through permuted views.
+    RowReduction rows = r;
+    rows.permutation.clear();
+    Shape rows_sizes;
+    for (int64_t d : r.permutation) rows_sizes.push_back(sizes[static_cast<size_t>(d)]);
+    std::vector<Tensor> views(inputs.begin(), inputs.end());
+    for (size_t k = 0; k < r.kernel_inputs; ++k)
+      views[k] = permuted(inputs[k], sizes, r.permutation);
+    run_row_reduction(fn, rows, rows_sizes, dtype, out, views, nullptr, nullptr, draws);
     return;
   }
   const auto rank = static_cast<int64_t>(sizes.size());

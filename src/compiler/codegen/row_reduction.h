@@ -15,12 +15,15 @@
 // eager does. sum, mean, amax and amin also run so over a run of dims before
 // the last (RowReduction::column_begin): the library's column reduction
 // folds tiles of rows and columns that the kernel writes, in the blocks it
-// folds over memory, so their results are eager's bit for bit too.
+// folds over memory, so their results are eager's bit for bit too. Reduced
+// dims with kept ones between them run as rows of the input permuted, as the
+// library copies it (RowReduction::permutation).
 #pragma once
 
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "compiler/codegen/generated.h"
 #include "compiler/ir/graph.h"
@@ -38,6 +41,14 @@ struct RowReduction {
   // column reduction folds each tile in cache (backends/cpu/column_reduce.h),
   // bitwise as over memory. No epilogue. -1: a row reduction.
   int64_t column_begin = -1, column_end = -1;
+  // Rows of a permutation of the input: reduced dims that are not adjacent
+  // in memory (a batch norm's statistics, over [0, 2, 3] of [N, C, H, W]).
+  // The library then copies its input with the kept dims first and the
+  // reduced ones last, in order, and reduces the copy's rows; the kernel
+  // writes its blocks of rows in that order, so results are eager's bit for
+  // bit. The input's dims in the rows' order; empty: the input's own order.
+  // No epilogue, no random node (their numbers follow the input's order).
+  std::vector<int64_t> permutation;
   size_t kernel_inputs = 0;  // of the step's inputs, the kernel's; then the reduction's others
   int32_t node = -1;         // the reduction's node
   // An epilogue: pointwise nodes after the reduction, over its input's

@@ -314,6 +314,10 @@ class PointwiseGrouper {
       }
       if (why.empty()) why = moved_past_a_write(g_, cand);
       if (why.empty()) why = draws_moved(g_, cand);
+      if (why.empty() && cand.reduction && !cand.reduction->permutation.empty() &&
+          !random_nodes(g_, cand.nodes).empty())
+        why = detail::str_cat("its rows are dims ", cand.reduction->permutation,
+                              " of its input, and a random node draws in the input's order");
       if (why.empty() && g_.nodes()[r].inplace()) why = in_place_hazard(cand);
       if (why.empty()) {
         const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
@@ -433,7 +437,8 @@ class PointwiseGrouper {
       std::string why;
       std::optional<codegen::RowReduction> reduction =
           p < 0 ? std::nullopt : codegen::row_reduction_of(g_, rn, why);
-      if (!reduction || reduction->column_begin >= 0) continue;  // columns take no epilogue
+      // Columns and permuted rows take no epilogue.
+      if (!reduction || reduction->column_begin >= 0 || !reduction->permutation.empty()) continue;
       Candidate pro = grow(p, false);
       Candidate whole;
       whole.nodes = pro.nodes;
@@ -560,7 +565,10 @@ class PointwiseGrouper {
         c.inputs.size() == 1 ? " input" : " inputs",
         c.reduction ? detail::str_cat(
                           c.reduction->column_begin >= 0 ? ", its columns reduced by "
-                                                         : ", its rows reduced by ",
+                          : c.reduction->permutation.empty()
+                              ? ", its rows reduced by "
+                              : detail::str_cat(", its rows (dims ", c.reduction->permutation,
+                                                " of its input) reduced by "),
                           ops::op_schema(g_.nodes()[static_cast<size_t>(c.nodes.back())].op).name,
                           " in cache")
                     : std::string(),
