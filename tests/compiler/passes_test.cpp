@@ -472,7 +472,8 @@ TEST(Passes, BatchNormIsNotFusedWhereItWouldChangeWhatItReadsOrRecords) {
 }
 
 // The fused op against the ops it stands for, on every device and floating
-// dtype: bitwise, with and without each part.
+// dtype: bitwise, with and without each part, the residual contiguous or not
+// (the CPU applies the add and the relu as it normalizes: one pass).
 TEST(BatchNormEval, EqualsTheOpsItFusesBitwise) {
   NoGradGuard no_grad;
   std::vector<Device> devices = {Device::cpu()};
@@ -483,17 +484,22 @@ TEST(BatchNormEval, EqualsTheOpsItFusesBitwise) {
       for (const Shape& shape : {Shape{2, 4, 3, 5}, Shape{40, 16, 7, 7}, Shape{5, 6}}) {
         const int64_t c = shape[1];
         const auto make = [&](const Shape& s) { return randn(s, {}, &gen).to(dtype).to(device); };
-        const Tensor x = make(shape), r = make(shape), w = make({c}), b = make({c});
+        const Tensor x = make(shape), w = make({c}), b = make({c});
+        // The residual contiguous, or a view with its dims reversed.
+        Shape reversed(shape.rbegin(), shape.rend()), back;
+        for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) back.push_back(d);
+        const Tensor residuals[] = {make(shape), make(reversed).permute(back)};
         const Tensor mean = randn({c}, {}, &gen).to(device),
                      var = (rand({c}, {}, &gen) + 0.5).to(device);
-        for (const bool residual : {false, true}) {
+        for (const int residual : {-1, 0, 1}) {
           for (const bool relu : {false, true}) {
-            SCOPED_TRACE(detail::str_cat(device, " ", dtype, " ", shape,
-                                         residual ? " residual" : "", relu ? " relu" : ""));
-            const TensorList in = {x, w, b, mean, var, residual ? r : Tensor()};
+            SCOPED_TRACE(detail::str_cat(device, " ", dtype, " ", shape, " residual ", residual,
+                                         relu ? " relu" : ""));
+            const Tensor r = residual < 0 ? Tensor() : residuals[residual];
+            const TensorList in = {x, w, b, mean, var, r};
             const Tensor got = ops::dispatch(ops::OpId::batch_norm_eval, in, {1e-5, relu})[0];
             Tensor want = F::batch_norm(x, mean, var, w, b, false, 0.1, 1e-5);
-            if (residual) want += r;
+            if (r.defined()) want += r;
             if (relu) want.relu_();
             EXPECT_TRUE(same(got, want));
           }

@@ -11,6 +11,7 @@
 #include "backends/cpu/loops.h"
 #include "backends/cpu/nn.h"
 #include "backends/cpu/reduce_engine.h"
+#include "backends/cpu/scalar_ops.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 #include "ops/op_table.h"
@@ -95,12 +96,21 @@ std::vector<C> param_or(const KernelCall& c, size_t i, int64_t n, C fallback) {
   return std::vector<C>(p.data<C>(), p.data<C>() + n);
 }
 
+// What follows the normalization in batch_norm_eval: + residual, then relu,
+// each rounded to T as add's and relu's kernels round (scalar_ops.h).
+template <typename T>
+struct Epilogue {
+  const T* residual = nullptr;  // contiguous, the input's sizes; null: none
+  bool relu = false;
+};
+
 // y = (x - mean) * scale + shift over blocks of `inner` contiguous elements;
 // block j uses the statistics of row stat(j) and the parameters of channel(j).
-template <typename T, typename Stat, typename Channel>
+template <typename T, bool kResidual = false, bool kRelu = false, typename Stat, typename Channel>
 void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const double* mean,
                       const double* rstd, const std::vector<compute_t<T>>& w,
-                      const std::vector<compute_t<T>>& b, Stat stat, Channel channel) {
+                      const std::vector<compute_t<T>>& b, Stat stat, Channel channel,
+                      const T* residual = nullptr) {
   using C = compute_t<T>;
   parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
                [&](int64_t j0, int64_t j1) {
@@ -110,26 +120,55 @@ void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const dou
                    const C a = static_cast<C>(rstd[r]) * w[ch], shift = b[ch];
                    const T* xj = x + j * inner;
                    T* yj = y + j * inner;
+                   [[maybe_unused]] const T* rj = kResidual ? residual + j * inner : nullptr;
 #pragma omp simd
                    for (int64_t i = 0; i < inner; ++i) {
-                     yj[i] = static_cast<T>(((static_cast<C>(xj[i]) - m.hi) - m.lo) * a + shift);
+                     T v = static_cast<T>(((static_cast<C>(xj[i]) - m.hi) - m.lo) * a + shift);
+                     if constexpr (kResidual)
+                       v = static_cast<T>(scalar::add(static_cast<C>(v), static_cast<C>(rj[i])));
+                     if constexpr (kRelu) v = static_cast<T>(scalar::relu(static_cast<C>(v)));
+                     yj[i] = v;
                    }
                  }
                });
 }
 
+// The normalization with batch_norm_eval's epilogue: one pass over memory.
+template <typename T, typename Stat, typename Channel>
+void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const double* mean,
+                      const double* rstd, const std::vector<compute_t<T>>& w,
+                      const std::vector<compute_t<T>>& b, Stat stat, Channel channel,
+                      const Epilogue<T>& e) {
+  const auto run = [&]<bool kResidual, bool kRelu>() {
+    normalize_blocks<T, kResidual, kRelu>(x, y, blocks, inner, mean, rstd, w, b, stat, channel,
+                                          e.residual);
+  };
+  if (e.residual && e.relu)
+    run.template operator()<true, true>();
+  else if (e.residual)
+    run.template operator()<true, false>();
+  else if (e.relu)
+    run.template operator()<false, true>();
+  else
+    run.template operator()<false, false>();
+}
+
+// batch_norm's outputs from inputs (input, weight?, bias?, running_mean?,
+// running_var?); mean_out and var_out take the statistics it used (the
+// running ones in eval mode), null where nobody reads them.
 template <typename T>
-void batch_norm(const KernelCall& c) {
+void batch_norm(const KernelCall& c, bool training, double eps, T* y, compute_t<T>* mean_out,
+                compute_t<T>* var_out, const Epilogue<T>& epilogue = {}) {
   using C = compute_t<T>;
   const Tensor x = c.in(0).contiguous();
   const int64_t n = x.size(0), channels = x.size(1);
   const int64_t inner = n * channels == 0 ? 0 : x.numel() / (n * channels);
   std::vector<double> mean(channels), var(channels), rstd(channels);
-  if (c.attrs.b(0) && x.numel() == 0) {
+  if (training && x.numel() == 0) {
     // No samples: 0 / 0, without walking n (which may be huge beside an empty dim).
     std::fill(mean.begin(), mean.end(), std::numeric_limits<double>::quiet_NaN());
     std::fill(var.begin(), var.end(), std::numeric_limits<double>::quiet_NaN());
-  } else if (c.attrs.b(0)) {
+  } else if (training) {
     const T* px = x.data<T>();
     const double count = static_cast<double>(n * inner);
     parallel_for(channels, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n * inner, 1)),
@@ -154,17 +193,16 @@ void batch_norm(const KernelCall& c) {
     std::copy(rm.begin(), rm.end(), mean.begin());
     std::copy(rv.begin(), rv.end(), var.begin());
   }
-  const double eps = c.attrs.f(1);
   for (int64_t ch = 0; ch < channels; ++ch) {
     rstd[ch] = 1 / std::sqrt(var[ch] + eps);
-    c.out(1).data<C>()[ch] = static_cast<C>(mean[ch]);
-    c.out(2).data<C>()[ch] = static_cast<C>(var[ch]);
+    if (mean_out) mean_out[ch] = static_cast<C>(mean[ch]);
+    if (var_out) var_out[ch] = static_cast<C>(var[ch]);
   }
   const auto w = param_or<C>(c, 1, channels, 1), b = param_or<C>(c, 2, channels, 0);
   auto channel_of = [channels](int64_t j) { return j % channels; };
   if (x.numel() == 0) return;
-  normalize_blocks(x.data<T>(), c.out(0).data<T>(), n * channels, inner, mean.data(), rstd.data(),
-                   w, b, channel_of, channel_of);
+  normalize_blocks(x.data<T>(), y, n * channels, inner, mean.data(), rstd.data(), w, b, channel_of,
+                   channel_of, epilogue);
 }
 
 // One row: statistics from a compute-type copy (16-bit inputs) or the row itself.
@@ -237,38 +275,32 @@ void group_norm(const KernelCall& c) {
       [=](int64_t j) { return j % channels; });
 }
 
-// batch_norm_eval as eager runs it: the batch_norm kernel (its statistics
-// outputs thrown away), then add's and relu's kernels in place.
+// batch_norm_eval: the normalization over the running statistics, + residual
+// and relu applied to each element as it is made, each rounded as eager's
+// add and relu kernels round: one pass over memory where eager makes three.
+template <typename T>
 void batch_norm_eval(const KernelCall& c) {
-  const Tensor& x = c.in(0);
-  const Device device = c.out(0).device();
-  const int64_t channels = x.size(1);
-  const DType acc = c.in(3).dtype();
-  TensorList norm_outputs = {c.out(0), ops::make_tensor({channels}, acc, device),
-                             ops::make_tensor({channels}, acc, device)};
-  const TensorList norm_inputs = {x, c.in(1), c.in(2), c.in(3), c.in(4)};
-  const ops::Attrs norm_attrs{false, c.attrs.f(0)};
-  const KernelFn& norm = ops::kernel_for(OpId::batch_norm, device);
-  norm(KernelCall{ops::op_schema(OpId::batch_norm), norm_inputs, norm_outputs, norm_attrs});
-  TensorList out = {c.out(0)};
+  Epilogue<T> e{.relu = c.attrs.b(1)};
+  Tensor residual;
   if (c.inputs.size() > 5 && c.in(5).defined()) {
-    const TensorList add_inputs = {c.out(0), c.in(5)};
-    ops::kernel_for(OpId::add, device)(
-        KernelCall{ops::op_schema(OpId::add), add_inputs, out, ops::Attrs{Scalar(1)}});
+    residual = c.in(5).contiguous();
+    e.residual = residual.data<T>();
   }
-  if (c.attrs.b(1)) {
-    const TensorList relu_inputs = {c.out(0)};
-    const KernelFn& relu = ops::kernel_for(OpId::relu, device);
-    relu(KernelCall{ops::op_schema(OpId::relu), relu_inputs, out, ops::Attrs{}});
-  }
+  batch_norm<T>(c, false, c.attrs.f(0), c.out(0).data<T>(), nullptr, nullptr, e);
 }
 
 }  // namespace
 
 void register_cpu_norm_kernels(KernelTable& t) {
-  t.set(OpId::batch_norm_eval, batch_norm_eval);
+  t.set(OpId::batch_norm_eval, [](const KernelCall& c) {
+    visit_floating(c.in(0).dtype(), [&]<typename T>() { batch_norm_eval<T>(c); });
+  });
   t.set(OpId::batch_norm, [](const KernelCall& c) {
-    visit_floating(c.in(0).dtype(), [&]<typename T>() { batch_norm<T>(c); });
+    visit_floating(c.in(0).dtype(), [&]<typename T>() {
+      using C = compute_t<T>;
+      batch_norm<T>(c, c.attrs.b(0), c.attrs.f(1), c.out(0).data<T>(), c.out(1).data<C>(),
+                    c.out(2).data<C>());
+    });
   });
   t.set(OpId::layer_norm, [](const KernelCall& c) {
     visit_floating(c.in(0).dtype(), [&]<typename T>() { layer_norm<T>(c); });
