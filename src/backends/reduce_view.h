@@ -15,13 +15,24 @@ struct ReduceView {
   Tensor holder;  // the contiguous copy, when one was needed
   const char* data = nullptr;
   int64_t outer = 1, reduced = 1, inner = 1;
+  // Rows gathered (the CPU's row engine alone): where the reduced dims are
+  // apart in memory, the [outer, reduced] rows of x permuted (its kept dims
+  // first, the reduced ones last) are not copied whole. `data` is then x's
+  // first element and these the permuted dims' sizes and element strides;
+  // the engine copies each row, or segment of one, into a buffer in cache
+  // and folds it there, the very values in the very order of the copy.
+  // Empty: data holds the [outer, reduced, inner] values.
+  std::vector<int64_t> gather_sizes, gather_strides;
 };
 
 // The [outer, reduced, inner] view of x for a reduction over dims (sorted, unique).
 // Output element o * inner + i is then output element number o * inner + i of the
 // reduced shape. With `ordered`, the reduced elements of one output are visited
-// in row-major order (the arg ops need it when they flatten several dims).
-ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, bool ordered);
+// in row-major order (the arg ops need it when they flatten several dims). With
+// `gather`, rows of reduced dims apart in memory are gathered (see above) where
+// a row fits a buffer in cache; the caller's ops then must not read `data`.
+ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, bool ordered,
+                            bool gather = false);
 
 // The view of x for a scan or softmax along one dim: the same as above, but the
 // output (x's shape, contiguous) is addressed as [outer, reduced, inner] too.

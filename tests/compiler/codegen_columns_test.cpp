@@ -127,8 +127,8 @@ TEST(CodegenColumns, AReductionTheLibraryCannotFoldFromTilesStaysApart) {
 }
 
 // Reduced dims with a kept one between them (a batch norm's statistics over
-// [0, 2, 3] of [N, C, H, W]): the library copies its input with the kept
-// dims first and reduces the copy's rows. The kernel writes those rows in
+// [0, 2, 3] of [N, C, H, W]): the library reduces the rows of its input
+// permuted, the kept dims first. The kernel writes those rows in
 // that order, for every reduction over dims, and results are eager's
 // bitwise: broadcast and transposed operands, keepdim, float64, empty
 // inputs, dims of size 1 between them.

@@ -3,6 +3,7 @@
 // misunderstanding with the CPU kernels; these cannot).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -284,4 +285,73 @@ TEST(ReduceValues, AnyAndAllTreatNonzeroAndNanAsTrue) {
   EXPECT_EQ(any(x, {1}).to_vector<bool>(), (std::vector<bool>{true, true}));
   EXPECT_EQ(all(x, {0}).to_vector<bool>(), (std::vector<bool>{false, true, false}));
   EXPECT_EQ(all(x.narrow(1, 1, 2), {0}).to_vector<bool>(), (std::vector<bool>{true, false}));
+}
+
+// Reduced dims apart in memory ([0, 2, 3] of [N, C, H, W]): each row is
+// gathered into a buffer as the engine folds it, where it was the whole
+// input copied permuted. The values and their order are the copy's, so the
+// results equal a reduction of the permuted copy itself bit for bit: for
+// every reduction that gathers, with offset, transposed and broadcast
+// inputs, rows split into segments (fewer rows than threads) and rows too
+// long to gather.
+TEST(ReduceValues, RowsOfDimsApartAreGatheredAsTheCopyWouldHoldThem) {
+  struct Case {
+    Shape sizes;
+    std::vector<int64_t> dims;
+    int threads;
+  };
+  const std::vector<Case> cases = {
+      {{4, 6, 9, 7}, {0, 2, 3}, 2},    {{3, 5, 4}, {0, 2}, 2},
+      {{2, 3, 500, 41}, {0, 2}, 4},    {{6, 1, 2, 7}, {0, 3}, 4},
+      {{64, 3, 300, 8}, {0, 2, 3}, 4}, {{8, 2, 4096, 40}, {0, 2, 3}, 2}};
+  const int before = get_num_threads();
+  Generator gen(3);
+  for (const Case& c : cases) {
+    set_num_threads(c.threads);
+    for (const DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+      // Contiguous, at an offset, and every other element of its last dim.
+      const Tensor base = randn(c.sizes, {}, &gen).to(dtype);
+      int64_t numel = 1;
+      for (int64_t n : c.sizes) numel *= n;
+      Shape wider = c.sizes;
+      wider.back() *= 2;
+      const Tensor inputs[] = {
+          base, randn({numel + 3}, {}, &gen).to(dtype).narrow(0, 3, numel).view(c.sizes),
+          randn(wider, {}, &gen).to(dtype).slice(-1, 0, std::nullopt, 2)};
+      for (const Tensor& x : inputs) {
+        SCOPED_TRACE(detail::str_cat(c.sizes, " ", dtype, " contiguous ", x.is_contiguous()));
+        Shape perm;
+        for (int64_t d = 0; d < x.dim(); ++d)
+          if (std::find(c.dims.begin(), c.dims.end(), d) == c.dims.end()) perm.push_back(d);
+        const auto kept = static_cast<int64_t>(perm.size());
+        perm.insert(perm.end(), c.dims.begin(), c.dims.end());
+        const Tensor copy = x.permute(perm).contiguous();
+        std::vector<int64_t> trailing;
+        for (int64_t d = kept; d < x.dim(); ++d) trailing.push_back(d);
+        const auto same = [](const Tensor& a, const Tensor& b) {
+          return a.sizes() == b.sizes() && a.to(kFloat64).view({-1}).to_vector<double>() ==
+                                               b.to(kFloat64).view({-1}).to_vector<double>();
+        };
+        EXPECT_TRUE(same(sum(x, c.dims), sum(copy, trailing)));
+        EXPECT_TRUE(same(mean(x, c.dims), mean(copy, trailing)));
+        EXPECT_TRUE(same(prod(x * 0.01 + 1.0, c.dims), prod(copy * 0.01 + 1.0, trailing)));
+        EXPECT_TRUE(same(amax(x, c.dims), amax(copy, trailing)));
+        EXPECT_TRUE(same(amin(x, c.dims), amin(copy, trailing)));
+        EXPECT_TRUE(same(norm(x, 2.0, c.dims), norm(copy, 2.0, trailing)));
+        EXPECT_TRUE(same(norm(x, 3.0, c.dims), norm(copy, 3.0, trailing)));
+        EXPECT_TRUE(same(logsumexp(x, c.dims), logsumexp(copy, trailing)));
+        EXPECT_TRUE(same(any(x > 2.5, c.dims), any(copy > 2.5, trailing)));
+        EXPECT_TRUE(same(all(x > -2.5, c.dims), all(copy > -2.5, trailing)));
+      }
+    }
+  }
+  set_num_threads(before);
+  // Integers too, and the float sum against a double oracle.
+  const Tensor i = randint(-50, 50, {5, 3, 6, 2}, {}, &gen);
+  EXPECT_EQ(sum(i, {0, 2}).view({-1}).to_vector<int64_t>(),
+            sum(i.permute({1, 3, 0, 2}).contiguous(), {2, 3}).view({-1}).to_vector<int64_t>());
+  const Tensor f = randn({4, 6, 9, 7}, {}, &gen);
+  const std::vector<double> got = sum(f, {0, 2, 3}).to(kFloat64).to_vector<double>();
+  const std::vector<double> want = sum(f.to(kFloat64), {0, 2, 3}).to_vector<double>();
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-4) << k;
 }

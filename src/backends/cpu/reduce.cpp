@@ -8,6 +8,10 @@
 namespace kiln::backend {
 namespace {
 
+// The longest row a reduction gathers (a buffer that stays in a core's
+// cache); a longer one is copied with the rest of the input.
+constexpr int64_t kGatheredRowBytes = int64_t{4} << 20;
+
 struct DimInfo {
   int64_t size, stride, dim;
   bool reduced;
@@ -49,7 +53,8 @@ bool strided_reduce_view(const Tensor& x, const std::vector<bool>& is_reduced, b
 
 }  // namespace
 
-ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, bool ordered) {
+ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, bool ordered,
+                            bool gather) {
   std::vector<bool> is_reduced(x.dim(), false);
   for (int64_t d : dims) is_reduced[d] = true;
   ReduceView v;
@@ -63,6 +68,22 @@ ReduceView make_reduce_view(const Tensor& x, const std::vector<int64_t>& dims, b
   for (int64_t d = 0; d < x.dim(); ++d)
     if (!is_reduced[d]) perm.push_back(d);
   for (int64_t d : dims) perm.push_back(d);
+  int64_t reduced = 1;
+  for (int64_t d : dims) reduced *= x.sizes()[d];
+  if (gather && x.device().is_cpu() &&
+      reduced * static_cast<int64_t>(x.element_size()) <= kGatheredRowBytes) {
+    // Each row gathered as the engine folds it: dims of size 1 left out.
+    for (int64_t d : perm) {
+      if (x.sizes()[d] == 1) continue;
+      v.gather_sizes.push_back(x.sizes()[d]);
+      v.gather_strides.push_back(x.strides()[d]);
+    }
+    v.data = static_cast<const char*>(x.data_ptr());
+    v.outer = x.numel() / reduced;
+    v.reduced = reduced;
+    v.inner = 1;
+    return v;
+  }
   v.holder = x.permute(perm).contiguous();
   v.data = static_cast<const char*>(v.holder.data_ptr());
   v.outer = v.reduced = v.inner = 1;

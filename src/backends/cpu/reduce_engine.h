@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -235,25 +236,72 @@ inline void reduce_segment_range(int64_t s, int64_t segments, int64_t reduced, i
   r1 = std::min(reduced, r0 + len);
 }
 
+// Elements [begin, begin + n) of the row-major order of the strided view
+// (sizes, strides in elements) over base, copied to out.
+template <typename T>
+void gather_elements(const T* base, const std::vector<int64_t>& sizes,
+                     const std::vector<int64_t>& strides, int64_t begin, int64_t n, T* out) {
+  const auto rank = static_cast<int64_t>(sizes.size());
+  int64_t small[8];
+  std::vector<int64_t> large(rank > 8 ? rank : 0);
+  int64_t* index = rank > 8 ? large.data() : small;
+  int64_t rem = begin;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    index[d] = rem % sizes[d];
+    rem /= sizes[d];
+  }
+  const int64_t last = rank - 1, step = strides[last];
+  while (n > 0) {
+    const T* p = base;
+    for (int64_t d = 0; d < rank; ++d) p += index[d] * strides[d];
+    const int64_t run = std::min(sizes[last] - index[last], n);
+    if (step == 1)
+      std::copy(p, p + run, out);
+    else
+      for (int64_t i = 0; i < run; ++i) out[i] = p[i * step];
+    out += run;
+    n -= run;
+    index[last] += run;
+    for (int64_t d = last; d > 0 && index[d] == sizes[d]; --d) {
+      index[d] = 0;
+      ++index[d - 1];
+    }
+  }
+}
+
 template <typename T, typename Op>
 void reduce_rows(const ReduceView& v, const Op& op) {
   using Total = decltype(op.identity());
   const T* data = reinterpret_cast<const T*>(v.data);
   const int64_t outer = v.outer, reduced = v.reduced;
   const int64_t segments = reduce_segments(outer, reduced, 1);
+  const bool gathered = !v.gather_sizes.empty();
+  // Elements [r0, r1) of row o: in place, or gathered into the thread's
+  // buffer (of a row's elements at most).
+  using Buffer = std::unique_ptr<T[]>;
+  const auto row_of = [&](int64_t o, int64_t r0, int64_t r1, Buffer& buffer) -> const T* {
+    if (!gathered) return data + o * reduced + r0;
+    if (!buffer) buffer = std::make_unique<T[]>(static_cast<size_t>(reduced));
+    gather_elements(data, v.gather_sizes, v.gather_strides, o * reduced + r0, r1 - r0,
+                    buffer.get());
+    return buffer.get();
+  };
   if (segments == 1) {
     parallel_for(outer, std::max<int64_t>(1, kParallelGrain / reduced), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) op.finish(o, op.row(data + o * reduced, reduced, 0, o), reduced);
+      Buffer buffer;
+      for (int64_t o = b; o < e; ++o)
+        op.finish(o, op.row(row_of(o, 0, reduced, buffer), reduced, 0, o), reduced);
     });
     return;
   }
   std::vector<Total> partial(segments * outer);
   parallel_for(segments * outer, 1, [&](int64_t b, int64_t e) {
+    Buffer buffer;
     for (int64_t w = b; w < e; ++w) {
       const int64_t s = w / outer, o = w % outer;
       int64_t r0, r1;
       reduce_segment_range(s, segments, reduced, r0, r1);
-      partial[w] = r0 < r1 ? op.row(data + o * reduced + r0, r1 - r0, r0, o) : op.identity();
+      partial[w] = r0 < r1 ? op.row(row_of(o, r0, r1, buffer), r1 - r0, r0, o) : op.identity();
     }
   });
   reduce_finish_segments(op, partial, segments, outer, reduced);

@@ -89,7 +89,7 @@ void extreme_kernel(const KernelCall& c) {
   visit_dtype(c.in(0).dtype(), [&]<typename T>() {
     ExtremeOp<T, kMax> op;
     op.out = c.out().data<T>();
-    reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false), op);
+    reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false, true), op);
   });
 }
 
@@ -111,7 +111,7 @@ void logical_kernel(const KernelCall& c) {
   visit_dtype(c.in(0).dtype(), [&]<typename T>() {
     LogicalOp<T, kAny> op;
     op.out = c.out().data<bool>();
-    reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false), op);
+    reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false, true), op);
   });
 }
 

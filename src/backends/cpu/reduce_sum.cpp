@@ -186,14 +186,14 @@ void run_sum(const KernelCall& c, bool mean) {
   SumOp<T> op;
   op.out = c.out().data<T>();
   op.mean = mean;
-  reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false), op);
+  reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false, true), op);
 }
 
 template <typename T>
 void run_prod(const KernelCall& c) {
   ProdOp<T> op;
   op.out = c.out().data<T>();
-  reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false), op);
+  reduce_run<T>(make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false, true), op);
 }
 
 // Two passes (mean, then squared deviations) are exact enough where the
@@ -226,7 +226,7 @@ void run_norm_kind(const KernelCall& c, const ReduceView& v) {
 
 template <typename T>
 void run_norm(const KernelCall& c) {
-  const ReduceView v = make_reduce_view(c.in(0), reduce_dims_attr(c, 1), false);
+  const ReduceView v = make_reduce_view(c.in(0), reduce_dims_attr(c, 1), false, true);
   const double p = c.attrs.f(0);
   if (p == 0) run_norm_kind<T, NormKind::kL0>(c, v);
   else if (p == 1) run_norm_kind<T, NormKind::kL1>(c, v);
@@ -238,7 +238,7 @@ void run_norm(const KernelCall& c) {
 
 template <typename T>
 void run_logsumexp(const KernelCall& c) {
-  const ReduceView v = make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false);
+  const ReduceView v = make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false, true);
   std::vector<double> maxes(v.outer * v.inner);
   MaxToBufferOp<T> first;
   first.maxes = maxes.data();

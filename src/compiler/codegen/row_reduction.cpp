@@ -199,7 +199,7 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
       return r;
     }
     if (!run && !adjacent_in_memory(x.sizes, dims)) {
-      // The library copies x permuted: kept dims first, then `dims`.
+      // The library reduces x permuted: kept dims first, then `dims`.
       for (int64_t d = 0; d < rank; ++d)
         if (!std::binary_search(dims.begin(), dims.end(), d)) r.permutation.push_back(d);
       r.permutation.insert(r.permutation.end(), dims.begin(), dims.end());

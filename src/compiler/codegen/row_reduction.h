@@ -17,7 +17,7 @@
 // folds tiles of rows and columns that the kernel writes, in the blocks it
 // folds over memory, so their results are eager's bit for bit too. Reduced
 // dims with kept ones between them run as rows of the input permuted, as the
-// library copies it (RowReduction::permutation).
+// library reads it (RowReduction::permutation).
 #pragma once
 
 #include <optional>
@@ -43,8 +43,8 @@ struct RowReduction {
   int64_t column_begin = -1, column_end = -1;
   // Rows of a permutation of the input: reduced dims that are not adjacent
   // in memory (a batch norm's statistics, over [0, 2, 3] of [N, C, H, W]).
-  // The library then copies its input with the kept dims first and the
-  // reduced ones last, in order, and reduces the copy's rows; the kernel
+  // The library then reduces the rows of its input permuted, the kept dims
+  // first and the reduced ones last, in order (gathered or copied); the kernel
   // writes its blocks of rows in that order, so results are eager's bit for
   // bit. The input's dims in the rows' order; empty: the input's own order.
   // No epilogue, no random node (their numbers follow the input's order).
