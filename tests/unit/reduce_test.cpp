@@ -340,6 +340,8 @@ TEST(ReduceValues, RowsOfDimsApartAreGatheredAsTheCopyWouldHoldThem) {
         EXPECT_TRUE(same(norm(x, 2.0, c.dims), norm(copy, 2.0, trailing)));
         EXPECT_TRUE(same(norm(x, 3.0, c.dims), norm(copy, 3.0, trailing)));
         EXPECT_TRUE(same(logsumexp(x, c.dims), logsumexp(copy, trailing)));
+        EXPECT_TRUE(same(var(x + 10.0, c.dims), var(copy + 10.0, trailing)));
+        EXPECT_TRUE(same(stddev(x, c.dims, 0.0), stddev(copy, trailing, 0.0)));
         EXPECT_TRUE(same(any(x > 2.5, c.dims), any(copy > 2.5, trailing)));
         EXPECT_TRUE(same(all(x > -2.5, c.dims), all(copy > -2.5, trailing)));
       }

@@ -88,11 +88,14 @@ struct MeanToBufferOp : LaneOp<T, MeanToBufferOp<T>> {
   double* means;
   const T* data;  // the view's [outer, reduced, inner] elements
   int64_t reduced, inner;
+  const T* firsts = nullptr;  // or each output's first element (rows gathered)
   Acc lane_identity() const { return Acc(0); }
   Acc step(Acc a, Acc x, Acc pivot) const { return a + (x - pivot); }
   Acc lane_merge(Acc a, Acc b) const { return a + b; }
   Total fold(Total t, Acc a) const { return t + a; }
-  Acc param(int64_t k) const { return pivot_of(data[(k / inner) * reduced * inner + k % inner]); }
+  Acc param(int64_t k) const {
+    return pivot_of(firsts ? firsts[k] : data[(k / inner) * reduced * inner + k % inner]);
+  }
   Total identity() const { return 0; }
   Total merge(Total a, Total b) const { return a + b; }
   void finish(int64_t k, Total t, int64_t n) const {
@@ -200,13 +203,20 @@ void run_prod(const KernelCall& c) {
 // one-pass E[x^2] - E[x]^2 cancels catastrophically.
 template <typename T>
 void run_var(const KernelCall& c, bool take_sqrt) {
-  const ReduceView v = make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false);
+  const ReduceView v = make_reduce_view(c.in(0), reduce_dims_attr(c, 0), false, true);
   std::vector<double> means(v.outer * v.inner);
   MeanToBufferOp<T> first;
   first.means = means.data();
   first.data = reinterpret_cast<const T*>(v.data);
   first.reduced = v.reduced;
   first.inner = v.inner;
+  std::vector<T> firsts;  // gathered rows: each row's first element
+  if (!v.gather_sizes.empty() && v.reduced > 0) {
+    firsts.resize(static_cast<size_t>(v.outer));
+    for (int64_t k = 0; k < v.outer; ++k)
+      gather_elements(first.data, v.gather_sizes, v.gather_strides, k * v.reduced, 1, &firsts[k]);
+    first.firsts = firsts.data();
+  }
   reduce_run<T>(v, first);
   SquaredDeviationOp<T> second;
   second.out = c.out().data<T>();
