@@ -161,7 +161,10 @@ TEST(CodegenColumns, ReducedDimsApartInMemoryRunAsRowsOfTheInputPermuted) {
       {"one_between", {4, 3, 1, 5}, {0, 3}, {5}, true, kFloat32, false, "[1, 2, 0, 3]"},
       {"many_rows", {2, 600, 3}, {0, 2}, {600, 1}, false, kFloat32, false, "[1, 0, 2]"},
       {"empty", {0, 6, 5}, {0, 2}, {6, 5}, false, kFloat32, false, "[1, 0, 2]"},
+      // Fewer rows than threads (8 below): the rows are split into segments.
+      {"few_rows", {64, 3, 300, 8}, {0, 2, 3}, {8}, false, kFloat32, false, "[1, 0, 2, 3]"},
   };
+  const int threads = get_num_threads();
   const std::vector<std::string> ops = {"sum", "mean", "amax", "amin",     "prod",
                                         "var", "std",  "norm", "logsumexp"};
   for (const std::string& op : ops) {
@@ -188,7 +191,9 @@ TEST(CodegenColumns, ReducedDimsApartInMemoryRunAsRowsOfTheInputPermuted) {
       Tensor y = randn(other, {.dtype = c.dtype});
       if (c.transposed) y = y.transpose(0, -1);
       const auto f = compile(program, {.strict = true, .name = what});
+      set_num_threads(c.name == "few_rows" ? 8 : threads);
       EXPECT_TRUE(same(f(x, y), program(x, y))) << what;
+      set_num_threads(threads);
       const std::string lines = testing::explain_lines(f.explain());
       const std::string want =
           c.permutation.empty()
