@@ -281,7 +281,7 @@ void reduce_rows(const ReduceView& v, const Op& op) {
   using Buffer = std::unique_ptr<T[]>;
   const auto row_of = [&](int64_t o, int64_t r0, int64_t r1, Buffer& buffer) -> const T* {
     if (!gathered) return data + o * reduced + r0;
-    if (!buffer) buffer = std::make_unique<T[]>(static_cast<size_t>(reduced));
+    if (!buffer) buffer = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(reduced));
     gather_elements(data, v.gather_sizes, v.gather_strides, o * reduced + r0, r1 - r0,
                     buffer.get());
     return buffer.get();

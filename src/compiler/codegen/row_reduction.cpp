@@ -78,7 +78,7 @@ constexpr int64_t kBlockBytes = 64 * 1024;
 // Whether the reduced dims of a contiguous input of `sizes`, less those of
 // size 1, are next to one another in memory: the library's reduction view
 // (backends/cpu/reduce.cpp) then reads the input in place, and otherwise
-// copies it permuted.
+// reduces the rows of the input permuted (gathered or copied).
 bool adjacent_in_memory(const Shape& sizes, const std::vector<int64_t>& dims) {
   enum { kBefore, kInside, kAfter } where = kBefore;
   for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
