@@ -292,18 +292,21 @@ TEST(ReduceValues, AnyAndAllTreatNonzeroAndNanAsTrue) {
 // input copied permuted. The values and their order are the copy's, so the
 // results equal a reduction of the permuted copy itself bit for bit: for
 // every reduction that gathers, with offset, transposed and broadcast
-// inputs, rows split into segments (fewer rows than threads) and rows too
-// long to gather.
+// inputs, rows split into segments (fewer rows than threads), rows too
+// long to gather, and more dims than the gather's index keeps inline.
 TEST(ReduceValues, RowsOfDimsApartAreGatheredAsTheCopyWouldHoldThem) {
   struct Case {
     Shape sizes;
     std::vector<int64_t> dims;
     int threads;
   };
-  const std::vector<Case> cases = {
-      {{4, 6, 9, 7}, {0, 2, 3}, 2},    {{3, 5, 4}, {0, 2}, 2},
-      {{2, 3, 500, 41}, {0, 2}, 4},    {{6, 1, 2, 7}, {0, 3}, 4},
-      {{64, 3, 300, 8}, {0, 2, 3}, 4}, {{8, 2, 4096, 40}, {0, 2, 3}, 2}};
+  const std::vector<Case> cases = {{{4, 6, 9, 7}, {0, 2, 3}, 2},
+                                   {{3, 5, 4}, {0, 2}, 2},
+                                   {{2, 3, 500, 41}, {0, 2}, 4},
+                                   {{6, 1, 2, 7}, {0, 3}, 4},
+                                   {{64, 3, 300, 8}, {0, 2, 3}, 4},
+                                   {{8, 2, 4096, 40}, {0, 2, 3}, 2},
+                                   {{2, 2, 2, 2, 2, 2, 2, 2, 2, 3}, {0, 2, 4, 6, 8}, 2}};
   const int before = get_num_threads();
   Generator gen(3);
   for (const Case& c : cases) {
