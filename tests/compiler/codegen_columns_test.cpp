@@ -126,7 +126,7 @@ TEST(CodegenColumns, AReductionTheLibraryCannotFoldFromTilesStaysApart) {
       << apart;
 }
 
-// Reduced dims with a kept one between them (a batch norm's statistics over
+// Reduced dims with a kept one between them (a batch norm backward's sums over
 // [0, 2, 3] of [N, C, H, W]): the library reduces the rows of its input
 // permuted, the kept dims first. The kernel writes those rows in
 // that order, for every reduction over dims, and results are eager's

@@ -42,7 +42,7 @@ struct RowReduction {
   // bitwise as over memory. No epilogue. -1: a row reduction.
   int64_t column_begin = -1, column_end = -1;
   // Rows of a permutation of the input: reduced dims that are not adjacent
-  // in memory (a batch norm's statistics, over [0, 2, 3] of [N, C, H, W]).
+  // in memory (a batch norm backward's sums over [0, 2, 3] of [N, C, H, W]).
   // The library then reduces the rows of its input permuted, the kept dims
   // first and the reduced ones last, in order (gathered or copied); the kernel
   // writes its blocks of rows in that order, so results are eager's bit for
