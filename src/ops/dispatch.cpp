@@ -94,16 +94,6 @@ void check_meta_mix(const OpSchema& schema, std::span<const Tensor> inputs, cons
   }
 }
 
-Tensor make_view(const Tensor& base, const TensorMeta& meta) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = base.storage();
-  impl->sizes = meta.sizes;
-  impl->strides = meta.strides;
-  impl->offset = meta.offset;
-  impl->dtype = base.dtype();
-  return Tensor(std::move(impl));
-}
-
 const backend::KernelFn& find_kernel(const OpSchema& schema, Device device) {
   const backend::KernelFn& fn = t_reference_mode && device.is_cpu()
                                     ? backend::reference_kernels().get(schema.id)
@@ -169,6 +159,17 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, const Shape& sizes, DType d
   return Tensor(std::move(impl));
 }
 
+Tensor make_strided(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset,
+                    DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 bool can_cast(DType from, DType to) noexcept {
   if (is_floating(from) && is_integral(to, /*include_bool=*/false)) return false;
   if (from != kBool && to == kBool) return false;
@@ -197,7 +198,8 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
   const bool record = autograd::should_record(schema, inputs);
   if (schema.has_flag(kView)) {
     for (const auto& meta : ctx.outputs) {
-      outputs.push_back(make_view(inputs[0], meta));
+      outputs.push_back(make_strided(inputs[0].storage(), meta.sizes, meta.strides, meta.offset,
+                                     inputs[0].dtype()));
       autograd::mark_view(inputs[0], outputs.back());
     }
   } else {

@@ -53,6 +53,10 @@ class ReferenceModeGuard {
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta = false);
 // A contiguous tensor over storage (which holds at least its bytes).
 Tensor make_tensor(std::shared_ptr<Storage> storage, const Shape& sizes, DType dtype);
+// A tensor of this layout over storage (strides and offset in elements),
+// made without the dispatcher: no autograd history, nothing traced.
+Tensor make_strided(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset,
+                    DType dtype);
 Shape contiguous_strides(const Shape& sizes);
 // PyTorch's casting rule for in-place results: no float -> integer, no number -> bool.
 bool can_cast(DType from, DType to) noexcept;

@@ -104,13 +104,14 @@ struct Epilogue {
   bool relu = false;
 };
 
-// y = (x - mean) * scale + shift over blocks of `inner` contiguous elements;
-// block j uses the statistics of row stat(j) and the parameters of channel(j).
-template <typename T, bool kResidual = false, bool kRelu = false, typename Stat, typename Channel>
-void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const double* mean,
-                      const double* rstd, const std::vector<compute_t<T>>& w,
-                      const std::vector<compute_t<T>>& b, Stat stat, Channel channel,
-                      const T* residual = nullptr) {
+// y = (x - mean) * scale + shift over blocks of `inner` contiguous elements,
+// then batch_norm_eval's epilogue where kResidual / kRelu say so; block j
+// uses the statistics of row stat(j) and the parameters of channel(j).
+template <typename T, bool kResidual, bool kRelu, typename Stat, typename Channel>
+void normalize_blocks_as(const T* x, T* y, int64_t blocks, int64_t inner, const double* mean,
+                         const double* rstd, const std::vector<compute_t<T>>& w,
+                         const std::vector<compute_t<T>>& b, Stat stat, Channel channel,
+                         const T* residual) {
   using C = compute_t<T>;
   parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
                [&](int64_t j0, int64_t j1) {
@@ -133,15 +134,16 @@ void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const dou
                });
 }
 
-// The normalization with batch_norm_eval's epilogue: one pass over memory.
+// The normalization, with an epilogue (batch_norm_eval's) applied to each
+// element as it is made: one pass over memory.
 template <typename T, typename Stat, typename Channel>
 void normalize_blocks(const T* x, T* y, int64_t blocks, int64_t inner, const double* mean,
                       const double* rstd, const std::vector<compute_t<T>>& w,
                       const std::vector<compute_t<T>>& b, Stat stat, Channel channel,
-                      const Epilogue<T>& e) {
+                      const Epilogue<T>& e = {}) {
   const auto run = [&]<bool kResidual, bool kRelu>() {
-    normalize_blocks<T, kResidual, kRelu>(x, y, blocks, inner, mean, rstd, w, b, stat, channel,
-                                          e.residual);
+    normalize_blocks_as<T, kResidual, kRelu>(x, y, blocks, inner, mean, rstd, w, b, stat, channel,
+                                             e.residual);
   };
   if (e.residual && e.relu)
     run.template operator()<true, true>();

@@ -96,18 +96,16 @@ bool adjacent_in_memory(const Shape& sizes, const std::vector<int64_t>& dims) {
 // t broadcast to `sizes`, its dims in the order `perm`: a view, made
 // without the dispatcher (the executable runs it).
 Tensor permuted(const Tensor& t, const Shape& sizes, const std::vector<int64_t>& perm) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage();
   const TensorImpl& from = t.impl();
-  impl->offset = from.offset;
-  impl->dtype = from.dtype;
   const auto shift = static_cast<int64_t>(sizes.size() - from.sizes.size());
+  Shape view_sizes, view_strides;
   for (int64_t d : perm) {
     const auto td = static_cast<size_t>(d - shift);
-    impl->sizes.push_back(sizes[static_cast<size_t>(d)]);
-    impl->strides.push_back(d < shift || from.sizes[td] == 1 ? 0 : from.strides[td]);
+    view_sizes.push_back(sizes[static_cast<size_t>(d)]);
+    view_strides.push_back(d < shift || from.sizes[td] == 1 ? 0 : from.strides[td]);
   }
-  return Tensor(std::move(impl));
+  return ops::make_strided(from.storage, std::move(view_sizes), std::move(view_strides),
+                           from.offset, from.dtype);
 }
 
 }  // namespace

@@ -43,13 +43,7 @@ struct Executable::Step {
 namespace {
 
 Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = base.storage();
-  impl->sizes = v.sizes;
-  impl->strides = v.strides;
-  impl->offset = offset;
-  impl->dtype = v.dtype;
-  return Tensor(std::move(impl));
+  return ops::make_strided(base.storage(), v.sizes, v.strides, offset, v.dtype);
 }
 
 }  // namespace
