@@ -199,6 +199,10 @@ struct ExplainReport {
     // graph was lowered (a frozen graph's convolution weights on the CPU:
     // docs/architecture.md, "Prepared weights").
     int64_t prepared_weights = 0;
+    // The prepared copies it reads that another graph of the function reads
+    // too (its other sizes of a dynamic dim, where their kernels read one
+    // layout): made once, held once.
+    int64_t prepared_shared = 0;
     bool cuda_graph = false;   // replayed as one CUDA graph (Mode::ReduceOverhead)
     size_t cuda_graph_bytes = 0;  // the device memory the CUDA graph holds (static arguments, results, buffers)
     int64_t resumes = 0;       // after a graph break: the number of the graph whose read it follows (else 0)

@@ -180,10 +180,17 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(
   verify(traced.graph);
   seg->verify_ms = ms_since(verify_start);
   const auto passes_start = std::chrono::steady_clock::now();
-  seg->trace = std::make_shared<const Trace>(
-      options.backend == CompileBackend::Replay
-          ? std::move(traced)
-          : run_passes(traced, {.freeze = options.freeze, .strict = options.strict}));
+  std::shared_ptr<FoldedConstants> function_folds;
+  {
+    std::lock_guard lock(mutex);
+    function_folds = folded;
+  }
+  seg->trace =
+      std::make_shared<const Trace>(options.backend == CompileBackend::Replay
+                                        ? std::move(traced)
+                                        : run_passes(traced, {.freeze = options.freeze,
+                                                              .strict = options.strict,
+                                                              .folded = function_folds.get()}));
   seg->passes_ms = ms_since(passes_start);
   for (const Tensor& t : seg->trace->captured)
     seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));
@@ -709,6 +716,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
     if (epoch != m.epoch) {  // compiler::reset()
       m.cache.clear();
       m.families.clear();
+      m.folded = std::make_shared<FoldedConstants>();
       m.dynamic.clear();
       m.dynamic_reasons.clear();
       m.sizes_note.clear();

@@ -1,6 +1,8 @@
 // Core::explain(): a compiled function's report of its kept graphs, their
 // guards, schedules and generated kernels (kiln/compile.h's ExplainReport).
 #include <algorithm>
+#include <map>
+#include <set>
 #include <unordered_map>
 
 #include "compiler/core_impl.h"
@@ -67,6 +69,13 @@ ExplainReport Core::explain() const {
   }
   std::sort(found.begin(), found.end(),
             [](const Found& a, const Found& b) { return a.seg->order < b.seg->order; });
+  // The prepared forms each graph reads: those of one program at several
+  // sizes may be the same copies.
+  std::map<const void*, std::set<const Segment*>> holders;
+  for (const Found& f : found)
+    if (f.seg->executable)
+      for (const void* form : f.seg->executable->prepared_forms())
+        holders[form].insert(f.seg.get());
   for (const Found& f : found) {
     const Segment& s = *f.seg;
     ExplainReport::Graph g;
@@ -98,6 +107,8 @@ ExplainReport Core::explain() const {
       for (const auto& a : s.executable->plan().arenas) g.arena_bytes += a.nbytes;
       g.planned_bytes = s.executable->plan().planned_bytes;
       g.prepared_weights = static_cast<int64_t>(s.executable->prepared_constants());
+      for (const void* form : s.executable->prepared_forms())
+        g.prepared_shared += holders[form].size() > 1 ? 1 : 0;
       for (const auto& w : s.executable->plan().workspaces)
         g.workspace_bytes += w.in_arena ? w.nbytes : 0;
       const Schedule& schedule = s.executable->schedule();

@@ -14,6 +14,7 @@
 #include "compiler/capture/capture.h"
 #include "compiler/capture/guard_key.h"
 #include "compiler/logs.h"
+#include "compiler/passes/folded_constants.h"
 #include "compiler/runtime/check.h"
 #include "compiler/runtime/segment.h"
 #include "kiln/compile.h"
@@ -44,6 +45,9 @@ struct Core::Impl {
   bool warned_limit = false;
   bool said_autograd = false;  // the slower path for autograd was logged
   uint64_t epoch = 0;
+  // The constants its graphs' passes folded, shared by them all (a frozen
+  // model's weights at its several sizes); made anew by compiler::reset().
+  std::shared_ptr<FoldedConstants> folded = std::make_shared<FoldedConstants>();
   int64_t compiling_traces = 0;  // traces that compiled a graph: what recompile_limit bounds
   int64_t graphs = 0;            // graphs compiled, which numbers them
   // Dynamic dims: by tensor argument, the dims left out of family keys; how

@@ -54,7 +54,11 @@ std::string ExplainReport::to_string() const {
     if (g.channels_last > 0)
       os << "  layouts: " << g.channels_last << " results kept channels last\n";
     if (g.prepared_weights > 0)
-      os << "  weights: " << g.prepared_weights << " held only in their kernels' layout\n";
+      os << "  weights: " << g.prepared_weights << " held only in their kernels' layout"
+         << (g.prepared_shared > 0
+                 ? detail::str_cat(", ", g.prepared_shared, " shared with other graphs")
+                 : std::string())
+         << "\n";
     if (!g.codegen.empty()) os << "  generated kernels: " << g.codegen << "\n";
     for (const auto& f : g.fused) os << "  fused: " << f << "\n";
     for (const auto& f : g.not_fused) os << "  " << f << "\n";
@@ -110,6 +114,7 @@ std::string ExplainReport::to_json() const {
                            {"traced_nodes", g.traced_nodes},
                            {"channels_last", g.channels_last},
                            {"prepared_weights", g.prepared_weights},
+                           {"prepared_shared", g.prepared_shared},
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},
                            {"retraced", g.retraced},

@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "backends/prepared.h"
 #include "compiler/compiler_testing.h"
+#include "compiler/passes/folded_constants.h"
 #include "compiler/passes/pass.h"
 #include "core/shape_util.h"
 #include "kiln/kiln.h"
@@ -232,6 +233,88 @@ TEST(PreparedWeights, ALazyConstantIsMadeOnceForTheGraphsThatHoldIt) {
   EXPECT_TRUE(near(a, conv->weight * scale.reshape({6, 1, 1, 1})));
   // Rows come made apart, with the same values.
   EXPECT_TRUE(same(other.constant_rows(other_slot, 2, 5), a.narrow(0, 2, 3)));
+}
+
+// The passes of a function's graphs share its folds (passes/folded_constants.h):
+// the traces of two sizes get the same folded weight, not equal copies.
+TEST(PreparedWeights, TheFunctionsGraphsShareTheirFoldedWeights) {
+  manual_seed(12);
+  NoGradGuard no_grad;
+  const Tensor w = randn({6, 4, 3, 3}), b = randn({6}), mean = randn({6});
+  const Tensor var = rand({6}) + 0.5, gamma = randn({6}), beta = randn({6});
+  double eps = 1e-5;
+  const testing::Program f = [&](const TensorList& a) {
+    const Tensor y = kiln::conv2d(a[0], w, b);
+    return TensorList{nn::functional::batch_norm(y, mean, var, gamma, beta, false, 0.1, eps)};
+  };
+  const auto lazy_identity = [](const Trace& t) {
+    for (size_t k = 0; k < t.graph.constants().size(); ++k)
+      if (t.graph.lazy_constant(k)) return t.graph.constant_identity(k);
+    return static_cast<const void*>(nullptr);
+  };
+  const auto bias = [](const Trace& t) { return t.graph.constant(t.graph.constants().size() - 1); };
+  FoldedConstants folded;
+  const PassContext shared{.freeze = true, .folded = &folded};
+  const Trace two = run_passes(testing::trace_of(f, {randn({2, 4, 5, 5})}), shared);
+  const Trace three = run_passes(testing::trace_of(f, {randn({3, 4, 5, 5})}), shared);
+  ASSERT_NE(lazy_identity(two), nullptr) << to_text(two.graph);
+  EXPECT_EQ(lazy_identity(two), lazy_identity(three));
+  EXPECT_EQ(bias(two).data_ptr(), bias(three).data_ptr());  // the very same tensor
+  // Without the table, each graph folds its own, of the same values.
+  const Trace own = run_passes(testing::trace_of(f, {randn({3, 4, 5, 5})}), {.freeze = true});
+  EXPECT_NE(lazy_identity(own), lazy_identity(two));
+  EXPECT_NE(bias(own).data_ptr(), bias(two).data_ptr());
+  EXPECT_TRUE(same(bias(own), bias(two)));
+  // Another epsilon over the same tensors is another fold.
+  eps = 1e-3;
+  const Trace other_eps = run_passes(testing::trace_of(f, {randn({2, 4, 5, 5})}), shared);
+  ASSERT_NE(lazy_identity(other_eps), nullptr);
+  EXPECT_NE(lazy_identity(other_eps), lazy_identity(two));
+  EXPECT_FALSE(same(bias(other_eps), bias(two)));
+}
+
+// A frozen model called at several batch sizes (a server's) prepares its
+// weights once: each size's graph reads the prepared copies of the others
+// where their primitives read one layout, and gives what a function compiled
+// for that size alone gives, bit for bit. compiler::reset() forgets the
+// folds with the graphs, so changed parameters are then seen.
+TEST(PreparedWeights, EverySizeOfAFrozenModelReadsOneCopyOfItsWeights) {
+  manual_seed(13);
+  NoGradGuard no_grad;
+  const auto block = [](int64_t in, int64_t out) {
+    auto bn = std::make_shared<nn::BatchNorm2d>(out);
+    bn->running_var.copy_(rand({out}) + 0.5);
+    bn->running_mean.copy_(randn({out}) * 0.1);
+    return std::make_shared<nn::Sequential>(
+        std::make_shared<nn::Conv2d>(in, out, 3, nn::Conv2d::Options{.padding = 1}), bn,
+        std::make_shared<nn::ReLU>());
+  };
+  nn::Sequential net(block(3, 32), block(32, 32), block(32, 64));
+  net.eval();
+  const auto fast = compile(net, {.freeze = true});
+  for (int64_t batch : {2, 3, 4, 5}) {
+    const Tensor x = randn({batch, 3, 12, 12});
+    const Tensor got = fast(x);
+    const auto alone = compile(net, {.freeze = true});
+    EXPECT_TRUE(same(got, alone(x))) << batch;
+    EXPECT_TRUE(near(got, net(x))) << batch;
+  }
+  const ExplainReport r = fast.explain();
+  ASSERT_EQ(r.graphs.size(), 4u) << r.to_string();
+  EXPECT_EQ(r.stats.dynamic_instances, 2);
+  for (size_t k = 1; k < r.graphs.size(); ++k) {
+    EXPECT_EQ(r.graphs[k].prepared_weights, 3) << k;
+    EXPECT_GT(r.graphs[k].prepared_shared, 0) << k;
+  }
+  EXPECT_NE(r.to_string().find("shared with other graphs"), std::string::npos) << r.to_string();
+  // Batch sizes 4 and 5 are one program's instances: every weight one copy.
+  EXPECT_EQ(r.graphs[3].prepared_shared, 3) << r.to_string();
+  compiler::reset();
+  for (auto& [name, t] : net.named_buffers())
+    if (name.ends_with("running_var")) t.copy_(rand(t.sizes()) + 2.0);
+  const Tensor x = randn({3, 3, 12, 12});
+  EXPECT_TRUE(near(fast(x), net(x)));
+  EXPECT_EQ(fast.explain().graphs.back().prepared_shared, 0);
 }
 
 }  // namespace

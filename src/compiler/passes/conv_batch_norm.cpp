@@ -7,11 +7,14 @@
 // executable asks for it, which on the CPU hands it to the convolution's
 // primitive to keep in its own layout and lets it go, so that a frozen
 // graph holds one copy of each folded weight, not two (docs/architecture.md,
-// "Prepared weights").
+// "Prepared weights"). The function's other graphs (its other sizes, its
+// later traces) get the same folded constants (passes/folded_constants.h),
+// so a frozen model's weights are prepared once for all its sizes.
 #include "compiler/passes/pass.h"
 
 #include <algorithm>
 
+#include "compiler/passes/folded_constants.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/pointwise.h"
 #include "ops/dispatch.h"
@@ -44,9 +47,40 @@ Tensor scale_weight(const Tensor& w, const Tensor& scale) {
   return out;
 }
 
+// The folded weight and bias of conv node n read by batch norm m, added to
+// `into` as constants: W * s (lazy, unless one element) and
+// (b - mean) * s + beta.
+std::vector<ValueId> fold_weights(const Graph& g, const Node& n, const Node& m, Graph& into) {
+  const Tensor w = constant(g, n.inputs[1]);
+  const int64_t channels = w.size(0);
+  const double eps = m.attrs.f(1);
+  const Tensor var = constant(g, m.inputs[4]).to(kFloat64);
+  const Tensor mean = constant(g, m.inputs[3]).to(kFloat64);
+  Tensor scale = (var + eps).rsqrt();
+  if (m.inputs[1] != kNoValue) scale = scale * constant(g, m.inputs[1]).to(kFloat64);
+  Tensor bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue
+                    ? constant(g, n.inputs[2]).to(kFloat64)
+                    : zeros({channels}, {.dtype = kFloat64, .device = w.device()});
+  bias = (bias - mean) * scale;
+  if (m.inputs[2] != kNoValue) bias = bias + constant(g, m.inputs[2]).to(kFloat64);
+  // A weight of one element is a number: folded now, its value in the graph's hash.
+  const ValueId w_id =
+      w.numel() == 1
+          ? into.add_constant(scale_weight(w, scale))
+          : into.add_lazy_constant(ops::make_tensor(w.sizes(), w.dtype(), w.device(), true),
+                                   [w, scale](int64_t begin, int64_t end) {
+                                     return scale_weight(w.narrow(0, begin, end - begin),
+                                                         scale.narrow(0, begin, end - begin));
+                                   });
+  return {w_id, into.add_constant(bias.to(w.dtype()))};
+}
+
+// FoldedConstants' tag of this fold.
+constexpr int32_t kFoldConvBatchNorm = 1;
+
 }  // namespace
 
-Trace fold_conv_batch_norm(const Trace& trace) {
+Trace fold_conv_batch_norm(const Trace& trace, FoldedConstants* folded) {
   const Graph& g = trace.graph;
   std::vector<int32_t> uses(g.values().size(), 0), consumer(g.values().size(), -1);
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -81,27 +115,21 @@ Trace fold_conv_batch_norm(const Trace& trace) {
       r.copy(n);
       continue;
     }
-    const Tensor w = constant(g, n.inputs[1]);
-    const int64_t channels = w.size(0);
-    const double eps = m->attrs.f(1);
-    const Tensor var = constant(g, m->inputs[4]).to(kFloat64), mean = constant(g, m->inputs[3]).to(kFloat64);
-    Tensor scale = (var + eps).rsqrt();
-    if (m->inputs[1] != kNoValue) scale = scale * constant(g, m->inputs[1]).to(kFloat64);
-    Tensor bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue ? constant(g, n.inputs[2]).to(kFloat64)
-                                                                   : zeros({channels}, {.dtype = kFloat64, .device = w.device()});
-    bias = (bias - mean) * scale;
-    if (m->inputs[2] != kNoValue) bias = bias + constant(g, m->inputs[2]).to(kFloat64);
+    // The same constants folded before (another size of the program, another
+    // trace): the same folded constants, whose prepared forms are made once.
+    const std::vector<ValueId> sources = {
+        n.inputs[1],  n.inputs.size() > 2 ? n.inputs[2] : kNoValue,
+        m->inputs[1], m->inputs[2],
+        m->inputs[3], m->inputs[4]};
+    const FoldedConstants::Key key =
+        FoldedConstants::key(kFoldConvBatchNorm, g, sources, {m->attrs.f(1)});
     Graph& ng = r.new_graph();
-    // A weight of one element is a number: folded now, its value in the graph's hash.
-    const ValueId w_id =
-        w.numel() == 1
-            ? ng.add_constant(scale_weight(w, scale))
-            : ng.add_lazy_constant(ops::make_tensor(w.sizes(), w.dtype(), w.device(), true),
-                                   [w, scale](int64_t begin, int64_t end) {
-                                     return scale_weight(w.narrow(0, begin, end - begin),
-                                                         scale.narrow(0, begin, end - begin));
-                                   });
-    const ValueId b_id = ng.add_constant(bias.to(w.dtype()));
+    std::optional<std::vector<ValueId>> made = folded ? folded->find(key, ng) : std::nullopt;
+    if (!made) {
+      made = fold_weights(g, n, *m, ng);
+      if (folded) folded->add(key, g, sources, ng, *made);
+    }
+    const ValueId w_id = (*made)[0], b_id = (*made)[1];
     const int32_t node = ng.add_node(n.op, {r.map(n.inputs[0]), w_id, b_id}, n.attrs, {g.meta_tensor(m->outputs[0])});
     ng.node(node).grad_enabled = n.grad_enabled;
     r.replace(m->outputs[0], ng.nodes()[static_cast<size_t>(node)].outputs[0]);

@@ -17,6 +17,8 @@
 
 namespace kiln::compiler {
 
+class FoldedConstants;
+
 // Builds a new graph from an old one, node by node, mapping value ids.
 // Sources (inputs, captured values, constants) are copied first, in slots.
 // Lazily: while a pass copies the old nodes in order and changes nothing,
@@ -86,7 +88,9 @@ Trace fold_constants(const Trace& trace);
 // batch_norm of constants becomes one convolution with folded weights (not
 // bitwise equal to eager: the folded weights round differently).
 Trace freeze(const Trace& trace);
-Trace fold_conv_batch_norm(const Trace& trace);
+// `folded`, when given, keeps each fold for the function's other graphs
+// (passes/folded_constants.h).
+Trace fold_conv_batch_norm(const Trace& trace, FoldedConstants* folded = nullptr);
 // An eval-mode batch_norm whose result only an add of a residual and/or a
 // relu read becomes one batch_norm_eval node (bitwise eager's), run where
 // the add (or the relu) ran. Nodes that record autograd are left alone.
@@ -118,6 +122,9 @@ Trace keep_channels_last(const Trace& trace);
 struct PassContext {
   bool freeze = false;  // freeze, and fold batch norms into convolutions
   bool strict = false;  // only passes that keep results bitwise eager's
+  // The function's folds, shared by its graphs (passes/folded_constants.h);
+  // null: each graph folds its own.
+  FoldedConstants* folded = nullptr;
 };
 
 struct PassReport {

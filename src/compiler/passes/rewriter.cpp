@@ -127,11 +127,13 @@ bool unchanged(const Graph& a, const Graph& b) {
 }  // namespace
 
 Trace run_passes(const Trace& trace, const PassContext& context, std::vector<PassReport>* reports) {
-  using Pass = Trace (*)(const Trace&);
+  using Pass = std::function<Trace(const Trace&)>;
   std::vector<std::pair<const char*, Pass>> pipeline;
   if (context.freeze) pipeline.emplace_back("freeze", freeze);
   pipeline.emplace_back("remove_noops", remove_noops);
-  if (context.freeze) pipeline.emplace_back("fold_conv_batch_norm", fold_conv_batch_norm);
+  if (context.freeze)
+    pipeline.emplace_back("fold_conv_batch_norm",
+                          [&](const Trace& t) { return fold_conv_batch_norm(t, context.folded); });
   pipeline.emplace_back("fold_constants", fold_constants);
   pipeline.emplace_back("eliminate_common_subexpressions", eliminate_common_subexpressions);
   pipeline.emplace_back("eliminate_dead_code", eliminate_dead_code);

@@ -192,6 +192,13 @@ void Executable::prepare_constants() {
 
 size_t Executable::num_steps() const noexcept { return steps_.size(); }
 
+std::vector<const void*> Executable::prepared_forms() const {
+  std::vector<const void*> forms;
+  for (const Step& s : steps_)
+    if (s.prepared) forms.push_back(s.prepared.get());
+  return forms;
+}
+
 TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe,
                            PhiloxRecording* philox) const {
   // Nothing here is differentiated: a training step's graph holds its own

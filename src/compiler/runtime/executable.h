@@ -52,6 +52,8 @@ class Executable {
   const codegen::BuiltKernels& kernels() const noexcept { return kernels_; }
   // Constants held only in the form their backend prepared (backends/prepared.h).
   size_t prepared_constants() const noexcept { return prepared_constants_; }
+  // The prepared forms its steps read (one per step that has one).
+  std::vector<const void*> prepared_forms() const;
 
  private:
   struct Step;
