@@ -322,7 +322,13 @@ void run_column_reduction(PointwiseFn fn, const RowReduction& r, const Shape& si
 
 void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
                        const Tensor& out, std::span<const Tensor> inputs, PointwiseFn epilogue,
-                       PointwiseFn row, const uint64_t* draws) {
+                       PointwiseFn row, const uint64_t* draws, const Tensor& stored) {
+  if (stored.defined() &&
+      (r.column_begin >= 0 || !r.permutation.empty() || epilogue || stored.sizes() != sizes ||
+       stored.dtype() != dtype || !stored.is_contiguous()))
+    throw Error(detail::str_cat("compiler: a stored input of ", stored.sizes(), " ", stored.dtype(),
+                                " for a row reduction over ", sizes, " ", dtype,
+                                " with no epilogue"));
   if (r.column_begin >= 0) {
     run_column_reduction(fn, r, sizes, dtype, out, inputs, draws);
     return;
@@ -394,7 +400,7 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
   const int64_t threads = omp_get_max_threads();
   if (rows < threads || reduced == 0 || omp_in_parallel()) {
     // The whole input, then one call: eager's split of few rows over threads.
-    Tensor x = ops::make_tensor(sizes, dtype, Device::cpu());
+    Tensor x = stored.defined() ? stored : ops::make_tensor(sizes, dtype, Device::cpu());
     run_pointwise(fn, x, kernel_inputs, draws);
     if (!epilogue) {
       reduce(over(x.data_ptr(), {rows, reduced}, dtype), 0);
@@ -429,8 +435,10 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
     row_call = pointwise_call(result_sizes, contiguous_strides(result_sizes), dtype, nullptr,
                               row_inputs, draws);
   }
+  char* const stored_data = stored.defined() ? static_cast<char*>(stored.data_ptr()) : nullptr;
   backend::cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-    std::vector<double> buffer(static_cast<size_t>(block_rows * row_bytes + 7) / 8);
+    std::vector<double> buffer(stored_data ? 0
+                                           : static_cast<size_t>(block_rows * row_bytes + 7) / 8);
     const size_t result_words = static_cast<size_t>(block_rows * result_row_bytes + 7) / 8;
     std::vector<double> results(epilogue ? result_words : 0), row_results(row ? result_words : 0);
     PointwiseCall own = call;
@@ -440,9 +448,11 @@ void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes
                   row ? row_call->layout.sizes.size() : 0}));
     for (int64_t k = b; k < e; ++k) {
       const int64_t row0 = k * block_rows, row1 = std::min(rows, row0 + block_rows);
-      own.ptrs[0] = before(buffer.data(), row0 * row_bytes);
+      char* const rows_at =
+          stored_data ? stored_data + row0 * row_bytes : reinterpret_cast<char*>(buffer.data());
+      own.ptrs[0] = before(rows_at, row0 * row_bytes);
       own.run(fn, row0 * reduced, row1 * reduced, index.data());
-      const Tensor block = over(buffer.data(), {row1 - row0, reduced}, dtype);
+      const Tensor block = over(rows_at, {row1 - row0, reduced}, dtype);
       if (!epilogue) {
         reduce(block, row0);
         continue;

@@ -315,8 +315,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           detail::count_kernel_launch();
           const codegen::RowReduction& reduction = *s.scheduled->reduction;
           const Value& x = g.value(g.nodes()[static_cast<size_t>(reduction.node)].inputs[0]);
-          codegen::run_row_reduction(s.generated, reduction, x.sizes, x.dtype, outs[0], args,
-                                     s.epilogue, s.row, seeds);
+          // Its input stored as it is reduced, where it is read after it.
+          codegen::run_row_reduction(s.generated, reduction, x.sizes, x.dtype, outs.back(), args,
+                                     s.epilogue, s.row, seeds,
+                                     outs.size() > 1 ? outs[0] : Tensor());
         } else if (s.generated) {
           detail::count_kernel_launch();
           codegen::run_pointwise(s.generated, outs, args, seeds);

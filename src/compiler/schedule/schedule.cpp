@@ -202,8 +202,9 @@ std::string stored_note(const Candidate& c) {
     if (w >= 0) written.push_back(w);
   if (c.writes_input >= 0) written.push_back(c.writes_input);
   std::sort(written.begin(), written.end());
-  std::string note =
-      c.stored.empty() ? std::string() : detail::str_cat(", and ", c.stored.size() + 1, " outputs");
+  std::string note = c.stored.empty() ? std::string()
+                     : c.reduction    ? std::string(", its input stored as it is reduced")
+                                      : detail::str_cat(", and ", c.stored.size() + 1, " outputs");
   for (size_t i = 0; i < written.size(); ++i)
     note += detail::str_cat(i > 0                 ? (i + 1 == written.size() ? " and " : ", ")
                             : written.size() == 1 ? ", written in place into input "
@@ -268,8 +269,9 @@ class PointwiseGrouper {
       if (taken_[r]) continue;
       std::optional<codegen::RowReduction> reduction;
       int32_t start = root;
+      bool stores = false;  // the reduction's input is read after it too
       if (!fusible_[r]) {
-        const int32_t p = prologue_of(root);
+        const int32_t p = prologue_of(root, &stores);
         if (p < 0) continue;
         std::string why;
         reduction = codegen::row_reduction_of(g_, g_.nodes()[r], why);
@@ -277,10 +279,17 @@ class PointwiseGrouper {
           lines.push_back(detail::str_cat(node_list(g_, {p, root}), " not fused: ", why));
           continue;
         }
+        // Columns and permuted rows are written in tiles of their own order:
+        // such an input is stored whole by its own group.
+        if (stores && (reduction->column_begin >= 0 || !reduction->permutation.empty())) continue;
         start = p;
       }
       // A row reduction's groups store their results alone.
       Candidate cand = grow(start, false);
+      // Stored, the input is the group's one output: where the group would
+      // store other values too (and so hold more nodes) without the
+      // reduction, the reduction reads the input from memory instead.
+      if (stores && grow(start, true).nodes != cand.nodes) continue;
       if (reduction) {
         const Node& n = g_.nodes()[r];
         reduction->kernel_inputs = cand.inputs.size();
@@ -288,6 +297,10 @@ class PointwiseGrouper {
         cand.nodes.push_back(root);
         cand.inputs.insert(cand.inputs.end(), n.inputs.begin() + 1, n.inputs.end());
         cand.reduction = std::move(reduction);
+        if (stores) {
+          cand.stored = {n.inputs[0]};
+          cand.stored_writes = {-1};
+        }
       } else if (std::optional<Candidate> whole = with_reduction_before(cand)) {
         for (int32_t k : whole->nodes) taken_[static_cast<size_t>(k)] = true;
         // (Its inputs less those that stand for values inside.)
@@ -323,10 +336,12 @@ class PointwiseGrouper {
         const size_t kernel_nodes = cand.nodes.size() - (cand.reduction ? 1 : 0);
         const size_t kernel_inputs =
             cand.reduction ? cand.reduction->kernel_inputs : cand.inputs.size();
-        cand.kernel =
-            codegen::lower_group(g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
-                                 std::span<const ValueId>(cand.inputs).first(kernel_inputs), why,
-                                 cand.stored, random_nodes(g_, cand.nodes));
+        // (A reduction's stored input is its kernel's one output.)
+        cand.kernel = codegen::lower_group(
+            g_, std::span<const int32_t>(cand.nodes).first(kernel_nodes),
+            std::span<const ValueId>(cand.inputs).first(kernel_inputs), why,
+            cand.reduction ? std::span<const ValueId>() : std::span<const ValueId>(cand.stored),
+            random_nodes(g_, cand.nodes));
       }
       if (!why.empty()) {
         lines.push_back(detail::str_cat(what, " not fused: ", why));
@@ -476,16 +491,21 @@ class PointwiseGrouper {
 
   // The node that makes input 0 of a possible row reduction at `node` for
   // it alone, where it could start the reduction's group; else -1.
-  int32_t prologue_of(int32_t node) const {
+  int32_t prologue_of(int32_t node, bool* stores = nullptr) const {
     const Node& n = g_.nodes()[static_cast<size_t>(node)];
     if (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.size() != 1 || n.inplace())
       return -1;
     const Value& x = g_.value(n.inputs[0]);
     if (x.kind != ValueKind::kNode) return -1;
     const auto p = static_cast<size_t>(x.producer);
-    if (!fusible_[p] || taken_[p] || readers_.count[static_cast<size_t>(n.inputs[0])] != 1 ||
-        written_[static_cast<size_t>(x.storage)] || returned_[static_cast<size_t>(x.storage)])
-      return -1;
+    const auto storage = static_cast<size_t>(x.storage);
+    const bool alone = readers_.count[static_cast<size_t>(n.inputs[0])] == 1 && !returned_[storage];
+    // Read after the reduction alone (by nodes after it, or returned): the
+    // step stores it as it reduces it.
+    const bool after = stores && readers_.reads_up_to(n.inputs[0], node) == 1 &&
+                       g_.storages()[storage].root == n.inputs[0];
+    if (!fusible_[p] || taken_[p] || written_[storage] || (!alone && !after)) return -1;
+    if (stores) *stores = !alone;
     return codegen::reduces_rows(n.op) ? x.producer : -1;
   }
 
