@@ -28,7 +28,7 @@ struct Step {
   int a = 0, b = 0, c = 0;
 };
 
-constexpr int kKinds = 16;                 // and kinds 16 to 19 in place of some steps
+constexpr int kKinds = 16;                 // and kinds 16 to 20 in place of some steps
 constexpr int64_t kRows = 31, kCols = 31;  // square: a transposed view has the sizes
 
 // The values a step may read: the arguments, then each step's result.
@@ -129,6 +129,9 @@ Tensor run_step(const Step& st, std::vector<Tensor>& v, std::string& text) {
       if (a.dim() != 2) return a * 3.0;
       return (a.unsqueeze(1) * b).sum({0, 2});
     }
+    case 20:  // a reduction of an earlier value, which later steps may read too
+      text += detail::str_cat(out, " = sum(", name(st.a), ", -1, keepdim) * ", name(st.b), "\n");
+      return a.sum({-1}, true) * b;
     default:
       text +=
           detail::str_cat(out, " = remainder(", name(st.a), ", 1.5) * sign(", name(st.b), ")\n");
@@ -153,9 +156,11 @@ RandomProgram make_program(uint32_t seed) {
     Step st{static_cast<int>(rng() % kKinds), pick(), pick(), pick()};
     // Reductions and in-place writes read a full-size value first.
     if (st.kind >= 7 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(rng() % 2);
-    // Dropouts (one may broadcast), a column reduction and a permuted one.
-    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 4);
+    // Dropouts (one may broadcast), a column reduction, a permuted one and
+    // one of an earlier value.
+    if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 5);
     if (st.kind == 17 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(draws() % 2);
+    if (st.kind == 20) st.a = values - 1;  // the step before's result
     if (st.kind == 8 && st.a < 2) p.writes_argument = true;
     p.steps.push_back(st);
   }
@@ -179,6 +184,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
   int stored = 0, stored_in_place = 0;  // groups of several outputs; of those writing inputs
   int drawing = 0, drawing_reductions = 0;  // groups with dropouts; of those reducing rows
   int columns = 0, permuted = 0;            // column reductions; rows of a permuted input
+  int stored_reductions = 0;                // reductions storing their input
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -203,6 +209,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
       drawing_reductions += !st.draws.empty() && st.reduction.has_value();
       columns += st.reduction && st.reduction->column_begin >= 0;
       permuted += st.reduction && !st.reduction->permutation.empty();
+      stored_reductions += st.reduction && !st.stored.empty();
       // A tensor written in place inside the group, other than its result's.
       const Graph& g = l.trace->graph;
       const int32_t result =
@@ -237,6 +244,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(drawing_reductions, 1);
     EXPECT_GT(columns, 3);
     EXPECT_GT(permuted, 1);
+    EXPECT_GT(stored_reductions, 1);
   }
 }
 

@@ -6,10 +6,12 @@ FoldedConstants::Key FoldedConstants::key(int32_t kind, const Graph& graph,
                                           std::span<const ValueId> sources,
                                           std::vector<double> numbers) {
   Key k{kind, {}, std::move(numbers)};
-  for (ValueId id : sources)
-    k.sources.push_back(id == kNoValue
-                            ? nullptr
-                            : graph.constant_identity(static_cast<size_t>(graph.value(id).slot)));
+  for (ValueId id : sources) {
+    const void* identity = id == kNoValue
+                               ? nullptr
+                               : graph.constant_identity(static_cast<size_t>(graph.value(id).slot));
+    k.sources.push_back(reinterpret_cast<uintptr_t>(identity));
+  }
   return k;
 }
 

@@ -29,7 +29,7 @@ class FoldedConstants {
   // `graph` it reads (kNoValue for an absent one) and its numbers.
   struct Key {
     int32_t kind = 0;
-    std::vector<const void*> sources;
+    std::vector<uintptr_t> sources;  // Graph::constant_identity, 0 for an absent one
     std::vector<double> numbers;
     auto operator<=>(const Key&) const = default;
   };

@@ -490,7 +490,9 @@ class PointwiseGrouper {
   }
 
   // The node that makes input 0 of a possible row reduction at `node` for
-  // it alone, where it could start the reduction's group; else -1.
+  // it alone, where it could start the reduction's group; else -1. With
+  // `stores`, also where the input is read after the reduction too (later
+  // nodes, the program's results), never before: *stores then says so.
   int32_t prologue_of(int32_t node, bool* stores = nullptr) const {
     const Node& n = g_.nodes()[static_cast<size_t>(node)];
     if (n.inputs.empty() || n.inputs[0] == kNoValue || n.outputs.size() != 1 || n.inplace())
