@@ -110,6 +110,53 @@ TEST(CodegenStored, AReductionsInputReadAfterItIsStoredAsItIsReduced) {
   set_num_threads(2);
 }
 
+// Column reductions (a bias gradient's sum over the rows of a gradient that
+// the weight's product reads too) store their input as they fold each tile:
+// narrow and wide rows, a tail of columns, segments of the reduced range,
+// an operand not affine in the reduced index (a call per row), float64.
+TEST(CodegenStored, AColumnReductionsInputReadAfterItIsStoredTileByTile) {
+  KILN_NEEDS_COMPILER();
+  NoGradGuard no_grad;
+  Generator gen(22);
+  struct Shape2 {
+    Shape x, other;
+    std::vector<int64_t> dims;
+  };
+  const std::vector<Shape2> shapes = {{{512, 300}, {300}, {0}},
+                                      {{1000, 3}, {1000, 3}, {0}},
+                                      {{4096, 8}, {8}, {0}},
+                                      {{33, 260}, {33, 260}, {0}},
+                                      {{8, 64, 96}, {8, 64, 96}, {0, 1}},
+                                      {{8, 16, 40}, {8, 1, 40}, {0, 1}},
+                                      {{2, 3000, 20}, {20}, {1}}};
+  for (int threads : {2, 8}) {
+    set_num_threads(threads);
+    for (DType dtype : {kFloat32, kFloat64}) {
+      for (const Shape2& s : shapes) {
+        const Tensor x = randn(s.x, {}, &gen).to(dtype), o = randn(s.other, {}, &gen).to(dtype);
+        for (const char* op : {"sum", "mean", "amax"}) {
+          const std::string name = op;
+          const std::vector<int64_t> dims = s.dims;
+          const Program f = [name, dims](const TensorList& t) {
+            const Tensor g = (t[0] * 0.5 - t[1]).tanh();
+            const Tensor r = name == "sum"    ? g.sum(dims)
+                             : name == "mean" ? g.mean(dims, true)
+                                              : amax(g, dims);
+            return TensorList{r, g * 2.0};
+          };
+          const std::string what = detail::str_cat(name, " ", dtype, " ", s.x, " over ", dims,
+                                                   " at ", threads, " threads");
+          expect_eagers_bits(f, {x, o}, what);
+          const Lowered l = testing::lower(f, {x, o});
+          const auto k = static_cast<size_t>(stored_reduction_step(l.exe->schedule()));
+          EXPECT_GE(l.exe->schedule().steps[k].reduction->column_begin, 0) << what;
+        }
+      }
+    }
+  }
+  set_num_threads(2);
+}
+
 TEST(CodegenStored, InputsReadBeforeTheReductionOrOfOtherKindsStayApart) {
   KILN_NEEDS_COMPILER();
   NoGradGuard no_grad;
@@ -124,15 +171,17 @@ TEST(CodegenStored, InputsReadBeforeTheReductionOrOfOtherKindsStayApart) {
   Lowered l = testing::lower(before, {x, b});
   EXPECT_EQ(stored_reduction_step(l.exe->schedule()), -1) << to_text(l.trace->graph);
   EXPECT_TRUE(same(l.exe->run({x, b})[1], before({x, b})[1]));
-  // A column reduction writes its input in tiles: stored by its own group.
-  const Program columns = [](const TensorList& t) {
-    const Tensor y = t[0] * 2.0 + t[1];
-    return TensorList{y.sum({0}), y};
+  // Rows of a permuted input are written in their own order: stored by
+  // its own group.
+  const Tensor x3 = randn({4, 6, 5});
+  const Program permuted = [](const TensorList& t) {
+    const Tensor y = t[0] * 2.0;
+    return TensorList{y.sum({0, 2}), y};
   };
-  l = testing::lower(columns, {x, b});
+  l = testing::lower(permuted, {x3});
   EXPECT_EQ(stored_reduction_step(l.exe->schedule()), -1);
   for (const auto& st : l.exe->schedule().steps) EXPECT_FALSE(st.reduction.has_value());
-  EXPECT_TRUE(same(l.exe->run({x, b})[0], columns({x, b})[0]));
+  EXPECT_TRUE(same(l.exe->run({x3})[0], permuted({x3})[0]));
   // Written in place after the reduction: apart.
   const Program written = [](const TensorList& t) {
     Tensor y = t[0] * 2.0 + t[1];

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "compiler/compiler_testing.h"
+#include "compiler/passes/pass.h"
 #include "kiln/kiln.h"
 
 namespace kiln::compiler {
@@ -160,7 +161,9 @@ RandomProgram make_program(uint32_t seed) {
     // one of an earlier value.
     if (draws() % 6 == 0) st.kind = 16 + static_cast<int>(draws() % 5);
     if (st.kind == 17 && st.a >= 2 && st.a < 4) st.a = static_cast<int>(draws() % 2);
-    if (st.kind == 20) st.a = values - 1;  // the step before's result
+    // The step before's result, or an older one that other steps read in between.
+    if (st.kind == 20 && values > 4)
+      st.a = draws() % 2 == 0 ? values - 1 : 4 + static_cast<int>(draws() % (values - 4));
     if (st.kind == 8 && st.a < 2) p.writes_argument = true;
     p.steps.push_back(st);
   }
@@ -185,6 +188,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
   int drawing = 0, drawing_reductions = 0;  // groups with dropouts; of those reducing rows
   int columns = 0, permuted = 0;            // column reductions; rows of a permuted input
   int stored_reductions = 0;                // reductions storing their input
+  int hoisted = 0;                          // programs whose reductions the passes move
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const RandomProgram p = make_program(seed);
     manual_seed(seed);
@@ -230,6 +234,21 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
       EXPECT_TRUE(testing::same(got[i], want[i])) << "result " << i << ", " << what;
     for (size_t i = 0; i < args.size(); ++i)
       EXPECT_TRUE(testing::same(mine[i], theirs[i])) << "argument " << i << ", " << what;
+    // Through strict mode's passes first (they keep eager's bits): the same.
+    TensorList again;
+    for (const Tensor& t : args) again.push_back(t.clone());
+    const Trace passed = run_passes(*l.trace, {.strict = true});
+    hoisted +=
+        testing::op_names(hoist_reductions(*l.trace).graph) != testing::op_names(l.trace->graph);
+    const Executable exe(std::make_shared<const Trace>(passed));
+    manual_seed(1000 + seed);
+    const TensorList through = exe.run(again);
+    ASSERT_EQ(through.size(), want.size()) << what;
+    for (size_t i = 0; i < through.size(); ++i)
+      EXPECT_TRUE(testing::same(through[i], want[i]))
+          << "result " << i << " after the passes, " << what << to_text(passed.graph);
+    for (size_t i = 0; i < args.size(); ++i)
+      EXPECT_TRUE(testing::same(again[i], theirs[i])) << "argument " << i << " after the passes";
   }
   // The programs reach each kind of group (with a compiler to build them).
   if (testing::can_generate_kernels()) {
@@ -245,6 +264,7 @@ TEST(FusionRandom, ProgramsOfGroupsInPlaceWritesViewsAndReductionsMatchEagerBitw
     EXPECT_GT(columns, 3);
     EXPECT_GT(permuted, 1);
     EXPECT_GT(stored_reductions, 1);
+    EXPECT_GT(hoisted, 1);
   }
 }
 

@@ -165,6 +165,56 @@ TEST(Passes, CopiesOfTensorsNothingElseSeesGo) {
   }
 }
 
+// A reduction over dims moves to just after the node that makes its last
+// input, unless a node in between writes what it reads; chains of them keep
+// their order. Results stay eager's, and a linear's bias gradient then runs
+// in the kernel that makes the gradient (storing it for the weight's product).
+TEST(Passes, ReductionsMoveToTheirInputsUnlessAWriteIntervenes) {
+  NoGradGuard no_grad;
+  const Program f = [](const TensorList& a) {
+    const Tensor g = (a[0] * 2.0).tanh();
+    const Tensor w = g.t().matmul(a[1]);  // read first, as a linear's backward does
+    const Tensor b = g.sum({0});          // hoisted to g
+    const Tensor bb = b.mean({0}, true);  // after b, still
+    Tensor h = a[0].exp();
+    const Tensor e = a[1].relu();
+    h.mul_(3.0);
+    const Tensor s = h.sum({1});  // h written in between its maker and here: stays
+    return TensorList{w, b, bb, e, s};
+  };
+  const Tensor x = randn({6, 5}), y = randn({6, 4});
+  const Trace t = trace_of(f, {x, y});
+  EXPECT_EQ(op_names(t.graph), (std::vector<std::string>{"mul", "tanh", "permute", "matmul", "sum",
+                                                         "mean", "exp", "relu", "mul_", "sum"}));
+  const Trace h = hoist_reductions(t);
+  EXPECT_EQ(op_names(h.graph), (std::vector<std::string>{"mul", "tanh", "sum", "mean", "permute",
+                                                         "matmul", "exp", "relu", "mul_", "sum"}))
+      << to_text(h.graph);
+  expect_equivalent(h, f, {x, y});
+  // Nothing to move: the same trace.
+  const Program plain = [](const TensorList& a) { return TensorList{(a[0] * 2.0).sum({1})}; };
+  const Trace p = trace_of(plain, {x});
+  EXPECT_EQ(structural_hash(hoist_reductions(p).graph), structural_hash(p.graph));
+  // Through the pipeline, the bias gradient's sum joins the tanh's kernel.
+  if (testing::can_generate_kernels()) {
+    const auto fast = compile(
+        [&](const Tensor& a, const Tensor& b) {
+          const auto out = f({a, b});
+          return std::make_tuple(out[0], out[1]);
+        },
+        {.strict = true});
+    const auto [w, b] = fast(x, y);
+    const TensorList want = f({x, y});
+    EXPECT_TRUE(same(w, want[0]) && same(b, want[1]));
+    const ExplainReport r = fast.explain();
+    ASSERT_FALSE(r.graphs[0].fused.empty()) << r.to_string();
+    EXPECT_EQ(r.graphs[0].fused[0],
+              "mul + tanh + sum (nodes 0-2): one generated kernel of 2 inputs, its columns "
+              "reduced by sum in cache, its input stored as it is reduced")
+        << r.to_string();
+  }
+}
+
 TEST(Passes, FreezingFoldsBatchNormsIntoConvolutions) {
   Generator gen(12);
   manual_seed(12);
@@ -392,7 +442,7 @@ TEST(Passes, ThePipelineKeepsModelsExact) {
   for (const auto& [f, args] : cases) {
     std::vector<PassReport> reports;
     const Trace t = run_passes(trace_of(f, args), {}, &reports);
-    ASSERT_EQ(reports.size(), 7u);
+    ASSERT_EQ(reports.size(), 8u);
     EXPECT_LE(reports.back().nodes_after, reports.front().nodes_before);
     expect_equivalent(t, f, args);
   }

@@ -24,8 +24,10 @@ bool reduces_produced_columns(ops::OpId op, DType dtype);
 
 // out[o * inner + i] = op over r of the values `produce` makes at (o, r, i),
 // as op's library kernel computes it over a contiguous [outer, reduced,
-// inner] input (inner > 1).
+// inner] input (inner > 1). With `into` (such an input's memory), produce
+// writes each tile in its place there: the values are stored too.
 void reduce_produced_columns(ops::OpId op, DType dtype, int64_t outer, int64_t reduced,
-                             int64_t inner, void* out, const ColumnTiles& produce);
+                             int64_t inner, void* out, const ColumnTiles& produce,
+                             void* into = nullptr);
 
 }  // namespace kiln::backend::cpu

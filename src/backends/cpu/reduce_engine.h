@@ -360,10 +360,13 @@ void reduce_columns(const ReduceView& v, const Op& op) {
 // elements apart, and each tile is folded while in cache. Tiles hold the
 // rows op.columns folds as one block over memory, with the same choice of
 // its narrow form, so the results are reduce_run's bit for bit (a fused
-// group's column reduction, compiler/codegen/row_reduction.h).
+// group's column reduction, compiler/codegen/row_reduction.h). With `into`
+// (a contiguous [outer, reduced, inner] tensor's values), each tile is its
+// place there, rows `inner` apart, as the fold over memory reads them: the
+// values are then stored as they are folded.
 template <typename T, typename Op, typename Produce>
 void reduce_columns_produced(int64_t outer, int64_t reduced, int64_t inner, const Op& op,
-                             const Produce& produce) {
+                             const Produce& produce, T* into = nullptr) {
   const int64_t nout = outer * inner;
   if (nout == 0) return;
   if (reduced == 0) {
@@ -382,11 +385,13 @@ void reduce_columns_produced(int64_t outer, int64_t reduced, int64_t inner, cons
       outer, reduced, inner, op,
       [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t ncols, int64_t k0, auto* totals) {
         thread_local std::vector<T> tile;  // kept: no allocation per work item
-        tile.resize(static_cast<size_t>(block * stride));
+        tile.resize(into ? 0 : static_cast<size_t>(block * stride));
         for (int64_t r = r0; r < r1; r += block) {
           const int64_t rows = std::min(block, r1 - r);
-          produce(o, r, r + rows, i0, ncols, tile.data(), stride);
-          op.columns(tile.data(), stride, rows, r, ncols, k0, totals);
+          T* at = into ? into + (o * reduced + r) * inner + i0 : tile.data();
+          const int64_t apart = into ? inner : stride;
+          produce(o, r, r + rows, i0, ncols, at, apart);
+          op.columns(at, apart, rows, r, ncols, k0, totals);
         }
       });
 }

@@ -267,13 +267,13 @@ bool reduces_produced_columns(OpId op, DType dtype) {
 }
 
 void reduce_produced_columns(OpId op, DType dtype, int64_t outer, int64_t reduced, int64_t inner,
-                             void* out, const ColumnTiles& produce) {
+                             void* out, const ColumnTiles& produce, void* into) {
   if (!reduces_produced_columns(op, dtype))
     throw Error(detail::str_cat("reduce_produced_columns: ", ops::op_schema(op).name, " of ", dtype,
                                 " does not reduce produced columns"));
   visit_float_dtype(dtype, [&]<typename T>() {
     const auto run = [&](const auto& reduction) {
-      reduce_columns_produced<T>(outer, reduced, inner, reduction, produce);
+      reduce_columns_produced<T>(outer, reduced, inner, reduction, produce, static_cast<T*>(into));
     };
     if (op == OpId::sum || op == OpId::mean) {
       SumOp<T> sum;

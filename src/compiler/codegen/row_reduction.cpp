@@ -253,8 +253,8 @@ std::optional<std::array<int64_t, 3>> grouped_strides(const Shape& sizes, const 
 // the reduced and the kept index and the kernel draws nothing (a dropout's
 // counters are positions in the whole input); else one call per row.
 void run_column_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
-                          const Tensor& out, std::span<const Tensor> inputs,
-                          const uint64_t* draws) {
+                          const Tensor& out, std::span<const Tensor> inputs, const uint64_t* draws,
+                          void* into) {
   int64_t outer = 1, reduced = 1, inner = 1;
   for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d)
     (d < r.column_begin ? outer : d < r.column_end ? reduced : inner) *= sizes[d];
@@ -298,7 +298,8 @@ void run_column_reduction(PointwiseFn fn, const RowReduction& r, const Shape& si
           int64_t index[2];
           fn(ptrs.data(), box, dense ? strides.data() + operands : strides.data(), dense ? 1 : 2, 0,
              rows * ncols, index, nullptr);
-        });
+        },
+        into);
     return;
   }
   const PointwiseCall call =
@@ -315,7 +316,8 @@ void run_column_reduction(PointwiseFn fn, const RowReduction& r, const Shape& si
               before(static_cast<char*>(tile) + (row - r0) * stride * element, begin * element);
           own.run(fn, begin, begin + ncols, index.data());
         }
-      });
+      },
+      into);
 }
 
 }  // namespace
@@ -323,14 +325,14 @@ void run_column_reduction(PointwiseFn fn, const RowReduction& r, const Shape& si
 void run_row_reduction(PointwiseFn fn, const RowReduction& r, const Shape& sizes, DType dtype,
                        const Tensor& out, std::span<const Tensor> inputs, PointwiseFn epilogue,
                        PointwiseFn row, const uint64_t* draws, const Tensor& stored) {
-  if (stored.defined() &&
-      (r.column_begin >= 0 || !r.permutation.empty() || epilogue || stored.sizes() != sizes ||
-       stored.dtype() != dtype || !stored.is_contiguous()))
+  if (stored.defined() && (!r.permutation.empty() || epilogue || stored.sizes() != sizes ||
+                           stored.dtype() != dtype || !stored.is_contiguous()))
     throw Error(detail::str_cat("compiler: a stored input of ", stored.sizes(), " ", stored.dtype(),
                                 " for a row reduction over ", sizes, " ", dtype,
                                 " with no epilogue"));
   if (r.column_begin >= 0) {
-    run_column_reduction(fn, r, sizes, dtype, out, inputs, draws);
+    run_column_reduction(fn, r, sizes, dtype, out, inputs, draws,
+                         stored.defined() ? stored.data_ptr() : nullptr);
     return;
   }
   if (!r.permutation.empty()) {

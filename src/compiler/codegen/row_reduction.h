@@ -87,9 +87,10 @@ bool keeps_rank(const Graph& graph, const Node& n);
 // inputs standing for the reduction's result and the row ops' result are
 // not read. draws: the seeds and offsets of the step's random nodes, for
 // each of its kernels (emit_cpp's `draws`). `stored`, when defined (of
-// `sizes`, contiguous), gets the kernel's result too: each block is written
-// there instead of into a buffer, and reduced while in cache (a row
-// reduction without an epilogue whose input is read after it).
+// `sizes`, contiguous), gets the kernel's result too: each block of rows (a
+// column reduction's tile) is written there instead of into a buffer, and
+// reduced while in cache (a reduction without an epilogue, over rows or
+// columns, whose input is read after it).
 void run_row_reduction(PointwiseFn fn, const RowReduction& reduction, const Shape& sizes,
                        DType dtype, const Tensor& out, std::span<const Tensor> inputs,
                        PointwiseFn epilogue = nullptr, PointwiseFn row = nullptr,

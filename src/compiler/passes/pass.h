@@ -104,6 +104,12 @@ Trace remove_noops(const Trace& trace);
 // nodes read the original.
 Trace elide_copies(const Trace& trace);
 
+// Moves each reduction over dims (sum, mean, amax, var, ...) to just after
+// the node that makes its last input, where nothing in between writes what
+// it reads: the schedule then sees a value reduced before other nodes read
+// it, and may reduce it in the kernel that makes it.
+Trace hoist_reductions(const Trace& trace);
+
 // The steps of an LSTM loop on the CPU (lstm_step nodes sharing an input
 // weight, their inputs not fed by the steps) project their inputs with one
 // product, which reads the weight once instead of once per step; the graph

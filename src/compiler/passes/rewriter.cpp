@@ -143,6 +143,7 @@ Trace run_passes(const Trace& trace, const PassContext& context, std::vector<Pas
     pipeline.emplace_back("batch_recurrent_projections", batch_recurrent_projections);
   if (context.freeze && !context.strict)
     pipeline.emplace_back("keep_channels_last", keep_channels_last);
+  pipeline.emplace_back("hoist_reductions", hoist_reductions);
   Trace current = trace;
   for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();

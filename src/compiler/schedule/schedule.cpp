@@ -279,9 +279,9 @@ class PointwiseGrouper {
           lines.push_back(detail::str_cat(node_list(g_, {p, root}), " not fused: ", why));
           continue;
         }
-        // Columns and permuted rows are written in tiles of their own order:
-        // such an input is stored whole by its own group.
-        if (stores && (reduction->column_begin >= 0 || !reduction->permutation.empty())) continue;
+        // Permuted rows are written in blocks of their own order: such an
+        // input is stored whole by its own group.
+        if (stores && !reduction->permutation.empty()) continue;
         start = p;
       }
       // A row reduction's groups store their results alone.
