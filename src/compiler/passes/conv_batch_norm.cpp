@@ -9,7 +9,8 @@
 // graph holds one copy of each folded weight, not two (docs/architecture.md,
 // "Prepared weights"). The function's other graphs (its other sizes, its
 // later traces) get the same folded constants (passes/folded_constants.h),
-// so a frozen model's weights are prepared once for all its sizes.
+// so a frozen model's weights are prepared once for all its sizes where
+// their kernels read one layout.
 #include "compiler/passes/pass.h"
 
 #include <algorithm>
