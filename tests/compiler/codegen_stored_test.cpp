@@ -1,11 +1,13 @@
-// A row reduction whose input is read after it too (returned, or read by
-// later steps: a softmax's input kept for its backward, a cross-entropy
-// gradient summed per row and then scaled) runs in the kernel that makes the
-// input all the same: the kernel writes each block of rows into the input's
-// own memory instead of a buffer, and the reduction folds the block while it
-// is in cache (codegen/row_reduction.h). Both values are eager's bit for bit,
-// for rows on both sides of the threads' count and of a block, and in
-// float64. An input read before the reduction stays its own group's.
+// A reduction whose input is read after it too (returned, or read by later
+// steps: a softmax's input kept for its backward, a cross-entropy gradient
+// summed per row and then scaled, a bias gradient's column sum of a gradient
+// the weight's product reads) runs in the kernel that makes the input all
+// the same: the kernel writes each block of rows (or tile of columns) into
+// the input's own memory instead of a buffer, and the reduction folds it
+// while it is in cache (codegen/row_reduction.h). Both values are eager's
+// bit for bit, for rows on both sides of the threads' count and of a block,
+// and in float64. An input read before the reduction, or rows of a permuted
+// input, stay their own group's.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -58,8 +58,9 @@ struct ScheduledStep {
   // A generated group that stores values besides its result (read after it,
   // or its last value of a tensor it writes in place), in the kernel's order
   // of outputs before the result; by each, the input whose memory it writes
-  // (in place), else -1 (memory of its own). A row reduction's group stores
-  // its input, the kernel's result, where steps after it read it.
+  // (in place), else -1 (memory of its own). A reduction's group (over rows
+  // or columns) stores its input, the kernel's result, where steps after it
+  // read it.
   std::vector<ValueId> stored;
   std::vector<int32_t> stored_writes;
   // A generated group's random nodes (dropout), ascending: the step draws
