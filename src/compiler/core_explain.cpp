@@ -84,8 +84,8 @@ ExplainReport Core::explain() const {
     for (const Node& n : graph.nodes()) {
       if (!n.inplace() && !n.outputs.empty()) {
         const Value& v = graph.value(n.outputs[0]);
-        g.channels_last +=
-            channels_last_layout(v.sizes, v.strides) && !ops::op_schema(n.op).has_flag(ops::kView);
+        g.channels_last += channels_last_layout(sym::hints(v.sizes), sym::hints(v.strides)) &&
+                           !ops::op_schema(n.op).has_flag(ops::kView);
       }
       const std::string name(ops::op_schema(n.op).name);
       const std::string op = n.inplace() ? name + "_" : name;

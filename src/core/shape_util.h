@@ -39,22 +39,23 @@ bool contiguous_layout(const std::vector<I>& sizes, const std::vector<I>& stride
 
 // The strides of a 4-D [N, C, H, W] tensor laid out channels last: [N, H, W, C]
 // in memory (an empty dim counts as 1).
-inline std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes) {
-  const auto at_least_1 = [&](size_t d) { return std::max<int64_t>(sizes[d], 1); };
-  const int64_t c = at_least_1(1), w = at_least_1(3), h = at_least_1(2);
-  return {h * w * c, 1, w * c, c};
+template <class I>
+std::vector<I> channels_last_strides(const std::vector<I>& sizes) {
+  const auto at_least_1 = [&](size_t d) { return sizes[d] < I(1) ? I(1) : sizes[d]; };
+  const I c = at_least_1(1), w = at_least_1(3), h = at_least_1(2);
+  return {h * w * c, I(1), w * c, c};
 }
 
 // Whether a 4-D layout with elements is channels last (size-1 dims' strides
 // aside) and not also row-major: where both hold, the memory order is one.
-inline bool channels_last_layout(const std::vector<int64_t>& sizes,
-                                 const std::vector<int64_t>& strides) {
-  if (sizes.size() != 4 || strides.size() != 4 || shape_numel(sizes) == 0 ||
+template <class I>
+bool channels_last_layout(const std::vector<I>& sizes, const std::vector<I>& strides) {
+  if (sizes.size() != 4 || strides.size() != 4 || shape_numel(sizes) == I(0) ||
       contiguous_layout(sizes, strides))
     return false;
-  const std::vector<int64_t> expected = channels_last_strides(sizes);
+  const std::vector<I> expected = channels_last_strides(sizes);
   for (size_t d = 0; d < 4; ++d)
-    if (sizes[d] != 1 && strides[d] != expected[d]) return false;
+    if (sizes[d] != I(1) && strides[d] != expected[d]) return false;
   return true;
 }
 

@@ -512,6 +512,8 @@ std::ostream& operator<<(std::ostream& os, const SymShape& s) {
   return os << "]";
 }
 
+SymShape constants(const std::vector<int64_t>& s) { return SymShape(s.begin(), s.end()); }
+
 std::vector<int64_t> hints(const SymShape& s) {
   std::vector<int64_t> out;
   out.reserve(s.size());

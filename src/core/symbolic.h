@@ -165,6 +165,8 @@ std::ostream& operator<<(std::ostream& os, const SymInt& v);
 using SymShape = std::vector<SymInt>;
 std::ostream& operator<<(std::ostream& os, const SymShape& s);
 std::vector<int64_t> hints(const SymShape& s);
+// Plain numbers as constant SymInts.
+SymShape constants(const std::vector<int64_t>& s);
 // "[s0, 64]"
 std::string str(const SymShape& s);
 

@@ -45,7 +45,7 @@ TEST(Capture, RecordsOpsOnProxiesWithoutRunningThem) {
   ASSERT_EQ(g.constants().size(), 1u);  // the 2.0, by value
   EXPECT_EQ(g.constant(0).item<double>(), 2.0);
   ASSERT_EQ(g.outputs().size(), 1u);
-  EXPECT_EQ(g.value(g.outputs()[0]).sizes, Shape{2});
+  EXPECT_EQ(sym::hints(g.value(g.outputs()[0]).sizes), Shape{2});
   EXPECT_EQ(g.value(g.outputs()[0]).dtype, kFloat32);  // the constant promotes as a number
   // The graph replays to eager's result, bitwise.
   expect_equal(replay(t, {x, y}), f({x, y}));

@@ -57,8 +57,9 @@ ValueId Tracer::same_data(const Tensor& t) const {
   for (size_t i = values.size(); i-- > 0;) {
     const Value& v = values[i];
     const TensorImpl& layout = t.impl();  // read unnoted: the trace's own
-    if (v.storage == storage && v.sizes == layout.sizes && v.strides == layout.strides &&
-        v.offset == layout.offset && v.dtype == layout.dtype)
+    if (v.storage == storage && sym::hints(v.sizes) == layout.sizes &&
+        sym::hints(v.strides) == layout.strides && v.offset.hint() == layout.offset &&
+        v.dtype == layout.dtype)
       return static_cast<ValueId>(i);
   }
   return kNoValue;
@@ -88,21 +89,22 @@ std::string HostGuard::changed(double now) const {
 }
 
 Shape observe(const Value& v, LayoutField field, int64_t dim) {
+  const Shape sizes = sym::hints(v.sizes), strides = sym::hints(v.strides);
   switch (field) {
     case LayoutField::kSizes:
-      return v.sizes;
+      return sizes;
     case LayoutField::kSize:
-      return {v.sizes.at(static_cast<size_t>(dim))};
+      return {sizes.at(static_cast<size_t>(dim))};
     case LayoutField::kStrides:
-      return v.strides;
+      return strides;
     case LayoutField::kStride:
-      return {v.strides.at(static_cast<size_t>(dim))};
+      return {strides.at(static_cast<size_t>(dim))};
     case LayoutField::kNumel:
-      return {shape_numel(v.sizes)};
+      return {shape_numel(sizes)};
     case LayoutField::kContiguous:
-      return {contiguous_layout(v.sizes, v.strides) ? 1 : 0};
+      return {contiguous_layout(sizes, strides) ? 1 : 0};
     case LayoutField::kOffset:
-      return {v.offset};
+      return {v.offset.hint()};
   }
   return {};
 }
@@ -113,9 +115,9 @@ Shape observe(const Value& v, const LayoutRead& read, const Value* other) {
   if (read.other != kNoValue) {
     if (!other)
       throw Error(detail::str_cat("observe: ", read.describe(), " needs its other value"));
-    bound = other->sizes.at(static_cast<size_t>(read.other_dim));
+    bound = other->sizes.at(static_cast<size_t>(read.other_dim)).hint();
   }
-  return {compare_size(v.sizes.at(static_cast<size_t>(read.dim)), *read.cmp, bound) ? 1 : 0};
+  return {compare_size(v.sizes.at(static_cast<size_t>(read.dim)).hint(), *read.cmp, bound) ? 1 : 0};
 }
 
 std::string shown(LayoutField field, const Shape& observed) {
@@ -499,8 +501,8 @@ namespace kiln::compiler {
 namespace {
 
 bool same_layout(const Tensor& t, const Value& v) {
-  return t.sizes() == v.sizes && t.strides() == v.strides && t.dtype() == v.dtype &&
-         t.device() == v.device;
+  return t.sizes() == sym::hints(v.sizes) && t.strides() == sym::hints(v.strides) &&
+         t.dtype() == v.dtype && t.device() == v.device;
 }
 
 }  // namespace
@@ -705,8 +707,8 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
       }
       case ValueKind::kCaptured: {
         const Tensor& real = traced.captured[static_cast<size_t>(v.slot)];
-        if (real.sizes() != v.sizes || real.strides() != v.strides ||
-            real.storage_offset() != v.offset) {
+        if (real.sizes() != sym::hints(v.sizes) || real.strides() != sym::hints(v.strides) ||
+            real.storage_offset() != v.offset.hint()) {
           why = detail::str_cat("captured tensor ", v.slot, " is now ", real.sizes(),
                                 ", traced as ", v.sizes);
           return std::nullopt;
@@ -728,7 +730,7 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
         // A random op draws a number per element of its result (every
         // random op's draw_philox): as many as its new sizes say.
         const int64_t traced_numel =
-            n.draw_count >= 0 ? shape_numel(g.value(n.outputs.at(0)).sizes) : -1;
+            n.draw_count >= 0 ? shape_numel(g.value(n.outputs.at(0)).sizes).hint() : -1;
         if (n.draw_count >= 0 && n.draw_count != traced_numel) {
           why = detail::str_cat(ops::op_schema(n.op).name, " drew ", n.draw_count,
                                 " random numbers for ", traced_numel, " elements");
@@ -738,14 +740,14 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
         TensorList metas;
         for (ValueId in : n.inputs) {
           ids.push_back(in == kNoValue ? kNoValue : map[static_cast<size_t>(in)]);
-          metas.push_back(in == kNoValue ? Tensor() : ng.meta_tensor(ids.back()));
+          metas.push_back(in == kNoValue ? Tensor() : ng.meta_hint(ids.back()));
         }
         int32_t made = 0;
         try {
           TracerPause untraced;
           if (n.inplace()) {
             const ValueId target = map[static_cast<size_t>(n.target)];
-            Tensor meta = ng.meta_tensor(target);
+            Tensor meta = ng.meta_hint(target);
             ops::dispatch_inplace(n.op, meta, metas, n.attrs);
             made = ng.add_node(n.op, std::move(ids), n.attrs, {meta}, target);
           } else {
@@ -757,8 +759,8 @@ std::optional<Trace> retrace(const Trace& traced, std::span<const LayoutRead> re
         }
         Node& copy = ng.node(made);
         copy.generator = n.generator;
-        copy.draw_count =
-            n.draw_count >= 0 ? shape_numel(ng.value(copy.outputs.at(0)).sizes) : n.draw_count;
+        copy.draw_count = n.draw_count >= 0 ? shape_numel(ng.value(copy.outputs.at(0)).sizes).hint()
+                                            : n.draw_count;
         copy.grad_enabled = n.grad_enabled;
         for (size_t k = 0; k < n.outputs.size(); ++k)
           map[static_cast<size_t>(n.outputs[k])] = copy.outputs.at(k);

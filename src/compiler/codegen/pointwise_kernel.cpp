@@ -380,15 +380,15 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   std::vector<size_t> elements;
   for (ValueId id : outputs) {
     const Value& v = g.value(id);
-    sizes.push_back(v.sizes);
-    strides.push_back(v.strides);
+    sizes.push_back(concrete(v.sizes));
+    strides.push_back(concrete(v.strides));
     elements.push_back(dtype_size(v.dtype));
   }
   std::vector<int32_t> instr_of(g.values().size(), -1);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(inputs[i]);
-    sizes.push_back(v.sizes);
-    strides.push_back(v.strides);
+    sizes.push_back(concrete(v.sizes));
+    strides.push_back(concrete(v.strides));
     elements.push_back(dtype_size(v.dtype));
     Instr load;
     load.kind = Instr::Kind::kLoad;
@@ -397,7 +397,7 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
     instr_of[static_cast<size_t>(inputs[i])] = static_cast<int32_t>(k.body.size());
     k.body.push_back(load);
   }
-  const LoopLayout layout = loop_layout(rv.sizes, sizes, strides, elements);
+  const LoopLayout layout = loop_layout(concrete(rv.sizes), sizes, strides, elements);
   for (size_t j = 0; j < outputs.size(); ++j)
     k.outputs.push_back({g.value(outputs[j]).dtype, inner_of(layout, j, elements[j])});
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -184,7 +184,7 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
     // The library's view leaves dims of size 1 out: a run followed by kept
     // dims of size 1 alone reduces rows, as trailing dims do, and a run of
     // dims of size 1 before kept ones reduces nothing (left to the library).
-    int64_t reduced = 1, inner = 1;
+    SymInt reduced = 1, inner = 1;
     for (int64_t d = run ? dims.front() : rank; d < rank; ++d)
       (d <= dims.back() ? reduced : inner) *= x.sizes[static_cast<size_t>(d)];
     if (run && reduced == 1 && inner > 1) {
@@ -196,7 +196,7 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
       r.column_end = dims.back() + 1;
       return r;
     }
-    if (!run && !adjacent_in_memory(x.sizes, dims)) {
+    if (!run && !adjacent_in_memory(concrete(x.sizes), dims)) {
       // The library reduces x permuted: kept dims first, then `dims`.
       for (int64_t d = 0; d < rank; ++d)
         if (!std::binary_search(dims.begin(), dims.end(), d)) r.permutation.push_back(d);

@@ -30,7 +30,8 @@ const char* kind_name(ValueKind k) {
 }
 
 bool default_layout(const Value& v) {
-  return v.offset == 0 && v.strides == ops::contiguous_strides(v.sizes);
+  return v.offset.hint() == 0 &&
+         sym::hints(v.strides) == ops::contiguous_strides(sym::hints(v.sizes));
 }
 
 void print_type(std::ostream& os, const Value& v, ValueId id, const LayoutText& layout) {
@@ -148,9 +149,9 @@ struct Hasher {
   }
   void add_value(const Value& v) {
     add(static_cast<uint64_t>(v.kind));
-    add_shape(v.sizes);
-    add_shape(v.strides);
-    if (with_sizes) add(static_cast<uint64_t>(v.offset));
+    add_shape(sym::hints(v.sizes));
+    add_shape(sym::hints(v.strides));
+    if (with_sizes) add(static_cast<uint64_t>(v.offset.hint()));
     add(static_cast<uint64_t>(v.dtype));
     add(static_cast<uint64_t>(v.device.kind()));
     add(static_cast<uint64_t>(v.device.index()));
@@ -194,7 +195,8 @@ struct Hasher {
 }  // namespace
 
 int32_t Graph::new_storage(const Tensor& like, ValueId root) {
-  storages_.push_back(StorageInfo{like.storage()->nbytes(), like.device(), root});
+  storages_.push_back(
+      StorageInfo{static_cast<int64_t>(like.storage()->nbytes()), like.device(), root});
   return static_cast<int32_t>(storages_.size() - 1);
 }
 
@@ -202,8 +204,8 @@ ValueId Graph::add_value(Value v, const Tensor& like, int32_t storage) {
   const auto id = static_cast<ValueId>(values_.size());
   const TensorImpl& layout =
       like.impl();  // read unnoted: the graph's own, not the traced program's
-  v.sizes = layout.sizes;
-  v.strides = layout.strides;
+  v.sizes = sym::constants(layout.sizes);
+  v.strides = sym::constants(layout.strides);
   v.offset = layout.offset;
   v.dtype = like.dtype();
   v.device = like.device();
@@ -256,7 +258,7 @@ ValueId Graph::add_lazy_constant(const Tensor& like, ConstantRows rows) {
 ValueId Graph::copy_constant(const Graph& from, size_t slot) {
   if (!from.lazy_constant(slot)) return add_constant(from.constant_values_.at(slot));
   const ValueId id =
-      add_source(ValueKind::kConstant, constants_, from.meta_tensor(from.constants_.at(slot)), -1);
+      add_source(ValueKind::kConstant, constants_, from.meta_hint(from.constants_.at(slot)), -1);
   constant_values_.emplace_back();
   constant_makers_.push_back(from.constant_makers_[slot]);
   return id;
@@ -275,21 +277,21 @@ Tensor Graph::constant(size_t slot) const {
   const Value& v = value(constants_[slot]);
   std::lock_guard lock(lazy.mutex);
   if (std::shared_ptr<Storage> kept = lazy.whole.lock())
-    return ops::make_tensor(std::move(kept), v.sizes, v.dtype);
-  Tensor made = constant_rows(slot, 0, v.sizes.at(0));
+    return ops::make_tensor(std::move(kept), sym::hints(v.sizes), v.dtype);
+  Tensor made = constant_rows(slot, 0, v.sizes.at(0).hint());
   if (made.storage_offset() == 0) lazy.whole = made.storage();
   return made;
 }
 
 Tensor Graph::constant_rows(size_t slot, int64_t begin, int64_t end) const {
   const Value& v = value(constants_.at(slot));
-  if (v.sizes.empty() || begin < 0 || begin > end || end > v.sizes[0])
+  if (v.sizes.empty() || begin < 0 || begin > end || end > v.sizes[0].hint())
     throw Error(detail::str_cat("compiler: rows [", begin, ", ", end, ") of constant ", slot,
                                 " of sizes ", v.sizes));
   if (!lazy_constant(slot))
     return constant_values_[slot].narrow(0, begin, end - begin).contiguous();
   Tensor made = constant_makers_[slot]->rows(begin, end);
-  Shape sizes = v.sizes;
+  Shape sizes = sym::hints(v.sizes);
   sizes[0] = end - begin;
   if (made.sizes() != sizes || !made.is_contiguous() || made.dtype() != v.dtype ||
       made.device() != v.device)
@@ -327,12 +329,22 @@ int32_t Graph::add_node(ops::OpId op, std::vector<ValueId> inputs, ops::Attrs at
 
 Tensor Graph::meta_tensor(ValueId id) const {
   const Value& v = value(id);
+  Tensor t = meta_hint(id);
+  for (const SymShape* s : {&v.sizes, &v.strides})
+    for (const SymInt& d : *s) d.specialize();
+  v.offset.specialize();
+  storages_.at(static_cast<size_t>(v.storage)).nbytes.specialize();
+  return t;
+}
+
+Tensor Graph::meta_hint(ValueId id) const {
+  const Value& v = value(id);
   const StorageInfo& s = storages_.at(static_cast<size_t>(v.storage));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(s.nbytes, s.device);
-  impl->sizes = v.sizes;
-  impl->strides = v.strides;
-  impl->offset = v.offset;
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(s.nbytes.hint()), s.device);
+  impl->sizes = sym::hints(v.sizes);
+  impl->strides = sym::hints(v.strides);
+  impl->offset = v.offset.hint();
   impl->dtype = v.dtype;
   impl->wrapped_number = v.wrapped_number;
   return Tensor(std::move(impl));
@@ -372,7 +384,7 @@ void verify(const Graph& g) {
       }
       if (id < 0 || static_cast<size_t>(id) >= values.size() || !defined[id])
         fail(i, n, detail::str_cat("input %", id, " is used before it is defined"));
-      inputs.push_back(g.meta_tensor(id));
+      inputs.push_back(g.meta_hint(id));
     }
     if (n.inplace()) {
       if (!schema.has_flag(ops::kInplace) || schema.num_outputs != 1)
@@ -401,8 +413,9 @@ void verify(const Graph& g) {
         const Value& t = values[n.target];
         if (v.storage != t.storage)
           fail(i, n, detail::str_cat("output %", out, " should alias its target %", n.target));
-        if (e.sizes() != t.sizes || v.sizes != t.sizes || v.strides != t.strides ||
-            v.offset != t.offset || v.dtype != t.dtype || !ops::can_cast(e.dtype(), t.dtype))
+        if (e.sizes() != sym::hints(t.sizes) || sym::hints(v.sizes) != sym::hints(t.sizes) ||
+            sym::hints(v.strides) != sym::hints(t.strides) || v.offset.hint() != t.offset.hint() ||
+            v.dtype != t.dtype || !ops::can_cast(e.dtype(), t.dtype))
           fail(i, n,
                detail::str_cat("in-place output %", out, " ", v.dtype, v.sizes,
                                " differs from its target ", t.dtype, t.sizes, " or the result ",
@@ -416,12 +429,12 @@ void verify(const Graph& g) {
         fail(i, n, detail::str_cat("view output %", out, " should alias input %", first));
       if (!is_view && g.storages()[static_cast<size_t>(v.storage)].root != out)
         fail(i, n, detail::str_cat("output %", out, " should own a new storage"));
-      if (e.sizes() != v.sizes || e.dtype() != v.dtype || e.device() != v.device)
+      if (e.sizes() != sym::hints(v.sizes) || e.dtype() != v.dtype || e.device() != v.device)
         fail(i, n,
              detail::str_cat("output %", out, " is recorded as ", v.dtype, v.sizes, " ", v.device,
                              ", the shape rule gives ", e.dtype(), e.sizes(), " ", e.device()));
       if (schema.has_flag(ops::kView) &&
-          (e.strides() != v.strides || e.storage_offset() != v.offset))
+          (e.strides() != sym::hints(v.strides) || e.storage_offset() != v.offset.hint()))
         fail(i, n,
              detail::str_cat("view output %", out, " has strides ", v.strides, "+", v.offset,
                              ", the shape rule gives ", e.strides(), "+", e.storage_offset()));
@@ -540,6 +553,13 @@ uint64_t hash_graph(const Graph& g, bool with_sizes) {
 uint64_t structural_hash(const Graph& g) { return hash_graph(g, true); }
 
 uint64_t program_hash(const Graph& g) { return hash_graph(g, false); }
+
+Shape concrete(const SymShape& s) {
+  Shape out;
+  out.reserve(s.size());
+  for (const SymInt& d : s) out.push_back(d.specialize());
+  return out;
+}
 
 std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/symbolic.h"
 #include "kiln/ops/factory.h"
 #include "kiln/tensor.h"
 #include "ops/attrs.h"
@@ -44,10 +45,16 @@ enum class ValueKind : uint8_t {
   kNode,      // an output of a node
 };
 
+// Its layout is symbolic where the graph is (docs/architecture.md,
+// "Symbolic sizes"): a size of a dynamic dim is an expression of the
+// symbols, and comparing it records the guard under which the comparison
+// holds (sym::GuardScope), so that what passes and the scheduler decide is
+// known to hold for every size the guards admit. A traced graph's layouts
+// are constants.
 struct Value {
   ValueKind kind = ValueKind::kNode;
-  Shape sizes, strides;
-  int64_t offset = 0;  // in elements of the storage
+  SymShape sizes, strides;
+  SymInt offset = 0;  // in elements of the storage
   DType dtype = kFloat32;
   Device device;
   int32_t storage = 0;          // values with one storage alias each other
@@ -78,7 +85,7 @@ struct Node {
 
 // A storage the graph knows: its size in bytes and where it comes from.
 struct StorageInfo {
-  size_t nbytes = 0;
+  SymInt nbytes = 0;
   Device device;
   ValueId root = kNoValue;  // the first value seen in it (input, captured, constant or node output)
 };
@@ -106,7 +113,7 @@ class Graph {
   Node& node(int32_t index) { return nodes_.at(static_cast<size_t>(index)); }
   // A layout a pass chose for a node's result (the same bytes, other
   // strides); the pass keeps the values of its storage consistent.
-  void set_strides(ValueId id, Shape strides) {
+  void set_strides(ValueId id, SymShape strides) {
     values_.at(static_cast<size_t>(id)).strides = std::move(strides);
   }
   void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
@@ -129,8 +136,13 @@ class Graph {
   const void* constant_identity(size_t slot) const;
 
   // A meta tensor with value id's layout (a view of a meta storage of the
-  // right size, so that shape rules see the same strides as eager).
+  // right size, so that shape rules see the same strides as eager),
+  // specialized: its symbolic sizes guard that they keep their hints, as
+  // what is decided from it holds at those only.
   Tensor meta_tensor(ValueId id) const;
+  // The same, unguarded: for building graphs whose layouts are derived
+  // again from the symbols (run_passes), and for checks.
+  Tensor meta_hint(ValueId id) const;
 
  private:
   ValueId add_value(Value v, const Tensor& like, int32_t storage);
@@ -150,6 +162,12 @@ class Graph {
   // By slot, null unless lazy.
   std::vector<std::shared_ptr<LazyConstant>> constant_makers_;
 };
+
+// A layout's plain numbers, specialized: each symbolic entry guards that it
+// keeps its hint (a decision that needs numbers holds at that size only).
+// sym::hints gives them unguarded, for what decides nothing (text, the
+// concrete graph an executable runs).
+Shape concrete(const SymShape& s);
 
 // By storage id: whether some in-place node writes it; whether it holds a
 // graph output (or a view of one).

@@ -10,18 +10,18 @@
 namespace kiln::compiler {
 namespace {
 
-SymShape constants(const Shape& s) { return SymShape(s.begin(), s.end()); }
-
 // Row-major strides over symbolic sizes where the traced strides are
 // row-major; the traced strides as constants otherwise. A size-1 dim whose
 // stride is not the row-major one keeps it: its stride never matters (only
 // index 0 exists), and layouts are compared without it (same_strides).
 SymShape input_strides(const Value& v, const SymShape& sizes) {
-  if (!contiguous_layout(v.sizes, v.strides)) return constants(v.strides);
+  if (!contiguous_layout(sym::hints(v.sizes), sym::hints(v.strides))) return v.strides;
   SymShape out(sizes.size());
   SymInt expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
-    out[i] = v.sizes[i] == 1 && v.strides[i] != expected.hint() ? SymInt(v.strides[i]) : expected;
+    out[i] = v.sizes[i].hint() == 1 && v.strides[i].hint() != expected.hint()
+                 ? SymInt(v.strides[i].hint())
+                 : expected;
     expected *= sizes[i].hint() < 1 ? SymInt(1) : sizes[i];
   }
   return out;
@@ -59,11 +59,11 @@ bool each_layout_entry(const SymbolicShapes::Layout& l, const Value& v,
   if (l.sizes.size() != v.sizes.size() || l.strides.size() != v.strides.size())
     return differs("rank");
   for (size_t d = 0; d < l.sizes.size(); ++d)
-    if (l.sizes[d].expr().eval(values) != v.sizes[d]) return differs("sizes");
+    if (l.sizes[d].expr().eval(values) != v.sizes[d].hint()) return differs("sizes");
   for (size_t d = 0; d < l.strides.size(); ++d)
-    if (v.sizes[d] != 1 && l.strides[d].expr().eval(values) != v.strides[d])
+    if (v.sizes[d].hint() != 1 && l.strides[d].expr().eval(values) != v.strides[d].hint())
       return differs("strides");
-  if (l.offset.expr().eval(values) != v.offset) return differs("offset");
+  if (l.offset.expr().eval(values) != v.offset.hint()) return differs("offset");
   return true;
 }
 
@@ -94,7 +94,7 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
       const Value& v = g.values()[id];
       SymbolicShapes::Layout& l = out.values[id];
       if (v.kind != ValueKind::kNode) {
-        l.sizes = constants(v.sizes);
+        l.sizes = v.sizes;
         const uint64_t dims =
             v.kind == ValueKind::kInput && static_cast<size_t>(v.slot) < dynamic.size()
                 ? dynamic[static_cast<size_t>(v.slot)]
@@ -102,25 +102,25 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
         for (size_t d = 0; d < v.sizes.size() && d < 64; ++d) {
           if (!(dims >> d & 1)) continue;
           const auto k = static_cast<int32_t>(out.symbols.size());
-          out.symbols.push_back({v.slot, static_cast<int64_t>(d), v.sizes[d]});
+          const int64_t size = v.sizes[d].hint();
+          out.symbols.push_back({v.slot, static_cast<int64_t>(d), size});
           if (static_cast<size_t>(k) < fixed.size() && fixed[static_cast<size_t>(k)]) {
             // Fixed by a guard: a constant, and that guard.
             const Fixed& f = *fixed[static_cast<size_t>(k)];
             out.guards.push_back(f.guard);
             out.guard_reads.push_back(f.read);
-          } else if (v.sizes[d] >= 2) {
-            l.sizes[d] = SymInt(v.sizes[d], sym::Expr::symbol(k));
+          } else if (size >= 2) {
+            l.sizes[d] = SymInt(size, sym::Expr::symbol(k));
           } else {
             // Sizes 0 and 1 are not symbolic (a 1 broadcasts, a 0 is empty): the graph holds for
             // this size only.
-            out.guards.push_back(
-                {sym::Expr::symbol(k) - sym::Expr(v.sizes[d]), sym::Guard::Rel::kEq,
-                 detail::str_cat("argument ", v.slot, " dim ", d, " was ", v.sizes[d],
-                                 " when traced (0 and 1 are not symbolic)")});
+            out.guards.push_back({sym::Expr::symbol(k) - sym::Expr(size), sym::Guard::Rel::kEq,
+                                  detail::str_cat("argument ", v.slot, " dim ", d, " was ", size,
+                                                  " when traced (0 and 1 are not symbolic)")});
             out.guard_reads.push_back(-1);
           }
         }
-        l.strides = v.kind == ValueKind::kInput ? input_strides(v, l.sizes) : constants(v.strides);
+        l.strides = v.kind == ValueKind::kInput ? input_strides(v, l.sizes) : v.strides;
         l.offset = v.offset;
         continue;
       }
@@ -164,9 +164,9 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
           ol = {ctx.outputs[k].sizes, contiguous_strides(ctx.outputs[k].sizes), SymInt(0)};
         }
         const Value& ov = g.value(n.outputs[k]);
-        if (!same_hints(ol.sizes, ov.sizes) ||
-            !same_strides(ov.sizes, sym::hints(ol.strides), ov.strides) ||
-            ol.offset.hint() != ov.offset) {
+        if (!same_hints(ol.sizes, sym::hints(ov.sizes)) ||
+            !same_strides(sym::hints(ov.sizes), sym::hints(ol.strides), sym::hints(ov.strides)) ||
+            ol.offset.hint() != ov.offset.hint()) {
           why = detail::str_cat(schema.name, " (%", n.outputs[k], "): its rule on symbols gives ",
                                 ol.sizes, "{", ol.strides, "+", ol.offset, "}, the trace has ",
                                 ov.sizes, "{", ov.strides, "+", ov.offset, "}");
@@ -315,8 +315,8 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
         if (slot != input_values.end()) {
           const Tensor& t = inputs.at(static_cast<size_t>(slot - input_values.begin()));
           Value real;
-          real.sizes = t.sizes();
-          real.strides = t.strides();
+          real.sizes = sym::constants(t.sizes());
+          real.strides = sym::constants(t.strides());
           real.offset = t.storage_offset();
           return observe(real, r);
         }

@@ -78,7 +78,7 @@ std::vector<Group> find_groups(const Graph& g) {
     std::vector<bool> downstream(nodes.size(), false);
     Group group;
     size_t next = 0;
-    const Shape& sizes = g.value(nodes[static_cast<size_t>(candidates[0])].inputs[0]).sizes;
+    const SymShape& sizes = g.value(nodes[static_cast<size_t>(candidates[0])].inputs[0]).sizes;
     for (size_t i = static_cast<size_t>(candidates[0]); i < nodes.size(); ++i) {
       const Node& n = nodes[i];
       bool fed = false;
@@ -113,7 +113,7 @@ bool one_chain(const Graph& g, const Readers& readers, const Group& group) {
   if ((input_or_none(first, 5) == kNoValue) != (input_or_none(first, 6) == kNoValue)) return false;
   const Value& w_hh = g.value(first.inputs[4]);
   if (w_hh.sizes.size() != 2) return false;
-  const Shape state{g.value(first.inputs[0]).sizes[0], w_hh.sizes[1]};
+  const SymShape state{g.value(first.inputs[0]).sizes[0], w_hh.sizes[1]};
   for (size_t k = 1; k < first.inputs.size(); ++k) {
     const ValueId in = first.inputs[k];
     if (in == kNoValue) continue;

@@ -194,7 +194,7 @@ void GraphedExecutable::plan_results() {
     r.kind = root.kind;
     if (root.kind == ValueKind::kInput || root.kind == ValueKind::kCaptured) {
       r.source = root.slot;
-      r.offset = v.offset - root.offset;
+      r.offset = v.offset.hint() - root.offset.hint();
       continue;
     }
     const Tensor& s = static_outputs_[i];

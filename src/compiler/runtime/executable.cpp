@@ -28,6 +28,10 @@ struct Executable::Step {
   Device device;                         // where its kernel runs (its workspaces)
   // Views: each output's strides and offset relative to its input's offset.
   std::vector<int64_t> view_offset_delta;
+  // Views: each output's sizes and strides; other kernels: each output's
+  // strides where a pass chose them (channels last), else empty.
+  std::vector<Shape> view_sizes, strides;
+  Shape reduced_sizes;  // a generated row reduction's input's sizes
   // A fused step's values: a generated group's stored ones, then the
   // result (its last node's output), by output.
   std::vector<ValueId> made;
@@ -42,8 +46,23 @@ struct Executable::Step {
 
 namespace {
 
-Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
-  return ops::make_strided(base.storage(), v.sizes, v.strides, offset, v.dtype);
+Tensor view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset,
+               DType dtype) {
+  return ops::make_strided(base.storage(), sizes, strides, offset, dtype);
+}
+
+// An executable runs a graph of plain layouts: a program's symbolic graph is
+// bound to sizes first (docs/architecture.md, "Symbolic sizes").
+void check_plain(const Graph& g) {
+  for (size_t id = 0; id < g.values().size(); ++id) {
+    const Value& v = g.values()[id];
+    bool symbolic = v.offset.is_symbolic();
+    for (const SymShape* s : {&v.sizes, &v.strides})
+      for (const SymInt& d : *s) symbolic = symbolic || d.is_symbolic();
+    if (symbolic)
+      throw Error(detail::str_cat("compiler: an executable's graph has a symbolic layout (%", id,
+                                  " ", sym::str(v.sizes), ")"));
+  }
 }
 
 }  // namespace
@@ -51,6 +70,7 @@ Tensor view_of(const Tensor& base, const Value& v, int64_t offset) {
 Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions& options)
     : trace_(std::move(trace)), current_(&plan_) {
   const Graph& g = trace_->graph;
+  check_plain(g);
   schedule_ = schedule_graph(g, options);
   if (!schedule_.kernels.empty()) {
     std::string why;
@@ -89,8 +109,11 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.writes.push_back(scheduled.writes_input);
       for (ValueId id : s.made) {
         const Value& out = g.value(id);
-        s.outputs.push_back({out.sizes, out.dtype, out.device, {}, 0});
+        s.outputs.push_back({sym::hints(out.sizes), out.dtype, out.device, {}, 0});
       }
+      if (scheduled.reduction)
+        s.reduced_sizes = sym::hints(
+            g.value(g.nodes()[static_cast<size_t>(scheduled.reduction->node)].inputs[0]).sizes);
       s.device = g.value(s.made.back()).device;
     } else if (scheduled.fused()) {
       // The library call's attributes as its shape rule canonicalizes them.
@@ -105,7 +128,7 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.made = {schedule_.result(g, steps_.size())};
       s.writes = {-1};
       const Value& out = g.value(s.made.back());
-      s.outputs = {{out.sizes, out.dtype, out.device, {}, 0}};
+      s.outputs = {{sym::hints(out.sizes), out.dtype, out.device, {}, 0}};
       s.device = out.device;
     } else if (n.inplace()) {
       s.kind = Step::Kind::kInplace;
@@ -113,8 +136,13 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.device = g.value(n.target).device;
     } else if (s.schema->has_flag(ops::kView)) {
       s.kind = Step::Kind::kView;
-      const int64_t base = g.value(n.inputs[0]).offset;
-      for (ValueId out : n.outputs) s.view_offset_delta.push_back(g.value(out).offset - base);
+      const int64_t base = g.value(n.inputs[0]).offset.hint();
+      for (ValueId out : n.outputs) {
+        const Value& v = g.value(out);
+        s.view_offset_delta.push_back(v.offset.hint() - base);
+        s.view_sizes.push_back(sym::hints(v.sizes));
+        s.strides.push_back(sym::hints(v.strides));
+      }
     } else {
       TensorList metas;
       for (ValueId id : n.inputs) metas.push_back(id == kNoValue ? Tensor() : g.meta_tensor(id));
@@ -124,6 +152,17 @@ Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions
       s.outputs = std::move(inferred.outputs);
       s.device = s.outputs.empty() ? Device::cpu() : s.outputs[0].device;
       s.kernel = &ops::kernel_for(n.op, s.device);
+    }
+    if (s.kind == Step::Kind::kKernel || s.kind == Step::Kind::kFused) {
+      // Each output's strides where a pass chose other than row-major ones.
+      const std::vector<ValueId>& made = s.kind == Step::Kind::kFused ? s.made : n.outputs;
+      for (size_t k = 0; k < s.outputs.size() && k < made.size(); ++k) {
+        Shape strides = sym::hints(g.value(made[k]).strides);
+        if (strides != ops::contiguous_strides(s.outputs[k].sizes)) {
+          s.strides.resize(s.outputs.size());
+          s.strides[k] = std::move(strides);
+        }
+      }
     }
     steps_.push_back(std::move(s));
   }
@@ -251,11 +290,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
     if (words) recorded_draw.emplace(words);
     switch (s.kind) {
       case Step::Kind::kView:
-        for (size_t k = 0; k < n.outputs.size(); ++k) {
-          const Value& v = g.value(n.outputs[k]);
-          env[static_cast<size_t>(n.outputs[k])] =
-              view_of(args[0], v, args[0].storage_offset() + s.view_offset_delta[k]);
-        }
+        for (size_t k = 0; k < n.outputs.size(); ++k)
+          env[static_cast<size_t>(n.outputs[k])] = view_of(
+              args[0], s.view_sizes[k], s.strides[k],
+              args[0].storage_offset() + s.view_offset_delta[k], g.value(n.outputs[k]).dtype);
         if (observe) {
           TensorList views;
           for (ValueId out : n.outputs) views.push_back(env[static_cast<size_t>(out)]);
@@ -298,7 +336,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
             outs.push_back(ops::make_tensor(m.sizes, m.dtype, m.device));
           }
           // A layout a pass chose (channels last): the same bytes, its strides.
-          if (v.strides != outs.back().strides()) outs.back() = view_of(outs.back(), v, 0);
+          if (k < s.strides.size() && !s.strides[k].empty())
+            outs.back() = view_of(outs.back(), m.sizes, s.strides[k], 0, m.dtype);
         }
         if (s.generated) {
           // Its random nodes' draws, in program order (ScheduledStep::draws).
@@ -314,10 +353,11 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         if (s.generated && s.scheduled->reduction) {
           detail::count_kernel_launch();
           const codegen::RowReduction& reduction = *s.scheduled->reduction;
-          const Value& x = g.value(g.nodes()[static_cast<size_t>(reduction.node)].inputs[0]);
+          const DType x_dtype =
+              g.value(g.nodes()[static_cast<size_t>(reduction.node)].inputs[0]).dtype;
           // Its input stored as it is reduced, where it is read after it.
-          codegen::run_row_reduction(s.generated, reduction, x.sizes, x.dtype, outs.back(), args,
-                                     s.epilogue, s.row, seeds,
+          codegen::run_row_reduction(s.generated, reduction, s.reduced_sizes, x_dtype, outs.back(),
+                                     args, s.epilogue, s.row, seeds,
                                      outs.size() > 1 ? outs[0] : Tensor());
         } else if (s.generated) {
           detail::count_kernel_launch();

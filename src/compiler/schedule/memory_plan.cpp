@@ -43,7 +43,7 @@ MemoryPlan plan_memory(const Graph& g, const Schedule& schedule,
   for (size_t s = 0; s < num_storages; ++s) {
     const Value& root = g.value(storages[s].root);
     PlannedStorage& p = plan.storages[s];
-    p.nbytes = storages[s].nbytes;
+    p.nbytes = static_cast<size_t>(storages[s].nbytes.hint());
     if (root.kind == ValueKind::kNode && !escapes[s] && schedule.materialized[s]) {
       p.in_arena = true;
       p.first = p.last = step_of(root.producer);

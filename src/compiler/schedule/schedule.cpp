@@ -802,15 +802,18 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
           continue;
         }
         const Value& v = g.value(in);
-        metas.push_back({v.sizes, v.dtype, v.device, v.strides, v.offset});
+        metas.push_back(
+            {concrete(v.sizes), v.dtype, v.device, concrete(v.strides), v.offset.specialize()});
       }
       TensorList call_inputs;
       for (ValueId in : n.inputs)
         call_inputs.push_back(in == kNoValue ? Tensor() : g.meta_tensor(in));
       const ops::Attrs attrs =
           ops::infer(n.op, call_inputs, n.attrs).attrs;  // canonical, as run gets them
-      why = lowering->supports(n.op, metas, {y.sizes, y.dtype, y.device, y.strides, y.offset},
-                               attrs, cand.epilogue);
+      why = lowering->supports(
+          n.op, metas,
+          {concrete(y.sizes), y.dtype, y.device, concrete(y.strides), y.offset.specialize()}, attrs,
+          cand.epilogue);
       // Strict keeps eager's bits: only epilogues that round as eager.
       if (why.empty() && options.strict && lowering->bitwise &&
           !lowering->bitwise(metas, cand.epilogue))
