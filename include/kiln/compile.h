@@ -150,6 +150,10 @@ struct CompileStats {
   // Of those, the graphs made from a kept trace for the new sizes without
   // calling the function (the program read no size that changed).
   int64_t retraces = 0;
+  // Of those, the sizes served by the program compiled once for all sizes
+  // that its guards admit: its graph's layouts evaluated at the new sizes,
+  // with no trace, pass, schedule or kernel build of their own.
+  int64_t bound_sizes = 0;
   // Calls made while another compiled function was tracing: the function
   // ran inline, its ops recorded into the caller's graph.
   int64_t inlined_calls = 0;
@@ -212,6 +216,10 @@ struct ExplainReport {
     // Made from graph instance_of's trace for the new sizes by shape rules
     // alone, without calling the function (trace_ms is that time).
     bool retraced = false;
+    // Of those, bound from the program compiled once for all sizes its guards
+    // admit: its graph's layouts evaluated at these sizes, with no pass or
+    // schedule of its own (trace_ms is that time).
+    bool bound = false;
     // Where its sizes were checked against the program's symbolic shapes:
     // the symbols' values ("s0 = 9, s1 = 16"; empty otherwise).
     std::string symbols;

@@ -35,14 +35,18 @@ struct Epilogue {
 struct EpilogueLowering {
   // Empty when it can run `op` with `epilogue` on inputs and output of these
   // layouts (the call's inputs, then one tensor per kAdd); else why not.
+  // It decides from dtypes, devices, ranks and whether each layout is
+  // row-major or channels last, not from sizes: a dynamic program's sizes
+  // are those it was traced with, and the compiler guards those kinds alone
+  // (docs/architecture.md, "One executable for all sizes").
   std::string (*supports)(ops::OpId op, std::span<const ops::TensorMeta> inputs,
                           const ops::TensorMeta& output, const ops::Attrs& attrs,
                           const Epilogue& epilogue) = nullptr;
   // Runs it: call.inputs are the op's inputs then the epilogue's, call.out()
   // the epilogue's result, which no input shares bytes with.
   void (*run)(const KernelCall& call, const Epilogue& epilogue) = nullptr;
-  // Whether its results are eager's bitwise for these inputs and epilogue;
-  // null: always.
+  // Whether its results are eager's bitwise for these inputs and epilogue
+  // (decided as `supports` decides); null: always.
   bool (*bitwise)(std::span<const ops::TensorMeta> inputs, const Epilogue& epilogue) = nullptr;
 };
 

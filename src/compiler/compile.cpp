@@ -224,7 +224,8 @@ bool records_autograd_on_replay(const Trace& trace, const TensorList& inputs) {
 }  // namespace
 
 void Core::Impl::lower(Segment& seg, const TensorList& inputs,
-                       const std::shared_ptr<Family>& family, uint64_t program) {
+                       const std::shared_ptr<Family>& family, uint64_t program,
+                       const SymbolicProgram* symbolic) {
   const auto lower_start = std::chrono::steady_clock::now();
   // A training step's graph holds its backward ops: it records no autograd.
   const bool records_autograd =
@@ -232,7 +233,8 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
   if (options.backend == CompileBackend::Default && !records_autograd) {
     ScheduleOptions schedule_options;
     schedule_options.strict = options.strict;
-    seg.executable = std::make_shared<const Executable>(seg.trace, schedule_options);
+    seg.executable = symbolic ? symbolic->executable(seg.trace)
+                              : std::make_shared<const Executable>(seg.trace, schedule_options);
     if (log_enabled(LogChannel::kFusion)) {
       const Schedule& schedule = seg.executable->schedule();
       log(LogChannel::kFusion, detail::str_cat(options.name, ": ", seg.trace->graph.nodes().size(),
@@ -278,6 +280,88 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
       detail::str_cat(options.name, ", graph ", seg.order, ":\n", to_text(seg.trace->graph)));
 }
 
+namespace {
+
+// A graph made for new sizes from a family's generic trace, the function
+// not called: its wiring is the trace's.
+void make_instance(Segment& seg, const Family::Generic& generic, std::span<const int64_t> values,
+                   size_t inputs) {
+  seg.sources.resize(inputs);
+  for (size_t i = 0; i < seg.sources.size(); ++i) seg.sources[i] = static_cast<int32_t>(i);
+  seg.structure = generic.structure;
+  seg.host_guards = generic.host_guards;
+  seg.instance_of = generic.order;
+  seg.retraced = true;
+  for (size_t k = 0; k < values.size(); ++k)
+    seg.symbols += detail::str_cat(k ? ", " : "", "s", k, " = ", values[k]);
+}
+
+}  // namespace
+
+std::shared_ptr<const SymbolicProgram> Core::Impl::program_of(const Family::Generic& generic,
+                                                              double& build_ms) {
+  build_ms = 0;
+  if (!generic.shapes || options.backend != CompileBackend::Default) return nullptr;
+  std::lock_guard lock(generic.program_mutex);
+  if (generic.program_tried) return generic.program;
+  generic.program_tried = true;
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<FoldedConstants> function_folds;
+  {
+    std::lock_guard functions_lock(mutex);
+    function_folds = folded;
+  }
+  ScheduleOptions schedule_options;
+  schedule_options.strict = options.strict;
+  generic.program = build_program(
+      *generic.traced, *generic.shapes,
+      {.freeze = options.freeze, .strict = options.strict, .folded = function_folds.get()},
+      schedule_options, generic.program_why);
+  build_ms = ms_since(start);
+  if (generic.program) {
+    log(LogChannel::kRecompiles,
+        detail::str_cat(options.name, ": graph ", generic.order,
+                        "'s program is compiled for all sizes its guards admit (",
+                        generic.program->guards.size(), " guards, ",
+                        generic.program->decision_guards,
+                        " of them from its passes and schedule)"));
+  } else {
+    log(LogChannel::kRecompiles,
+        detail::str_cat(options.name, ": graph ", generic.order,
+                        "'s program cannot be compiled for all sizes: ", generic.program_why));
+  }
+  return generic.program;
+}
+
+std::shared_ptr<Segment> Core::Impl::bound_segment(const Family::Generic& generic,
+                                                   std::span<const int64_t> values,
+                                                   const TensorList& inputs,
+                                                   const std::shared_ptr<Family>& family,
+                                                   std::string& why) {
+  double build_ms = 0;
+  const std::shared_ptr<const SymbolicProgram> program = program_of(generic, build_ms);
+  if (!program || !program->admits(values, why)) return nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  // The graph as traced at these sizes, for the signature a later trace
+  // of them is compared with.
+  Trace traced;
+  traced.graph = bind_layouts(program->traced, values);
+  traced.captured = generic.traced->captured;
+  auto seg = std::make_shared<Segment>();
+  seg->signature = signature_of(traced);
+  seg->traced_nodes = traced.graph.nodes().size();
+  seg->trace = program->bind(values);
+  seg->trace_ms = ms_since(start);
+  seg->passes_ms = build_ms;  // the program's passes and schedule, where this call made it
+  for (const Tensor& t : seg->trace->captured)
+    seg->captured.push_back(layout_of(t, t.grad(), seg->trace->captured));
+  seg->slots = slot_guards(seg->trace->captured);
+  make_instance(*seg, generic, values, inputs.size());
+  seg->bound = true;
+  lower(*seg, inputs, family, program_hash(traced.graph), program.get());
+  return seg;
+}
+
 std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Generic& generic,
                                                const FlatArgs& args,
                                                std::vector<int64_t>& structure, CallState* state,
@@ -297,38 +381,42 @@ std::optional<TensorList> Core::Impl::retraced(Entry& entry, const Family::Gener
   const std::vector<int64_t> values = shapes ? shapes->bind(args.tensors) : std::vector<int64_t>{};
   if (shapes && !shapes->covers(values)) shapes = nullptr;
   if (shapes && !shapes->admits(args.tensors, why)) return std::nullopt;
-  std::optional<Trace> made = retrace(*generic.traced, generic.reads, args.tensors, why);
-  if (!made) {
-    if (shapes)
+  std::shared_ptr<Segment> seg;
+  if (shapes) {
+    std::string unbound;
+    seg = bound_segment(generic, values, args.tensors, entry.family, unbound);
+    if (!seg && !unbound.empty())
       log(LogChannel::kRecompiles,
-          detail::str_cat(
-              options.name,
-              ": the symbolic shapes admit new sizes that the shape rules refuse: ", why));
-    return std::nullopt;
+          detail::str_cat(options.name,
+                          ": the program for all sizes does not serve these: ", unbound));
   }
-  if (shapes && !shapes->describes(made->graph, values, why)) {
-    why = "the symbolic shapes differ from the graph made for the new sizes: " + why;
-    log(LogChannel::kRecompiles, detail::str_cat(options.name, ": ", why));
-    return std::nullopt;
+  if (!seg) {
+    std::optional<Trace> made = retrace(*generic.traced, generic.reads, args.tensors, why);
+    if (!made) {
+      if (shapes)
+        log(LogChannel::kRecompiles,
+            detail::str_cat(
+                options.name,
+                ": the symbolic shapes admit new sizes that the shape rules refuse: ", why));
+      return std::nullopt;
+    }
+    if (shapes && !shapes->describes(made->graph, values, why)) {
+      why = "the symbolic shapes differ from the graph made for the new sizes: " + why;
+      log(LogChannel::kRecompiles, detail::str_cat(options.name, ": ", why));
+      return std::nullopt;
+    }
+    TraceSignature signature = signature_of(*made);
+    const uint64_t program = program_hash(made->graph);
+    seg = compile_segment(std::move(*made), std::move(signature), ms_since(start), true,
+                          [](const Tensor& t) { return t.grad(); });
+    make_instance(*seg, generic, shapes ? values : std::vector<int64_t>{}, args.tensors.size());
+    lower(*seg, args.tensors, entry.family, program);
   }
-  TraceSignature signature = signature_of(*made);
-  const uint64_t program = program_hash(made->graph);
-  std::shared_ptr<Segment> seg =
-      compile_segment(std::move(*made), std::move(signature), ms_since(start), true,
-                      [](const Tensor& t) { return t.grad(); });
-  seg->sources.resize(args.tensors.size());
-  for (size_t i = 0; i < seg->sources.size(); ++i) seg->sources[i] = static_cast<int32_t>(i);
-  seg->structure = generic.structure;
-  seg->host_guards = generic.host_guards;
-  seg->instance_of = generic.order;
-  seg->retraced = true;
-  for (size_t k = 0; shapes && k < values.size(); ++k)
-    seg->symbols += detail::str_cat(k ? ", " : "", "s", k, " = ", values[k]);
-  lower(*seg, args.tensors, entry.family, program);
   {
     std::lock_guard lock(mutex);
     entry.root = seg;
     ++stats.retraces;
+    if (seg->bound) ++stats.bound_sizes;
   }
   if (state) state->add(*seg, args.tensors);
   int64_t launches = 0;
@@ -816,9 +904,13 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       from = generics[i]->order;
     }
     if (instance) {
-      const std::string note = made ? detail::str_cat("new sizes are made from graph ", from,
-                                                      "'s trace, without calling the function")
-                                    : detail::str_cat("new sizes are traced: ", why);
+      const bool bound = made && !path.empty() && path.back()->bound;
+      const std::string note =
+          bound  ? detail::str_cat("new sizes bind graph ", from,
+                                   "'s program, compiled once for all sizes its guards admit")
+          : made ? detail::str_cat("new sizes are made from graph ", from,
+                                   "'s trace, without calling the function")
+                 : detail::str_cat("new sizes are traced: ", why);
       log(LogChannel::kRecompiles, detail::str_cat(m.options.name, ": ", note));
       std::lock_guard lock(m.mutex);
       m.sizes_note = note;

@@ -123,6 +123,7 @@ ExplainReport Core::explain() const {
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;
     g.retraced = s.retraced;
+    g.bound = s.bound;
     g.symbols = s.symbols;
     g.read = s.read >= 0 ? s.read_description : "";
     g.trace_ms = s.trace_ms;

@@ -95,8 +95,19 @@ struct Core::Impl {
       const std::function<Tensor(const Tensor&)>& grad_at_start);
   // Lowers a kept segment (its executable, where it records no autograd) and
   // numbers it; `inputs`: the tensors it reads.
+  // `symbolic`: the family's program for all sizes, bound to seg's sizes.
   void lower(Segment& seg, const TensorList& inputs, const std::shared_ptr<Family>& family,
-             uint64_t program);
+             uint64_t program, const SymbolicProgram* symbolic = nullptr);
+  // The generic trace's program for all sizes, made at its first call (null
+  // where it cannot be made, or the backend runs no passes); `build_ms`:
+  // the time this call took to make it (0 where it was made before).
+  std::shared_ptr<const SymbolicProgram> program_of(const Family::Generic& generic,
+                                                    double& build_ms);
+  // A graph for symbol values `values` bound from the generic trace's
+  // program; null, with why, where its guards do not admit them.
+  std::shared_ptr<Segment> bound_segment(const Family::Generic& generic,
+                                         std::span<const int64_t> values, const TensorList& inputs,
+                                         const std::shared_ptr<Family>& family, std::string& why);
   // How the latest new size of a dynamic dim got its graphs (explain()).
   std::string sizes_note;
   // The latest dynamic program's symbolic shapes (explain()).

@@ -37,7 +37,12 @@ std::string ExplainReport::to_string() const {
     }
     if (g.cuda_graph)
       os << ", replayed as one CUDA graph holding " << g.cuda_graph_bytes << " bytes";
-    if (g.instance_of) {
+    if (g.instance_of && g.bound) {
+      os << "\n  the program of graph " << g.instance_of
+         << ", compiled once for all sizes of its dynamic dims that its guards admit, bound to "
+            "these";
+      if (!g.symbols.empty()) os << " (" << g.symbols << ")";
+    } else if (g.instance_of) {
       os << "\n  the program of graph " << g.instance_of
          << ", compiled for new sizes of dynamic dims"
          << (g.retraced ? " from its trace, without calling the function" : "");
@@ -82,6 +87,7 @@ std::string ExplainReport::to_json() const {
                 {"graph_launches", stats.graph_launches},
                 {"dynamic_instances", stats.dynamic_instances},
                 {"retraces", stats.retraces},
+                {"bound_sizes", stats.bound_sizes},
                 {"graphs", stats.graphs},
                 {"graphs_kept", stats.graphs_kept},
                 {"recompiles", stats.recompiles},
@@ -118,6 +124,7 @@ std::string ExplainReport::to_json() const {
                            {"resumes", g.resumes},
                            {"instance_of", g.instance_of},
                            {"retraced", g.retraced},
+                           {"bound", g.bound},
                            {"symbols", g.symbols},
                            {"read", g.read},
                            {"compile_ms",

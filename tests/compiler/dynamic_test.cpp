@@ -66,10 +66,11 @@ TEST(Dynamic, AChangedDimIsRecompiledOnceThenEachSizeIsAnInstance) {
 }
 
 // A program that reads none of the sizes that change: a new size's graph is
-// made from a kept trace by the shape rules, and the function is not called.
-// At batch 1 the transpose is contiguous already, so contiguous() copies
-// nothing: a read that changed, and batch 1 is traced (a program of its own),
-// while later sizes are still made from the trace of batch 3.
+// bound from the program compiled once for all sizes (its layouts evaluated
+// at the new sizes), and the function is not called. At batch 1 the
+// transpose is contiguous already, so contiguous() copies nothing: a read
+// that changed, and batch 1 is traced (a program of its own), while later
+// sizes are still bound from the program of batch 3's trace.
 TEST(Dynamic, NewSizesAreMadeFromTheTraceWithoutCallingTheFunction) {
   LogCapture logs("recompiles");
   manual_seed(5);
@@ -104,22 +105,56 @@ TEST(Dynamic, NewSizesAreMadeFromTheTraceWithoutCallingTheFunction) {
   EXPECT_NE(r.recompiles[1].find("its ops differ from those compiled for other sizes"),
             std::string::npos);
   ASSERT_EQ(r.graphs.size(), 6u);
+  EXPECT_EQ(r.stats.bound_sizes, 3);
   for (size_t g : {2u, 4u, 5u}) {
     EXPECT_TRUE(r.graphs[g].retraced) << g;
+    EXPECT_TRUE(r.graphs[g].bound) << g;
     EXPECT_EQ(r.graphs[g].instance_of, 2) << g;
     EXPECT_TRUE(r.graphs[g].executable) << g;
+    // No pass or schedule of its own (the first made the program).
+    if (g != 2u) EXPECT_EQ(r.graphs[g].passes_ms, 0.0) << g;
   }
   EXPECT_FALSE(r.graphs[1].retraced);
   EXPECT_FALSE(r.graphs[3].retraced);
   EXPECT_EQ(r.dynamic_sizes,
-            "new sizes are made from graph 2's trace, without calling the function");
-  EXPECT_NE(
-      r.to_string().find(
-          "compiled for new sizes of dynamic dims from its trace, without calling the function"),
-      std::string::npos);
+            "new sizes bind graph 2's program, compiled once for all sizes its guards admit");
+  EXPECT_NE(r.to_string().find("the program of graph 2, compiled once for all sizes of its "
+                               "dynamic dims that its guards admit, bound to these (s0 = 64)"),
+            std::string::npos)
+      << r.to_string();
   EXPECT_NE(r.to_json().find("\"retraces\": 3"), std::string::npos);
-  EXPECT_TRUE(logs.contains("rows: new sizes are made from graph 2's trace"));
+  EXPECT_NE(r.to_json().find("\"bound_sizes\": 3"), std::string::npos);
+  EXPECT_TRUE(logs.contains("rows: new sizes bind graph 2's program"));
+  EXPECT_TRUE(logs.contains("rows: graph 2's program is compiled for all sizes its guards admit"));
   EXPECT_TRUE(logs.contains("rows: new sizes are traced: the function read is_contiguous() of %"));
+}
+
+// A decision of the passes that holds at some sizes only: a slice of the
+// first 16 columns is the whole tensor at 16 columns only, where
+// remove_noops drops it. The program compiled at 20 columns recorded the
+// guard that the slice is not whole (s1 != 16): it serves every other
+// size, and 16 columns are made from the trace as before, with the log
+// saying which guard failed. Results are eager's at every size.
+TEST(Dynamic, AProgramsDecisionsGuardTheSizesItServes) {
+  LogCapture logs("recompiles");
+  const auto f = [](const Tensor& x) { return (x.narrow(1, 0, 16) * 2.0).exp(); };
+  const auto fast = compile(f, {.dynamic = Dynamic::On, .name = "narrow"});
+  for (int64_t cols : {20, 24, 16, 31, 17}) {
+    const Tensor x = randn({4, cols});
+    EXPECT_TRUE(same(fast(x), f(x))) << cols;
+  }
+  const ExplainReport r = fast.explain();
+  EXPECT_EQ(r.stats.traces, 1);
+  EXPECT_EQ(r.stats.retraces, 4);
+  EXPECT_EQ(r.stats.bound_sizes, 3);  // 24, 31, 17
+  ASSERT_EQ(r.graphs.size(), 5u);
+  EXPECT_TRUE(r.graphs[1].bound);
+  EXPECT_FALSE(r.graphs[2].bound);  // 16
+  EXPECT_TRUE(r.graphs[2].retraced);
+  EXPECT_LT(r.graphs[2].nodes, r.graphs[1].nodes);  // its slice dropped
+  EXPECT_TRUE(
+      logs.contains("narrow: the program for all sizes does not serve these: guard s1 "
+                    "!= 16 (the passes) fails for s1 = 16"));
 }
 
 // A size the program branches on: the branch read it, so each size is
@@ -340,8 +375,11 @@ TEST(Dynamic, ResNetMakesNewBatchSizesFromItsTrace) {
   const ExplainReport r = fast.explain();
   EXPECT_EQ(r.stats.traces, 2) << r.dynamic_sizes;
   EXPECT_EQ(r.stats.retraces, 2) << r.dynamic_sizes;
+  // Batch 5 binds the program; batch 1 is not a size of the symbols (0 and
+  // 1 are not symbolic) and is made from the trace.
+  EXPECT_EQ(r.stats.bound_sizes, 1) << r.dynamic_sizes;
   EXPECT_EQ(r.dynamic_sizes,
-            "new sizes are made from graph 2's trace, without calling the function");
+            "new sizes bind graph 2's program, compiled once for all sizes its guards admit");
 }
 
 // BERT over changing batch sizes and lengths (token ids alone): its layers
@@ -369,9 +407,10 @@ TEST(Dynamic, BertMakesNewBatchSizesAndLengthsFromItsTrace) {
   r = fast.explain();
   EXPECT_EQ(r.stats.traces, 3) << r.dynamic_sizes;
   EXPECT_EQ(r.stats.retraces, 5) << r.dynamic_sizes;
+  EXPECT_EQ(r.stats.bound_sizes, 5) << r.dynamic_sizes;
   EXPECT_EQ(r.recompiles.size(), 2u);
   EXPECT_EQ(r.dynamic_sizes,
-            "new sizes are made from graph 6's trace, without calling the function");
+            "new sizes bind graph 6's program, compiled once for all sizes its guards admit");
   // 65 tokens fail the guard: traced, and the model's own error, as eager.
   kiln::testing::expect_error_with<ValueError>(
       [&] {

@@ -505,7 +505,7 @@ TEST(Symbolic, ExplainShowsTheDynamicProgramsSymbolicShapes) {
   EXPECT_TRUE(r.symbolic_guards.empty()) << r.symbolic_graph;
   ASSERT_EQ(r.graphs.size(), 3u);
   EXPECT_EQ(r.graphs[2].symbols, "s0 = 9");
-  EXPECT_NE(r.to_string().find("without calling the function (s0 = 9)"), std::string::npos)
+  EXPECT_NE(r.to_string().find("that its guards admit, bound to these (s0 = 9)"), std::string::npos)
       << r.to_string();
   EXPECT_NE(r.to_string().find("symbolic shapes of the dynamic program:"), std::string::npos);
   EXPECT_NE(r.to_json().find("\"symbolic_guards\""), std::string::npos);

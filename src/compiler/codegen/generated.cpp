@@ -58,7 +58,7 @@ struct Operands {
   PointwiseCall call(const Shape& out_sizes) const {
     PointwiseCall c;
     c.ptrs = ptrs;
-    c.layout = loop_layout(out_sizes, sizes, strides, elements);
+    c.layout = loop_layout<int64_t>(out_sizes, sizes, strides, elements);
     return c;
   }
 };

@@ -359,7 +359,7 @@ std::string why_not_generated(const Graph& g, const Node& n) {
   if (n.inplace()) {
     // Written back as computed: no cast to the target's dtype in between.
     TensorList metas;
-    for (ValueId id : n.inputs) metas.push_back(g.meta_tensor(id));
+    for (ValueId id : n.inputs) metas.push_back(g.meta_hint(id));  // dtypes and casts
     const DType computed = ops::infer(n.op, metas, n.attrs).outputs[0].dtype;
     if (computed != out.dtype)
       return detail::str_cat(name, "_ computes ", computed, " and casts it to ", out.dtype);
@@ -376,19 +376,19 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   const Value& rv = g.value(result);
   std::vector<ValueId> outputs(stored.begin(), stored.end());
   outputs.push_back(result);
-  std::vector<Shape> sizes, strides;
+  std::vector<SymShape> sizes, strides;
   std::vector<size_t> elements;
   for (ValueId id : outputs) {
     const Value& v = g.value(id);
-    sizes.push_back(concrete(v.sizes));
-    strides.push_back(concrete(v.strides));
+    sizes.push_back(v.sizes);
+    strides.push_back(v.strides);
     elements.push_back(dtype_size(v.dtype));
   }
   std::vector<int32_t> instr_of(g.values().size(), -1);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& v = g.value(inputs[i]);
-    sizes.push_back(concrete(v.sizes));
-    strides.push_back(concrete(v.strides));
+    sizes.push_back(v.sizes);
+    strides.push_back(v.strides);
     elements.push_back(dtype_size(v.dtype));
     Instr load;
     load.kind = Instr::Kind::kLoad;
@@ -397,7 +397,7 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
     instr_of[static_cast<size_t>(inputs[i])] = static_cast<int32_t>(k.body.size());
     k.body.push_back(load);
   }
-  const LoopLayout layout = loop_layout(concrete(rv.sizes), sizes, strides, elements);
+  const BasicLoopLayout<SymInt> layout = loop_layout<SymInt>(rv.sizes, sizes, strides, elements);
   for (size_t j = 0; j < outputs.size(); ++j)
     k.outputs.push_back({g.value(outputs[j]).dtype, inner_of(layout, j, elements[j])});
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -408,7 +408,7 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   for (int32_t index : nodes) {
     const Node& n = g.nodes()[static_cast<size_t>(index)];
     TensorList metas;
-    for (ValueId id : n.inputs) metas.push_back(g.meta_tensor(id));
+    for (ValueId id : n.inputs) metas.push_back(g.meta_hint(id));  // dtypes and casts
     const ops::Inferred inferred = ops::infer(n.op, metas, n.attrs);
     Instr op;
     op.op = n.op;
@@ -590,24 +590,27 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
   return s;
 }
 
-LoopLayout loop_layout(const Shape& out_sizes, std::span<const Shape> sizes,
-                       std::span<const Shape> strides, std::span<const size_t> element_sizes) {
+template <class I>
+BasicLoopLayout<I> loop_layout(const std::vector<I>& out_sizes,
+                               std::span<const std::vector<I>> sizes,
+                               std::span<const std::vector<I>> strides,
+                               std::span<const size_t> element_sizes) {
   const size_t ops = sizes.size();
   const size_t rank = out_sizes.size();
-  LoopLayout l;
+  BasicLoopLayout<I> l;
   l.numel = 1;
-  for (int64_t s : out_sizes) l.numel *= s;
+  for (const I& s : out_sizes) l.numel *= s;
   // Dims outer to inner, each with its operands' byte strides; size-1 dims dropped.
-  std::vector<int64_t> dim_sizes;
-  std::vector<std::vector<int64_t>> dim_strides;
+  std::vector<I> dim_sizes;
+  std::vector<std::vector<I>> dim_strides;
   for (size_t d = 0; d < rank; ++d) {
-    if (out_sizes[d] == 1) continue;
-    std::vector<int64_t> st(ops, 0);
+    if (out_sizes[d] == I(1)) continue;
+    std::vector<I> st(ops, I(0));
     for (size_t k = 0; k < ops; ++k) {
       const size_t r = sizes[k].size();
       if (d + r < rank) continue;  // a dim the operand does not have
       const size_t j = d + r - rank;
-      if (sizes[k][j] != 1) st[k] = strides[k][j] * static_cast<int64_t>(element_sizes[k]);
+      if (sizes[k][j] != I(1)) st[k] = strides[k][j] * I(static_cast<int64_t>(element_sizes[k]));
     }
     if (!dim_sizes.empty()) {
       bool merge = true;
@@ -625,20 +628,30 @@ LoopLayout loop_layout(const Shape& out_sizes, std::span<const Shape> sizes,
   if (dim_sizes.empty()) {
     // One element: any stride reads it; the element sizes keep the kernel's
     // contiguous loop (one kernel for every size of a dynamic dim).
-    dim_sizes.push_back(1);
-    dim_strides.emplace_back(element_sizes.begin(), element_sizes.end());
+    dim_sizes.push_back(I(1));
+    std::vector<I> st;
+    for (size_t e : element_sizes) st.push_back(I(static_cast<int64_t>(e)));
+    dim_strides.push_back(std::move(st));
   }
   l.sizes = dim_sizes;
   for (const auto& st : dim_strides) l.strides.insert(l.strides.end(), st.begin(), st.end());
   return l;
 }
 
-Inner inner_of(const LoopLayout& layout, size_t operand, size_t element_size) {
+template <class I>
+Inner inner_of(const BasicLoopLayout<I>& layout, size_t operand, size_t element_size) {
   const size_t ops = layout.strides.size() / layout.sizes.size();
-  const int64_t s = layout.strides[(layout.sizes.size() - 1) * ops + operand];
-  if (s == static_cast<int64_t>(element_size)) return Inner::kContiguous;
-  if (s == 0) return Inner::kBroadcast;
+  const I& s = layout.strides[(layout.sizes.size() - 1) * ops + operand];
+  if (s == I(static_cast<int64_t>(element_size))) return Inner::kContiguous;
+  if (s == I(0)) return Inner::kBroadcast;
   return Inner::kStrided;
 }
+
+template BasicLoopLayout<int64_t> loop_layout(const Shape&, std::span<const Shape>,
+                                              std::span<const Shape>, std::span<const size_t>);
+template BasicLoopLayout<SymInt> loop_layout(const SymShape&, std::span<const SymShape>,
+                                             std::span<const SymShape>, std::span<const size_t>);
+template Inner inner_of(const BasicLoopLayout<int64_t>&, size_t, size_t);
+template Inner inner_of(const BasicLoopLayout<SymInt>&, size_t, size_t);
 
 }  // namespace kiln::compiler::codegen

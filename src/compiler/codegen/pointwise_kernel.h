@@ -96,15 +96,23 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels);
 // Dims of the output's sizes merged where every operand's strides allow and
 // dims of size 1 dropped: at least one dim. Strides in bytes, by dim then
 // operand (output first); an input of fewer dims or of size 1 along a dim is
-// broadcast (stride 0).
-struct LoopLayout {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
-  int64_t numel = 0;
+// broadcast (stride 0). Over plain sizes at run time, and over SymInts where
+// a kernel is lowered for a dynamic program: the comparisons then record
+// the guards under which every size it serves gets the same inner kinds.
+template <class I>
+struct BasicLoopLayout {
+  std::vector<I> sizes;
+  std::vector<I> strides;
+  I numel = 0;
 };
-LoopLayout loop_layout(const Shape& out_sizes, std::span<const Shape> sizes,
-                       std::span<const Shape> strides, std::span<const size_t> element_sizes);
+using LoopLayout = BasicLoopLayout<int64_t>;
+template <class I>
+BasicLoopLayout<I> loop_layout(const std::vector<I>& out_sizes,
+                               std::span<const std::vector<I>> sizes,
+                               std::span<const std::vector<I>> strides,
+                               std::span<const size_t> element_sizes);
 // The inner-stride kind of each operand in a layout.
-Inner inner_of(const LoopLayout& layout, size_t operand, size_t element_size);
+template <class I>
+Inner inner_of(const BasicLoopLayout<I>& layout, size_t operand, size_t element_size);
 
 }  // namespace kiln::compiler::codegen

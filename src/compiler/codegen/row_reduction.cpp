@@ -79,10 +79,10 @@ constexpr int64_t kBlockBytes = 64 * 1024;
 // size 1, are next to one another in memory: the library's reduction view
 // (backends/cpu/reduce.cpp) then reads the input in place, and otherwise
 // reduces the rows of the input permuted (gathered or copied).
-bool adjacent_in_memory(const Shape& sizes, const std::vector<int64_t>& dims) {
+bool adjacent_in_memory(const SymShape& sizes, const std::vector<int64_t>& dims) {
   enum { kBefore, kInside, kAfter } where = kBefore;
   for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-    if (sizes[static_cast<size_t>(d)] == 1) continue;
+    if (sizes[static_cast<size_t>(d)] == SymInt(1)) continue;
     if (std::binary_search(dims.begin(), dims.end(), d)) {
       if (where == kAfter) return false;
       where = kInside;
@@ -143,7 +143,8 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
     return std::nullopt;
   }
   TensorList metas;
-  for (ValueId in : n.inputs) metas.push_back(in == kNoValue ? Tensor() : g.meta_tensor(in));
+  for (ValueId in : n.inputs)
+    metas.push_back(in == kNoValue ? Tensor() : g.meta_hint(in));  // canonical attrs, casts
   ops::Inferred inferred = ops::infer(n.op, metas, n.attrs);
   for (const auto& cast : inferred.input_casts) {
     if (cast) {
@@ -196,7 +197,7 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
       r.column_end = dims.back() + 1;
       return r;
     }
-    if (!run && !adjacent_in_memory(concrete(x.sizes), dims)) {
+    if (!run && !adjacent_in_memory(x.sizes, dims)) {
       // The library reduces x permuted: kept dims first, then `dims`.
       for (int64_t d = 0; d < rank; ++d)
         if (!std::binary_search(dims.begin(), dims.end(), d)) r.permutation.push_back(d);

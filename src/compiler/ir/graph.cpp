@@ -554,6 +554,16 @@ uint64_t structural_hash(const Graph& g) { return hash_graph(g, true); }
 
 uint64_t program_hash(const Graph& g) { return hash_graph(g, false); }
 
+bool Graph::symbolic() const {
+  for (const Value& v : values_) {
+    if (v.offset.is_symbolic()) return true;
+    for (const SymShape* s : {&v.sizes, &v.strides})
+      for (const SymInt& d : *s)
+        if (d.is_symbolic()) return true;
+  }
+  return false;
+}
+
 Shape concrete(const SymShape& s) {
   Shape out;
   out.reserve(s.size());

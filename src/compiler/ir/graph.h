@@ -117,6 +117,19 @@ class Graph {
     values_.at(static_cast<size_t>(id)).strides = std::move(strides);
   }
   void set_outputs(std::vector<ValueId> outputs) { outputs_ = std::move(outputs); }
+  // A value's layout as expressions of the symbols (the same hints), and a
+  // storage's size: symbolic_shapes.h makes and binds them.
+  void set_layout(ValueId id, SymShape sizes, SymShape strides, SymInt offset) {
+    Value& v = values_.at(static_cast<size_t>(id));
+    v.sizes = std::move(sizes);
+    v.strides = std::move(strides);
+    v.offset = std::move(offset);
+  }
+  void set_storage_bytes(int32_t storage, SymInt nbytes) {
+    storages_.at(static_cast<size_t>(storage)).nbytes = std::move(nbytes);
+  }
+  // Whether some value's layout is symbolic.
+  bool symbolic() const;
 
   const std::vector<Value>& values() const noexcept { return values_; }
   const std::vector<Node>& nodes() const noexcept { return nodes_; }

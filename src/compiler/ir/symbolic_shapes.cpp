@@ -67,6 +67,69 @@ bool each_layout_entry(const SymbolicShapes::Layout& l, const Value& v,
   return true;
 }
 
+// Sets the layouts of n's outputs in `layouts` (by value id) from its
+// inputs' there, by its shape rule on symbols; false, with why, where the
+// rule gives other hints than the graph has. Throws where the rule cannot
+// run on them.
+bool rule_layouts(const Graph& g, const Node& n, std::vector<SymbolicShapes::Layout>& layouts,
+                  std::string& why) {
+  const ops::OpSchema& schema = ops::op_schema(n.op);
+  std::vector<ops::SymTensor> inputs;
+  for (ValueId in : n.inputs) {
+    if (in == kNoValue) {
+      inputs.emplace_back();
+      continue;
+    }
+    const Value& iv = g.value(in);
+    const SymbolicShapes::Layout& il = layouts[static_cast<size_t>(in)];
+    inputs.emplace_back(il.sizes, il.strides, il.offset, iv.dtype, iv.device, iv.wrapped_number);
+  }
+  ops::Attrs attrs = n.attrs;
+  ops::SymShapeCtx ctx{schema, inputs, attrs, {}, {}};
+  schema.sym_shape_rule(ctx);
+  // An in-place node's output is its target's new version, laid out as
+  // the target; its rule runs for the guards its checks make.
+  if (ctx.outputs.size() != n.outputs.size()) {
+    why = detail::str_cat(schema.name, ": its rule gives ", ctx.outputs.size(),
+                          " outputs, the graph has ", n.outputs.size());
+    return false;
+  }
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    SymbolicShapes::Layout& ol = layouts[static_cast<size_t>(n.outputs[k])];
+    const Value& ov = g.value(n.outputs[k]);
+    if (n.inplace()) {
+      ol = layouts[static_cast<size_t>(n.target)];
+    } else if (schema.has_flag(ops::kView)) {
+      ol = {ctx.outputs[k].sizes, ctx.outputs[k].strides, ctx.outputs[k].offset};
+    } else if (ov.sizes.size() == 4 &&
+               channels_last_layout(sym::hints(ov.sizes), sym::hints(ov.strides))) {
+      // A layout a pass chose (channels last): the same order in memory.
+      ol = {ctx.outputs[k].sizes, channels_last_strides(ctx.outputs[k].sizes), SymInt(0)};
+    } else {
+      ol = {ctx.outputs[k].sizes, contiguous_strides(ctx.outputs[k].sizes), SymInt(0)};
+    }
+    if (!same_hints(ol.sizes, sym::hints(ov.sizes)) ||
+        !same_strides(sym::hints(ov.sizes), sym::hints(ol.strides), sym::hints(ov.strides)) ||
+        ol.offset.hint() != ov.offset.hint()) {
+      why = detail::str_cat(schema.name, " (%", n.outputs[k], "): its rule on symbols gives ",
+                            ol.sizes, "{", ol.strides, "+", ol.offset, "}, the graph has ",
+                            ov.sizes, "{", ov.strides, "+", ov.offset, "}");
+      return false;
+    }
+  }
+  return true;
+}
+
+// The bytes a value's layout reaches in its storage, from its start.
+SymInt extent_bytes(const Value& v) {
+  SymInt last = v.offset;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    if (v.sizes[d].hint() == 0) return SymInt(0);
+    last = last + (v.sizes[d] - SymInt(1)) * v.strides[d];
+  }
+  return (last + SymInt(1)) * SymInt(static_cast<int64_t>(dtype_size(v.dtype)));
+}
+
 }  // namespace
 
 namespace {
@@ -131,48 +194,8 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
         return std::nullopt;
       }
       ++next;
-      const ops::OpSchema& schema = ops::op_schema(n.op);
-      std::vector<ops::SymTensor> inputs;
-      for (ValueId in : n.inputs) {
-        if (in == kNoValue) {
-          inputs.emplace_back();
-          continue;
-        }
-        const Value& iv = g.value(in);
-        const SymbolicShapes::Layout& il = out.values[static_cast<size_t>(in)];
-        inputs.emplace_back(il.sizes, il.strides, il.offset, iv.dtype, iv.device,
-                            iv.wrapped_number);
-      }
-      ops::Attrs attrs = n.attrs;
-      ops::SymShapeCtx ctx{schema, inputs, attrs, {}, {}};
-      scope.set_origin(detail::str_cat(schema.name, " (%", n.outputs.at(0), ")"));
-      schema.sym_shape_rule(ctx);
-      // An in-place node's output is its target's new version, laid out as
-      // the target; its rule runs for the guards its checks make.
-      if (ctx.outputs.size() != n.outputs.size()) {
-        why = detail::str_cat(schema.name, ": its rule gives ", ctx.outputs.size(),
-                              " outputs, the trace has ", n.outputs.size());
-        return std::nullopt;
-      }
-      for (size_t k = 0; k < n.outputs.size(); ++k) {
-        SymbolicShapes::Layout& ol = out.values[static_cast<size_t>(n.outputs[k])];
-        if (n.inplace()) {
-          ol = out.values[static_cast<size_t>(n.target)];
-        } else if (schema.has_flag(ops::kView)) {
-          ol = {ctx.outputs[k].sizes, ctx.outputs[k].strides, ctx.outputs[k].offset};
-        } else {
-          ol = {ctx.outputs[k].sizes, contiguous_strides(ctx.outputs[k].sizes), SymInt(0)};
-        }
-        const Value& ov = g.value(n.outputs[k]);
-        if (!same_hints(ol.sizes, sym::hints(ov.sizes)) ||
-            !same_strides(sym::hints(ov.sizes), sym::hints(ol.strides), sym::hints(ov.strides)) ||
-            ol.offset.hint() != ov.offset.hint()) {
-          why = detail::str_cat(schema.name, " (%", n.outputs[k], "): its rule on symbols gives ",
-                                ol.sizes, "{", ol.strides, "+", ol.offset, "}, the trace has ",
-                                ov.sizes, "{", ov.strides, "+", ov.offset, "}");
-          return std::nullopt;
-        }
-      }
+      scope.set_origin(detail::str_cat(ops::op_schema(n.op).name, " (%", n.outputs.at(0), ")"));
+      if (!rule_layouts(g, n, out.values, why)) return std::nullopt;
       // The node's other outputs come in later iterations; skip them there.
       id += n.outputs.size() - 1;
     }
@@ -276,6 +299,77 @@ std::optional<SymbolicShapes> symbolize(const Trace& trace, std::span<const Layo
     }
     if (!more) return out;
   }
+}
+
+void SymbolicShapes::apply(Graph& graph) const {
+  for (size_t id = 0; id < values.size() && id < graph.values().size(); ++id)
+    graph.set_layout(static_cast<ValueId>(id), values[id].sizes, values[id].strides,
+                     values[id].offset);
+  set_storage_bytes(graph);
+}
+
+bool derive_layouts(Graph& graph, std::string& why) {
+  std::vector<SymbolicShapes::Layout> layouts(graph.values().size());
+  for (size_t id = 0; id < layouts.size(); ++id) {
+    const Value& v = graph.values()[id];
+    layouts[id] = {v.sizes, v.strides, v.offset};
+  }
+  try {
+    for (const Node& n : graph.nodes())
+      if (!rule_layouts(graph, n, layouts, why)) return false;
+  } catch (const Error& e) {
+    why = detail::str_cat("its shapes cannot be made symbolic: ", e.what());
+    return false;
+  }
+  for (size_t id = 0; id < layouts.size(); ++id)
+    if (graph.values()[id].kind == ValueKind::kNode)
+      graph.set_layout(static_cast<ValueId>(id), std::move(layouts[id].sizes),
+                       std::move(layouts[id].strides), std::move(layouts[id].offset));
+  set_storage_bytes(graph);
+  return true;
+}
+
+void set_storage_bytes(Graph& graph) {
+  for (size_t s = 0; s < graph.storages().size(); ++s) {
+    const StorageInfo& info = graph.storages()[s];
+    if (info.root == kNoValue) continue;
+    const Value& root = graph.value(info.root);
+    if (root.kind == ValueKind::kNode) {
+      // A node's own result: its elements, whatever their order.
+      graph.set_storage_bytes(
+          static_cast<int32_t>(s),
+          shape_numel(root.sizes) * SymInt(static_cast<int64_t>(dtype_size(root.dtype))));
+    } else {
+      bool symbolic = root.offset.is_symbolic();
+      for (const SymShape* l : {&root.sizes, &root.strides})
+        for (const SymInt& d : *l) symbolic = symbolic || d.is_symbolic();
+      if (symbolic) graph.set_storage_bytes(static_cast<int32_t>(s), extent_bytes(root));
+    }
+  }
+}
+
+Graph bind_layouts(const Graph& graph, std::span<const int64_t> values) {
+  Graph out = graph;
+  const auto eval = [&](const SymInt& v) { return SymInt(v.expr().eval(values)); };
+  const auto eval_all = [&](const SymShape& s) {
+    SymShape r;
+    r.reserve(s.size());
+    for (const SymInt& d : s) r.push_back(eval(d));
+    return r;
+  };
+  for (size_t id = 0; id < graph.values().size(); ++id) {
+    const Value& v = graph.values()[id];
+    out.set_layout(static_cast<ValueId>(id), eval_all(v.sizes), eval_all(v.strides),
+                   eval(v.offset));
+  }
+  for (size_t s = 0; s < graph.storages().size(); ++s)
+    out.set_storage_bytes(static_cast<int32_t>(s), eval(graph.storages()[s].nbytes));
+  // A random op draws a number per element of its result, as eager does.
+  for (size_t i = 0; i < out.nodes().size(); ++i) {
+    Node& n = out.node(static_cast<int32_t>(i));
+    if (n.draw_count >= 0) n.draw_count = shape_numel(out.value(n.outputs.at(0)).sizes).hint();
+  }
+  return out;
 }
 
 std::vector<int64_t> SymbolicShapes::bind(const TensorList& inputs) const {

@@ -48,6 +48,9 @@ struct SymbolicShapes {
   std::vector<LayoutRead> reads;
   std::vector<int32_t> guard_reads;
 
+  // Sets `graph`'s layouts (the graph these shapes were made for) to the
+  // expressions, and its storages' sizes to follow them.
+  void apply(Graph& graph) const;
   // The symbols' values for a call with these graph inputs.
   std::vector<int64_t> bind(const TensorList& inputs) const;
   // Whether the expressions cover these symbol values: each symbol's is at
@@ -66,6 +69,19 @@ struct SymbolicShapes {
   // The graph as Graphviz dot, edges labelled with symbolic sizes.
   std::string dot(const Graph& graph) const;
 };
+
+// Sets the layouts of every node's outputs from the layouts of the graph's
+// inputs, captured values and constants, by the ops' shape rules on symbols
+// (a pass's new nodes, made over hints), and the storages' sizes; false,
+// with why, where a rule cannot run on them or gives other hints.
+bool derive_layouts(Graph& graph, std::string& why);
+// Each storage's size as its root's layout gives it (a node's result: its
+// elements; an input: the bytes its layout reaches, where symbolic).
+void set_storage_bytes(Graph& graph);
+// A copy of a symbolic graph with every layout and storage size evaluated
+// at symbol values `values`: a graph of plain layouts, its random nodes
+// drawing a number per element of their results.
+Graph bind_layouts(const Graph& graph, std::span<const int64_t> values);
 
 // The symbolic shapes of `trace` with the dims in `dynamic` (a bit per dim,
 // by graph input) as symbols, and the program's layout reads as guards.

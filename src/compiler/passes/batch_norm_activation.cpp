@@ -116,9 +116,8 @@ Trace fuse_batch_norm_activation(const Trace& trace) {
     for (size_t k = 0; k < 5; ++k) inputs.push_back(r.map(bn.inputs[k]));
     inputs.push_back(r.map(c.residual));
     Graph& ng = r.new_graph();
-    const int32_t node =
-        ng.add_node(ops::OpId::batch_norm_eval, std::move(inputs),
-                    ops::Attrs{bn.attrs.f(1), c.relu >= 0}, {g.meta_tensor(c.last)});
+    const int32_t node = ng.add_node(ops::OpId::batch_norm_eval, std::move(inputs),
+                                     ops::Attrs{bn.attrs.f(1), c.relu >= 0}, {g.meta_hint(c.last)});
     ng.node(node).grad_enabled = false;
     r.replace(c.last, ng.nodes()[static_cast<size_t>(node)].outputs[0]);
   }

@@ -131,7 +131,8 @@ Trace fold_conv_batch_norm(const Trace& trace, FoldedConstants* folded) {
       if (folded) folded->add(key, g, sources, ng, *made);
     }
     const ValueId w_id = (*made)[0], b_id = (*made)[1];
-    const int32_t node = ng.add_node(n.op, {r.map(n.inputs[0]), w_id, b_id}, n.attrs, {g.meta_tensor(m->outputs[0])});
+    const int32_t node =
+        ng.add_node(n.op, {r.map(n.inputs[0]), w_id, b_id}, n.attrs, {g.meta_hint(m->outputs[0])});
     ng.node(node).grad_enabled = n.grad_enabled;
     r.replace(m->outputs[0], ng.nodes()[static_cast<size_t>(node)].outputs[0]);
     skip[static_cast<size_t>(m_index)] = true;

@@ -133,7 +133,7 @@ bool one_chain(const Graph& g, const Readers& readers, const Group& group) {
 
 // A view of input in the new graph, laid out as its shape rule lays it out.
 ValueId emit_view(Graph& ng, OpId op, ValueId input, ops::Attrs attrs) {
-  const Tensor meta = ng.meta_tensor(input);
+  const Tensor meta = ng.meta_hint(input);
   const TensorList view = ops::dispatch(op, std::span<const Tensor>(&meta, 1), attrs);
   const int32_t index = ng.add_node(op, {input}, std::move(attrs), view);
   ng.node(index).grad_enabled = false;
@@ -144,7 +144,7 @@ ValueId emit_view(Graph& ng, OpId op, ValueId input, ops::Attrs attrs) {
 // makes them (contiguous, new storages); returns the outputs.
 std::vector<ValueId> emit(Graph& ng, OpId op, std::vector<ValueId> inputs, ops::Attrs attrs) {
   TensorList metas;
-  for (ValueId in : inputs) metas.push_back(in == kNoValue ? Tensor() : ng.meta_tensor(in));
+  for (ValueId in : inputs) metas.push_back(in == kNoValue ? Tensor() : ng.meta_hint(in));
   const ops::Inferred inferred = ops::infer(op, metas, attrs);
   TensorList outs;
   for (const ops::TensorMeta& m : inferred.outputs)

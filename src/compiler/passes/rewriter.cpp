@@ -1,5 +1,7 @@
 #include "compiler/passes/pass.h"
 
+#include "compiler/ir/symbolic_shapes.h"
+
 #include <cassert>
 #include <chrono>
 
@@ -36,14 +38,14 @@ void Rewriter::build() {
     map_[static_cast<size_t>(old_id)] = new_id;
     storages_[g.value(old_id).storage] = out_.graph.value(new_id).storage;
   };
-  for (ValueId id : g.inputs()) note(id, out_.graph.add_input(g.meta_tensor(id), storage_for(id)));
+  for (ValueId id : g.inputs()) note(id, out_.graph.add_input(g.meta_hint(id), storage_for(id)));
   for (size_t slot = 0; slot < g.captured().size(); ++slot) {
     const ValueId id = g.captured()[slot];
     if (as_constants_ && (*as_constants_)[slot]) {
       map_[static_cast<size_t>(id)] = out_.graph.add_constant(old_.captured[slot]);
       continue;
     }
-    note(id, out_.graph.add_captured(g.meta_tensor(id), storage_for(id)));
+    note(id, out_.graph.add_captured(g.meta_hint(id), storage_for(id)));
     out_.captured.push_back(old_.captured[slot]);
   }
   for (size_t slot = 0; slot < g.constants().size(); ++slot)
@@ -77,7 +79,7 @@ void Rewriter::copy_now(const Node& n) {
   inputs.reserve(n.inputs.size());
   for (ValueId in : n.inputs) inputs.push_back(map(in));
   TensorList outputs;
-  for (ValueId out : n.outputs) outputs.push_back(g.meta_tensor(out));
+  for (ValueId out : n.outputs) outputs.push_back(g.meta_hint(out));
   const int32_t index = out_.graph.add_node(n.op, std::move(inputs), n.attrs, outputs, map(n.target));
   Node& copied = out_.graph.node(index);
   copied.generator = n.generator;
@@ -105,14 +107,23 @@ namespace {
 // Whether b is a as a pass found it: the same values (layouts and storages)
 // and the same nodes, so that verifying b again would find what verifying a
 // found.
+// Compared as expressions, which records no guard.
+bool same_layout(const SymShape& a, const SymShape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t d = 0; d < a.size(); ++d)
+    if (a[d].hint() != b[d].hint() || !(a[d].expr() == b[d].expr())) return false;
+  return true;
+}
+
 bool unchanged(const Graph& a, const Graph& b) {
   if (a.values().size() != b.values().size() || a.nodes().size() != b.nodes().size() ||
       a.outputs() != b.outputs() || a.storages().size() != b.storages().size())
     return false;
   for (size_t i = 0; i < a.values().size(); ++i) {
     const Value &x = a.values()[i], &y = b.values()[i];
-    if (x.kind != y.kind || x.sizes != y.sizes || x.strides != y.strides || x.offset != y.offset ||
-        x.dtype != y.dtype || x.storage != y.storage || x.producer != y.producer)
+    if (x.kind != y.kind || !same_layout(x.sizes, y.sizes) || !same_layout(x.strides, y.strides) ||
+        !same_layout({x.offset}, {y.offset}) || x.dtype != y.dtype || x.storage != y.storage ||
+        x.producer != y.producer)
       return false;
   }
   for (size_t i = 0; i < a.nodes().size(); ++i) {
@@ -122,6 +133,19 @@ bool unchanged(const Graph& a, const Graph& b) {
       return false;
   }
   return true;
+}
+
+// Gives `after`'s inputs the layouts of `before`'s (argument by argument)
+// and derives its nodes' from them.
+void keep_symbolic(const Graph& before, Graph& after, const char* pass) {
+  for (size_t i = 0; i < after.inputs().size() && i < before.inputs().size(); ++i) {
+    const Value& v = before.value(before.inputs()[i]);
+    after.set_layout(after.inputs()[i], v.sizes, v.strides, v.offset);
+  }
+  std::string why;
+  if (!derive_layouts(after, why))
+    throw Error(
+        detail::str_cat("compiler: after ", pass, ", the graph's layouts are not symbolic: ", why));
 }
 
 }  // namespace
@@ -145,12 +169,18 @@ Trace run_passes(const Trace& trace, const PassContext& context, std::vector<Pas
     pipeline.emplace_back("keep_channels_last", keep_channels_last);
   pipeline.emplace_back("hoist_reductions", hoist_reductions);
   Trace current = trace;
+  const bool symbolic = trace.graph.symbolic();
   for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();
     const size_t before = current.graph.nodes().size();
     Trace next = pass(current);
     // A pass that found nothing to do leaves the graph verified as it was.
-    if (!unchanged(current.graph, next.graph)) verify(next.graph);
+    if (!unchanged(current.graph, next.graph)) {
+      verify(next.graph);
+      // A symbolic graph's new nodes were made over hints: their layouts
+      // follow from the inputs' expressions (docs/architecture.md, "Symbolic sizes").
+      if (symbolic) keep_symbolic(current.graph, next.graph, name);
+    }
     current = std::move(next);
     PassReport r{name, before, current.graph.nodes().size(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()};

@@ -54,37 +54,48 @@ Tensor view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int
 // An executable runs a graph of plain layouts: a program's symbolic graph is
 // bound to sizes first (docs/architecture.md, "Symbolic sizes").
 void check_plain(const Graph& g) {
-  for (size_t id = 0; id < g.values().size(); ++id) {
-    const Value& v = g.values()[id];
-    bool symbolic = v.offset.is_symbolic();
-    for (const SymShape* s : {&v.sizes, &v.strides})
-      for (const SymInt& d : *s) symbolic = symbolic || d.is_symbolic();
-    if (symbolic)
-      throw Error(detail::str_cat("compiler: an executable's graph has a symbolic layout (%", id,
-                                  " ", sym::str(v.sizes), ")"));
-  }
+  if (g.symbolic()) throw Error("compiler: an executable's graph has symbolic layouts");
 }
 
 }  // namespace
 
+Schedule lower_schedule(const Graph& g, const ScheduleOptions& options,
+                        codegen::BuiltKernels& kernels) {
+  Schedule schedule = schedule_graph(g, options);
+  if (schedule.kernels.empty()) return schedule;
+  std::string why;
+  if (auto built = codegen::build_kernels(schedule.kernels, why)) {
+    kernels = std::move(*built);
+    return schedule;
+  }
+  // No compiler, or a build error: the library kernels run the groups.
+  ScheduleOptions off = options;
+  off.generate = false;
+  off.generate_off = detail::str_cat("generated kernels are off: ", why);
+  kernels = {};
+  kernels.summary = off.generate_off;
+  return schedule_graph(g, off);
+}
+
 Executable::Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions& options)
     : trace_(std::move(trace)), current_(&plan_) {
+  check_plain(trace_->graph);
+  schedule_ = lower_schedule(trace_->graph, options, kernels_);
+  build_steps();
+}
+
+Executable::Executable(std::shared_ptr<const Trace> trace, Schedule schedule,
+                       codegen::BuiltKernels kernels)
+    : trace_(std::move(trace)),
+      schedule_(std::move(schedule)),
+      current_(&plan_),
+      kernels_(std::move(kernels)) {
+  check_plain(trace_->graph);
+  build_steps();
+}
+
+void Executable::build_steps() {
   const Graph& g = trace_->graph;
-  check_plain(g);
-  schedule_ = schedule_graph(g, options);
-  if (!schedule_.kernels.empty()) {
-    std::string why;
-    if (auto built = codegen::build_kernels(schedule_.kernels, why)) {
-      kernels_ = std::move(*built);
-    } else {
-      // No compiler, or a build error: the library kernels run the groups.
-      ScheduleOptions off = options;
-      off.generate = false;
-      off.generate_off = detail::str_cat("generated kernels are off: ", why);
-      schedule_ = schedule_graph(g, off);
-      kernels_.summary = off.generate_off;
-    }
-  }
   plan_ = plan_memory(g, schedule_);
   NoGradGuard no_grad;
   steps_.reserve(schedule_.steps.size());

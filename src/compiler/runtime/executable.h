@@ -33,6 +33,9 @@ class Executable {
  public:
   // Lowers a trace (which it keeps: its captured tensors are bound by reference).
   explicit Executable(std::shared_ptr<const Trace> trace, const ScheduleOptions& options = {});
+  // Over a schedule and kernels made already (a symbolic program's, bound
+  // to the trace's sizes: runtime/program.h).
+  Executable(std::shared_ptr<const Trace> trace, Schedule schedule, codegen::BuiltKernels kernels);
   ~Executable();
 
   // Runs on inputs laid out as the trace's (the caller has checked the guards).
@@ -57,6 +60,7 @@ class Executable {
 
  private:
   struct Step;
+  void build_steps();
   void prepare_constants();
   std::shared_ptr<const Trace> trace_;
   Schedule schedule_;
@@ -72,5 +76,11 @@ class Executable {
   std::vector<Tensor> constants_;
   size_t prepared_constants_ = 0;
 };
+
+// The graph's schedule with its generated kernels built into `kernels`; where
+// they cannot be built (no compiler, a build error), the schedule without
+// generated kernels, and `kernels.summary` says why.
+Schedule lower_schedule(const Graph& graph, const ScheduleOptions& options,
+                        codegen::BuiltKernels& kernels);
 
 }  // namespace kiln::compiler

@@ -17,6 +17,7 @@
 #include "compiler/ir/symbolic_shapes.h"
 #include "compiler/runtime/device_graph.h"
 #include "compiler/runtime/executable.h"
+#include "compiler/runtime/program.h"
 #include "kiln/compile.h"
 #include "nn/module_state.h"
 
@@ -105,6 +106,7 @@ struct Segment {
   int64_t instance_of =
       0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
   bool retraced = false;  // made from instance_of's trace by retrace, the function not called
+  bool bound = false;     // of those, bound from its program for all sizes (runtime/program.h)
   std::string symbols;    // checked against symbolic shapes: the symbols' values ("s0 = 9")
   double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0, record_ms = 0, autotune_ms = 0;
   size_t traced_nodes = 0;
@@ -147,6 +149,12 @@ struct Family {
     // were in. A new size is made from it only while they are as traced.
     std::vector<HostGuard> host_guards;
     std::vector<SlotGuard> slots;
+    // Its program for all sizes that its guards admit (runtime/program.h),
+    // made at its first new size; null where it could not be made, with why.
+    mutable std::mutex program_mutex;
+    mutable bool program_tried = false;
+    mutable std::shared_ptr<const SymbolicProgram> program;
+    mutable std::string program_why;
   };
   static constexpr size_t kMaxGenerics = 4;
   std::vector<std::shared_ptr<const Generic>> generics;

@@ -11,6 +11,15 @@
 namespace kiln::compiler {
 namespace {
 
+// A value's layout for a backend's epilogue_supports, which decides from
+// its kind (backends/epilogue.h): the hints, with guards that it stays
+// row-major, or channels last, or neither, as it is at them.
+ops::TensorMeta layout_kind_meta(const Value& v) {
+  if (!contiguous_layout(v.sizes, v.strides) && v.sizes.size() == 4)
+    channels_last_layout(v.sizes, v.strides);
+  return {sym::hints(v.sizes), v.dtype, v.device, sym::hints(v.strides), v.offset.hint()};
+}
+
 using backend::Epilogue;
 
 // A library call and the pointwise nodes after it that only it feeds.
@@ -801,19 +810,15 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
           metas.push_back({});
           continue;
         }
-        const Value& v = g.value(in);
-        metas.push_back(
-            {concrete(v.sizes), v.dtype, v.device, concrete(v.strides), v.offset.specialize()});
+        metas.push_back(layout_kind_meta(g.value(in)));
       }
+      // Canonical attributes, as run gets them (from ranks, not sizes).
       TensorList call_inputs;
       for (ValueId in : n.inputs)
-        call_inputs.push_back(in == kNoValue ? Tensor() : g.meta_tensor(in));
+        call_inputs.push_back(in == kNoValue ? Tensor() : g.meta_hint(in));
       const ops::Attrs attrs =
           ops::infer(n.op, call_inputs, n.attrs).attrs;  // canonical, as run gets them
-      why = lowering->supports(
-          n.op, metas,
-          {concrete(y.sizes), y.dtype, y.device, concrete(y.strides), y.offset.specialize()}, attrs,
-          cand.epilogue);
+      why = lowering->supports(n.op, metas, layout_kind_meta(y), attrs, cand.epilogue);
       // Strict keeps eager's bits: only epilogues that round as eager.
       if (why.empty() && options.strict && lowering->bitwise &&
           !lowering->bitwise(metas, cand.epilogue))
