@@ -246,8 +246,10 @@ struct ExplainReport {
   // which sizes the program is the same (empty when no dim is dynamic, or
   // when the program's shapes could not be made symbolic: then why).
   std::string symbolic_graph;
-  std::vector<std::string>
-      symbolic_guards;  // "s0 == 16  (the function's read of size(1) of %0 at bert.cpp:147)"
+  // "s0 == 16  (the function's read of size(1) of %0 at bert.cpp:147)"; once
+  // its program is compiled for all sizes, then the guards of the passes'
+  // and the schedule's decisions ("s1 != 16  (the passes)").
+  std::vector<std::string> symbolic_guards;
   CompileStats stats;
 
   std::string to_string() const;

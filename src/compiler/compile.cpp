@@ -319,6 +319,14 @@ std::shared_ptr<const SymbolicProgram> Core::Impl::program_of(const Family::Gene
       schedule_options, generic.program_why);
   build_ms = ms_since(start);
   if (generic.program) {
+    {
+      // explain() lists the guards of the program's decisions after the shapes'.
+      std::lock_guard functions_lock(mutex);
+      const SymbolicProgram& p = *generic.program;
+      for (size_t i = p.guards.size() - p.decision_guards; i < p.guards.size(); ++i)
+        symbolic_guards.push_back(
+            detail::str_cat(p.guards[i].str(), "  (", p.guards[i].origin, ")"));
+    }
     log(LogChannel::kRecompiles,
         detail::str_cat(options.name, ": graph ", generic.order,
                         "'s program is compiled for all sizes its guards admit (",

@@ -155,6 +155,8 @@ TEST(Dynamic, AProgramsDecisionsGuardTheSizesItServes) {
   EXPECT_TRUE(
       logs.contains("narrow: the program for all sizes does not serve these: guard s1 "
                     "!= 16 (the passes) fails for s1 = 16"));
+  EXPECT_NE(std::find(r.symbolic_guards.begin(), r.symbolic_guards.end(), "s1 != 16  (the passes)"),
+            r.symbolic_guards.end());
 }
 
 // A size the program branches on: the branch read it, so each size is
