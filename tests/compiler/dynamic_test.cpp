@@ -6,6 +6,7 @@
 #include <array>
 #include <memory>
 
+#include "backends/cpu/kernel_compiler.h"
 #include "compiler/compiler_testing.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
@@ -358,6 +359,40 @@ TEST(Dynamic, BertOverChangingSequenceLengths) {
   EXPECT_EQ(r.stats.dynamic_instances, 3);
   ASSERT_EQ(r.dynamic_dims.size(), 1u);
   EXPECT_EQ(r.dynamic_dims[0], "argument 0 dim 1: its size changed from 16 to 9");
+}
+
+// BERT over lengths 9 to 64 (its position table's), every dim dynamic:
+// the first new length compiles the program for all lengths, and every
+// later one binds it. No kernel is compiled or read after the first
+// length's, no later length runs a pass of its own, and each length's result
+// is eager's bitwise.
+TEST(Dynamic, BertLengthsBindOneProgramAndCompileNothing) {
+  KILN_NEEDS_COMPILER();
+  const auto net = compiler::testing::small_bert();
+  NoGradGuard no_grad;
+  const auto forward = [net](const Tensor& ids) { return net->forward(ids).last_hidden_state; };
+  const auto f = compile(forward, {.dynamic = Dynamic::On, .name = "lengths"});
+  const Tensor first = randint(0, 100, {2, 8});
+  EXPECT_TRUE(same(f(first), forward(first)));
+  const auto before = backend::cpu::KernelCompiler::instance().stats();
+  int64_t lengths = 0;
+  for (int64_t length = 9; length <= 64; length += 5, ++lengths) {
+    const Tensor ids = randint(0, 100, {2, length});
+    EXPECT_TRUE(same(f(ids), forward(ids))) << length;
+  }
+  const auto after = backend::cpu::KernelCompiler::instance().stats();
+  EXPECT_EQ(after.compiled, before.compiled);
+  EXPECT_EQ(after.disk_hits, before.disk_hits);
+  const ExplainReport r = f.explain();
+  EXPECT_EQ(r.stats.traces, 1);
+  EXPECT_EQ(r.stats.bound_sizes, lengths);
+  ASSERT_EQ(r.graphs.size(), static_cast<size_t>(lengths + 1));
+  for (size_t g = 1; g < r.graphs.size(); ++g) {
+    EXPECT_TRUE(r.graphs[g].bound) << g;
+    EXPECT_EQ(r.graphs[g].generated_kernels, r.graphs[0].generated_kernels) << g;
+    if (g > 1) EXPECT_EQ(r.graphs[g].passes_ms, 0.0) << g;
+  }
+  EXPECT_GT(r.graphs[0].generated_kernels, 0);
 }
 
 // A server's ResNet over changing batch sizes: the layers read only their
