@@ -70,9 +70,11 @@ bool each_layout_entry(const SymbolicShapes::Layout& l, const Value& v,
 // Sets the layouts of n's outputs in `layouts` (by value id) from its
 // inputs' there, by its shape rule on symbols; false, with why, where the
 // rule gives other hints than the graph has. Throws where the rule cannot
-// run on them.
+// run on them. `chosen`: a result laid out channels last is a pass's choice
+// (keep_channels_last), which holds at every size; in a trace it is the
+// op's, which may not, and the rule's row-major layout must match.
 bool rule_layouts(const Graph& g, const Node& n, std::vector<SymbolicShapes::Layout>& layouts,
-                  std::string& why) {
+                  bool chosen, std::string& why) {
   const ops::OpSchema& schema = ops::op_schema(n.op);
   std::vector<ops::SymTensor> inputs;
   for (ValueId in : n.inputs) {
@@ -101,7 +103,7 @@ bool rule_layouts(const Graph& g, const Node& n, std::vector<SymbolicShapes::Lay
       ol = layouts[static_cast<size_t>(n.target)];
     } else if (schema.has_flag(ops::kView)) {
       ol = {ctx.outputs[k].sizes, ctx.outputs[k].strides, ctx.outputs[k].offset};
-    } else if (ov.sizes.size() == 4 &&
+    } else if (chosen && ov.sizes.size() == 4 &&
                channels_last_layout(sym::hints(ov.sizes), sym::hints(ov.strides))) {
       // A layout a pass chose (channels last): the same order in memory.
       ol = {ctx.outputs[k].sizes, channels_last_strides(ctx.outputs[k].sizes), SymInt(0)};
@@ -195,7 +197,7 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
       }
       ++next;
       scope.set_origin(detail::str_cat(ops::op_schema(n.op).name, " (%", n.outputs.at(0), ")"));
-      if (!rule_layouts(g, n, out.values, why)) return std::nullopt;
+      if (!rule_layouts(g, n, out.values, false, why)) return std::nullopt;
       // The node's other outputs come in later iterations; skip them there.
       id += n.outputs.size() - 1;
     }
@@ -316,7 +318,7 @@ bool derive_layouts(Graph& graph, std::string& why) {
   }
   try {
     for (const Node& n : graph.nodes())
-      if (!rule_layouts(graph, n, layouts, why)) return false;
+      if (!rule_layouts(graph, n, layouts, true, why)) return false;
   } catch (const Error& e) {
     why = detail::str_cat("its shapes cannot be made symbolic: ", e.what());
     return false;
