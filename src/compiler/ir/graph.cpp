@@ -1,5 +1,6 @@
 #include "compiler/ir/graph.h"
 
+#include <algorithm>
 #include <bit>
 #include <mutex>
 #include <ostream>
@@ -554,21 +555,17 @@ uint64_t structural_hash(const Graph& g) { return hash_graph(g, true); }
 
 uint64_t program_hash(const Graph& g) { return hash_graph(g, false); }
 
-bool Graph::symbolic() const {
-  for (const Value& v : values_) {
-    if (v.offset.is_symbolic()) return true;
-    for (const SymShape* s : {&v.sizes, &v.strides})
-      for (const SymInt& d : *s)
-        if (d.is_symbolic()) return true;
-  }
+bool symbolic(const Value& v) {
+  if (v.offset.is_symbolic()) return true;
+  for (const SymShape* s : {&v.sizes, &v.strides})
+    for (const SymInt& d : *s)
+      if (d.is_symbolic()) return true;
   return false;
 }
 
-Shape concrete(const SymShape& s) {
-  Shape out;
-  out.reserve(s.size());
-  for (const SymInt& d : s) out.push_back(d.specialize());
-  return out;
+bool Graph::symbolic() const {
+  return std::any_of(values_.begin(), values_.end(),
+                     [](const Value& v) { return compiler::symbolic(v); });
 }
 
 std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }

@@ -176,11 +176,8 @@ class Graph {
   std::vector<std::shared_ptr<LazyConstant>> constant_makers_;
 };
 
-// A layout's plain numbers, specialized: each symbolic entry guards that it
-// keeps its hint (a decision that needs numbers holds at that size only).
-// sym::hints gives them unguarded, for what decides nothing (text, the
-// concrete graph an executable runs).
-Shape concrete(const SymShape& s);
+// Whether a value's layout is symbolic somewhere (sizes, strides or offset).
+bool symbolic(const Value& v);
 
 // By storage id: whether some in-place node writes it; whether it holds a
 // graph output (or a view of one).

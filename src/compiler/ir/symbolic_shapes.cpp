@@ -341,11 +341,8 @@ void set_storage_bytes(Graph& graph) {
       graph.set_storage_bytes(
           static_cast<int32_t>(s),
           shape_numel(root.sizes) * SymInt(static_cast<int64_t>(dtype_size(root.dtype))));
-    } else {
-      bool symbolic = root.offset.is_symbolic();
-      for (const SymShape* l : {&root.sizes, &root.strides})
-        for (const SymInt& d : *l) symbolic = symbolic || d.is_symbolic();
-      if (symbolic) graph.set_storage_bytes(static_cast<int32_t>(s), extent_bytes(root));
+    } else if (symbolic(root)) {
+      graph.set_storage_bytes(static_cast<int32_t>(s), extent_bytes(root));
     }
   }
 }
@@ -388,13 +385,7 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
     why = "a symbol's size is 0 or 1, which its expressions do not cover";
     return false;
   }
-  // "s0 = 4, s1 = 9": the values of a guard's symbols.
-  const auto values_of = [&v](const sym::Guard& g) {
-    std::string at;
-    for (int32_t k : g.expr.symbols())
-      at += detail::str_cat(at.empty() ? "" : ", ", "s", k, " = ", v[k]);
-    return at;
-  };
+  const auto values_of = [&v](const sym::Guard& g) { return symbol_values(g, v); };
   for (size_t i = 0; i < guards.size(); ++i) {
     const sym::Guard& g = guards[i];
     if (g.holds(v)) continue;
@@ -456,6 +447,13 @@ bool SymbolicShapes::admits(const TensorList& inputs, std::string& why) const {
     }
   }
   return true;
+}
+
+std::string symbol_values(const sym::Guard& g, std::span<const int64_t> values) {
+  std::string at;
+  for (int32_t k : g.expr.symbols())
+    at += detail::str_cat(at.empty() ? "" : ", ", "s", k, " = ", values[static_cast<size_t>(k)]);
+  return at;
 }
 
 bool SymbolicShapes::covers(std::span<const int64_t> values) const {

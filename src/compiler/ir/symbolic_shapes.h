@@ -70,6 +70,9 @@ struct SymbolicShapes {
   std::string dot(const Graph& graph) const;
 };
 
+// "s0 = 4, s1 = 9": the values of a guard's symbols, for messages.
+std::string symbol_values(const sym::Guard& g, std::span<const int64_t> values);
+
 // Sets the layouts of every node's outputs from the layouts of the graph's
 // inputs, captured values and constants, by the ops' shape rules on symbols
 // (a pass's new nodes, made over hints), and the storages' sizes; false,

@@ -5,12 +5,11 @@
 namespace kiln::compiler {
 
 bool SymbolicProgram::admits(std::span<const int64_t> values, std::string& why) const {
-  for (const sym::Guard& g : guards) {
+  for (size_t i = guards.size() - decision_guards; i < guards.size(); ++i) {
+    const sym::Guard& g = guards[i];
     if (g.holds(values)) continue;
-    std::string at;
-    for (int32_t k : g.expr.symbols())
-      at += detail::str_cat(at.empty() ? "" : ", ", "s", k, " = ", values[static_cast<size_t>(k)]);
-    why = detail::str_cat("guard ", g.str(), " (", g.origin, ") fails for ", at);
+    why = detail::str_cat("guard ", g.str(), " (", g.origin, ") fails for ",
+                          symbol_values(g, values));
     return false;
   }
   return true;

@@ -30,7 +30,9 @@ struct SymbolicProgram {
   std::vector<sym::Guard> guards;
   size_t decision_guards = 0;  // how many of them the passes and schedule recorded
 
-  // Whether every guard holds at symbol values `values`; `why` names the first that fails.
+  // Whether its decisions' guards hold at symbol values `values`, which the
+  // symbolic shapes admit (SymbolicShapes::admits); `why` names the first
+  // that fails.
   bool admits(std::span<const int64_t> values, std::string& why) const;
   // The graph after the passes at symbol values `values` (admitted), with
   // the captured tensors it binds, and its executable.
