@@ -1,9 +1,11 @@
 // CUDA kernels of the binary elementwise ops. Inputs arrive in one dtype (the
-// shape rule casts them); broadcasting is the engine's job.
+// shape rule casts them); broadcasting is the engine's job. The floating
+// arithmetic is scalar_ops.cuh's, which generated kernels share.
 #include <cmath>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/cuda/scalar_ops.cuh"
 #include "backends/int_math.h"
 #include "ops/dispatch.h"
 
@@ -18,18 +20,32 @@ template <Arith K>
 struct ArithFn {
   template <typename C>
   __device__ C operator()(C a, C b) const {
-    if constexpr (K == Arith::Plus)
+    if constexpr (std::is_floating_point_v<C>) {
+      if constexpr (K == Arith::Plus)
+        return scalar::add(a, b);
+      else if constexpr (K == Arith::Minus)
+        return scalar::sub(a, b);
+      else if constexpr (K == Arith::Times)
+        return scalar::mul(a, b);
+      else if constexpr (K == Arith::Divide)
+        return scalar::div(a, b);
+      else if constexpr (K == Arith::Maximum)
+        return scalar::maximum(a, b);
+      else
+        return scalar::minimum(a, b);
+    } else if constexpr (K == Arith::Plus) {
       return static_cast<C>(a + b);
-    else if constexpr (K == Arith::Minus)
+    } else if constexpr (K == Arith::Minus) {
       return static_cast<C>(a - b);
-    else if constexpr (K == Arith::Times)
+    } else if constexpr (K == Arith::Times) {
       return static_cast<C>(a * b);
-    else if constexpr (K == Arith::Divide)
+    } else if constexpr (K == Arith::Divide) {
       return a / b;
-    else if constexpr (K == Arith::Maximum)
-      return a != a ? a : (b != b ? b : (a > b ? a : b));
-    else
-      return a != a ? a : (b != b ? b : (a < b ? a : b));
+    } else if constexpr (K == Arith::Maximum) {
+      return a > b ? a : b;
+    } else {
+      return a < b ? a : b;
+    }
   }
 };
 
@@ -66,7 +82,10 @@ struct AddScaled {
   S scale;
   template <typename C>
   __device__ C operator()(C a, C b) const {
-    return static_cast<C>(a + scale * b);
+    if constexpr (std::is_floating_point_v<C>)
+      return scalar::add_scaled(a, b, scale);
+    else
+      return static_cast<C>(a + scale * b);
   }
 };
 
@@ -78,10 +97,8 @@ struct BoolAddScaled {
 struct Pow {
   template <typename C>
   __device__ C operator()(C a, C b) const {
-    if constexpr (std::is_same_v<C, float>)
-      return powf(a, b);
-    else if constexpr (std::is_same_v<C, double>)
-      return pow(a, b);
+    if constexpr (std::is_floating_point_v<C>)
+      return scalar::pow(a, b);
     else
       return integer_pow(a, b);
   }
@@ -90,12 +107,8 @@ struct Pow {
 struct Remainder {
   template <typename C>
   __device__ C operator()(C a, C b) const {
-    if constexpr (std::is_same_v<C, float>) {
-      const float r = fmodf(a, b);
-      return (r != 0.f && ((r < 0.f) != (b < 0.f))) ? r + b : r;
-    } else if constexpr (std::is_same_v<C, double>) {
-      const double r = fmod(a, b);
-      return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+    if constexpr (std::is_floating_point_v<C>) {
+      return scalar::remainder(a, b);
     } else if constexpr (std::is_unsigned_v<C>) {
       return static_cast<C>(a % b);
     } else {

@@ -3,6 +3,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/cuda/scalar_ops.cuh"
 #include "backends/device_copy.h"
 #include "backends/element_size.h"
 #include "backends/int_math.h"
@@ -25,8 +26,12 @@ struct Clamp {
   // min(max(v, lo), hi) as PyTorch: hi wins where lo > hi; a NaN value or
   // bound gives NaN (lo != lo only for a NaN).
   __device__ C operator()(C v) const {
-    const C m = v < lo || lo != lo ? lo : v;
-    return m > hi || hi != hi ? hi : m;
+    if constexpr (std::is_floating_point_v<C>) {
+      return scalar::clamp(v, lo, hi);
+    } else {
+      const C m = v < lo ? lo : v;
+      return m > hi ? hi : m;
+    }
   }
 };
 

@@ -1,8 +1,10 @@
-// CUDA kernels of the unary elementwise ops. 16-bit floats compute in float.
+// CUDA kernels of the unary elementwise ops. 16-bit floats compute in float; the floating
+// arithmetic is scalar_ops.cuh's, which generated kernels share.
 #include <cmath>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/cuda/scalar_ops.cuh"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -37,67 +39,73 @@ struct FloatFn {
   template <typename C>
   __device__ C operator()(C x) const {
     if constexpr (K == Fn::Exp)
-      return ::exp(x);
+      return scalar::exp(x);
     else if constexpr (K == Fn::Log)
-      return ::log(x);
+      return scalar::log(x);
     else if constexpr (K == Fn::Log1p)
-      return ::log1p(x);
+      return scalar::log1p(x);
     else if constexpr (K == Fn::Expm1)
-      return ::expm1(x);
+      return scalar::expm1(x);
     else if constexpr (K == Fn::Sqrt)
-      return ::sqrt(x);
+      return scalar::sqrt(x);
     else if constexpr (K == Fn::Rsqrt)
-      return C(1) / ::sqrt(x);
+      return scalar::rsqrt(x);
     else if constexpr (K == Fn::Reciprocal)
-      return C(1) / x;
+      return scalar::reciprocal(x);
     else if constexpr (K == Fn::Sin)
-      return ::sin(x);
+      return scalar::sin(x);
     else if constexpr (K == Fn::Cos)
-      return ::cos(x);
+      return scalar::cos(x);
     else if constexpr (K == Fn::Tanh)
-      return ::tanh(x);
+      return scalar::tanh(x);
     else if constexpr (K == Fn::Sigmoid)
-      return C(1) / (C(1) + ::exp(-x));
+      return scalar::sigmoid(x);
     else if constexpr (K == Fn::Silu)
-      return x / (C(1) + ::exp(-x));
+      return scalar::silu(x);
     else if constexpr (K == Fn::Erf)
-      return ::erf(x);
-    // erfc keeps precision where 1 + erf(x) cancels (large negative x).
+      return scalar::erf(x);
     else if constexpr (K == Fn::GeluErf)
-      return C(0.5) * x * ::erfc(x * C(-0.70710678118654752440));
+      return scalar::gelu_erf(x);
     else if constexpr (K == Fn::GeluTanh)
-      return C(0.5) * x *
-             (C(1) + ::tanh(C(0.79788456080286535588) * (x + C(0.044715) * x * x * x)));
+      return scalar::gelu_tanh(x);
     else if constexpr (K == Fn::Floor)
-      return ::floor(x);
+      return scalar::floor(x);
     else if constexpr (K == Fn::Ceil)
-      return ::ceil(x);
+      return scalar::ceil(x);
     else
-      return ::rint(x);
+      return scalar::round(x);
   }
 };
 
 struct Neg {
   template <typename C>
   __device__ C operator()(C x) const {
-    return static_cast<C>(-x);
+    if constexpr (std::is_floating_point_v<C>)
+      return scalar::neg(x);
+    else
+      return static_cast<C>(-x);
   }
 };
 
 struct Square {
   template <typename C>
   __device__ C operator()(C x) const {
-    return static_cast<C>(x * x);
+    if constexpr (std::is_floating_point_v<C>)
+      return scalar::square(x);
+    else
+      return static_cast<C>(x * x);
   }
 };
 
 struct Relu {
   template <typename C>
   __device__ C operator()(C x) const {
-    if constexpr (std::is_unsigned_v<C>)
+    if constexpr (std::is_floating_point_v<C>)
+      return scalar::relu(x);
+    else if constexpr (std::is_unsigned_v<C>)
       return x;
     else
-      return x < C(0) ? C(0) : x;  // keeps NaN
+      return x < C(0) ? C(0) : x;
   }
 };
 
@@ -105,7 +113,7 @@ struct Abs {
   template <typename C>
   __device__ C operator()(C x) const {
     if constexpr (std::is_floating_point_v<C>)
-      return ::fabs(x);
+      return scalar::abs(x);
     else if constexpr (std::is_unsigned_v<C>)
       return x;
     else
@@ -116,7 +124,9 @@ struct Abs {
 struct Sign {
   template <typename C>
   __device__ C operator()(C x) const {
-    if constexpr (std::is_same_v<C, bool>)
+    if constexpr (std::is_floating_point_v<C>)
+      return scalar::sign(x);
+    else if constexpr (std::is_same_v<C, bool>)
       return x;
     else if constexpr (std::is_unsigned_v<C>)
       return static_cast<C>(x != C(0));
@@ -140,7 +150,7 @@ struct IsNan {
 struct IsInf {
   template <typename C>
   __device__ bool operator()(C x) const {
-    return isinf(x);
+    return scalar::isinf(x);
   }
 };
 
