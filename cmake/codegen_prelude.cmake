@@ -3,13 +3,15 @@
 # src/backends/cpu/scalar_ops.h, and dropout's Philox generator of
 # src/core/philox.h, the very text the library kernels compile,
 # without its #pragma once and kiln #include lines, as a string literal of a
-# source generated at build time.
+# source generated at build time. The same for every generated CUDA kernel:
+# src/backends/cuda/scalar_ops.cuh.
 #
 # Included by CMakeLists.txt after add_library(kiln); the build runs this same
 # file as a script (cmake -P) to write the source when an input changes.
 
 if(CMAKE_SCRIPT_MODE_FILE)
-  # Script mode: HEADERS (a ;-list, in order) and OUTPUT come with -D.
+  # Script mode: HEADERS (a ;-list, in order), OUTPUT and NAME (the
+  # string_view's) come with -D.
   set(prelude "")
   foreach(header ${HEADERS})
     file(READ ${header} text)
@@ -28,8 +30,8 @@ if(CMAKE_SCRIPT_MODE_FILE)
 
 namespace kiln::compiler::codegen {
 
-constexpr char kCodegenPreludeText[] = R\"kiln_prelude(${prelude})kiln_prelude\";
-extern const std::string_view kCodegenPrelude{kCodegenPreludeText, sizeof(kCodegenPreludeText) - 1};
+constexpr char ${NAME}Text[] = R\"kiln_prelude(${prelude})kiln_prelude\";
+extern const std::string_view ${NAME}{${NAME}Text, sizeof(${NAME}Text) - 1};
 
 }  // namespace kiln::compiler::codegen
 ")
@@ -37,15 +39,22 @@ extern const std::string_view kCodegenPrelude{kCodegenPreludeText, sizeof(kCodeg
   return()
 endif()
 
-set(KILN_CODEGEN_HEADERS ${CMAKE_SOURCE_DIR}/src/backends/cpu/vec_math.h
-                         ${CMAKE_SOURCE_DIR}/src/backends/cpu/scalar_ops.h
-                         ${CMAKE_SOURCE_DIR}/src/core/philox.h)
-set(KILN_CODEGEN_PRELUDE_CPP ${CMAKE_BINARY_DIR}/generated/codegen_prelude.cpp)
-add_custom_command(
-  OUTPUT ${KILN_CODEGEN_PRELUDE_CPP}
-  COMMAND ${CMAKE_COMMAND} "-DHEADERS=${KILN_CODEGEN_HEADERS}" -DOUTPUT=${KILN_CODEGEN_PRELUDE_CPP}
-          -P ${CMAKE_CURRENT_LIST_FILE}
-  DEPENDS ${KILN_CODEGEN_HEADERS} ${CMAKE_CURRENT_LIST_FILE}
-  COMMENT "Embedding the pointwise arithmetic in the code generator"
-  VERBATIM)
-target_sources(kiln PRIVATE ${KILN_CODEGEN_PRELUDE_CPP})
+# kiln_codegen_prelude(<name> <output> <headers>...): the string_view
+# kiln::compiler::codegen::<name> holding the headers' text.
+function(kiln_codegen_prelude name output)
+  add_custom_command(
+    OUTPUT ${output}
+    COMMAND ${CMAKE_COMMAND} "-DHEADERS=${ARGN}" -DOUTPUT=${output} -DNAME=${name}
+            -P ${CMAKE_CURRENT_FUNCTION_LIST_FILE}
+    DEPENDS ${ARGN} ${CMAKE_CURRENT_FUNCTION_LIST_FILE}
+    COMMENT "Embedding the pointwise arithmetic in the code generator (${name})"
+    VERBATIM)
+  target_sources(kiln PRIVATE ${output})
+endfunction()
+
+kiln_codegen_prelude(kCodegenPrelude ${CMAKE_BINARY_DIR}/generated/codegen_prelude.cpp
+                     ${CMAKE_SOURCE_DIR}/src/backends/cpu/vec_math.h
+                     ${CMAKE_SOURCE_DIR}/src/backends/cpu/scalar_ops.h
+                     ${CMAKE_SOURCE_DIR}/src/core/philox.h)
+kiln_codegen_prelude(kCudaCodegenPrelude ${CMAKE_BINARY_DIR}/generated/cuda_codegen_prelude.cpp
+                     ${CMAKE_SOURCE_DIR}/src/backends/cuda/scalar_ops.cuh)

@@ -1,11 +1,14 @@
 // The registries of what a backend runs beyond one kernel per op: library
-// calls with an epilogue (epilogue.h) and inputs it prepares once
-// (prepared.h).
+// calls with an epilogue (epilogue.h), inputs it prepares once (prepared.h)
+// and generated kernels (device_codegen.h).
 #include "backends/epilogue.h"
+
+#include "backends/device_codegen.h"
 #include "backends/prepared.h"
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace kiln::backend {
@@ -64,6 +67,37 @@ void register_input_preparation(DeviceKind device, ops::OpId op, InputPreparatio
 
 const InputPreparation* input_preparation(DeviceKind device, ops::OpId op) {
   return Registry<InputPreparation>::instance().find(device, op);
+}
+
+namespace {
+
+struct CodegenRegistry {
+  std::mutex mutex;
+  std::optional<DeviceCodegen> entries[kNumDeviceKinds];
+};
+CodegenRegistry& codegen_registry() {
+  static CodegenRegistry r;
+  return r;
+}
+
+}  // namespace
+
+void register_device_codegen(DeviceKind device, DeviceCodegen codegen) {
+  CodegenRegistry& r = codegen_registry();
+  std::lock_guard lock(r.mutex);
+  r.entries[static_cast<size_t>(device)] = codegen;
+}
+
+const DeviceCodegen* device_codegen(DeviceKind device) {
+  try {
+    backend_for(device);  // backends register when they start
+  } catch (const DeviceError&) {
+    return nullptr;  // a build without that backend
+  }
+  CodegenRegistry& r = codegen_registry();
+  std::lock_guard lock(r.mutex);
+  const std::optional<DeviceCodegen>& e = r.entries[static_cast<size_t>(device)];
+  return e ? &*e : nullptr;
 }
 
 }  // namespace kiln::backend

@@ -10,10 +10,11 @@
 #include <mutex>
 
 #include "backends/cuda/cuda_allocator.h"
-#include "backends/cuda/host_allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_errors.h"
+#include "backends/cuda/host_allocator.h"
+#include "backends/cuda/kernel_compiler.h"
 #include "kiln/cuda.h"
 
 namespace kiln::backend::cuda {
@@ -99,6 +100,7 @@ CudaBackend::CudaBackend() {
   register_cuda_pool_kernels(kernels_);
   register_cuda_resample_kernels(kernels_);
   register_cuda_composite_kernels(kernels_);
+  register_cuda_codegen();
 #ifdef KILN_WITH_CUDNN
   register_cuda_conv_kernels(kernels_);
   register_cuda_cudnn_rnn_kernels(kernels_);  // replaces the composite lstm_sequence

@@ -1,42 +1,112 @@
 #include "compiler/codegen/generated.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "backends/cpu/kernel_compiler.h"
 #include "backends/cpu/loops.h"
+#include "backends/device_codegen.h"
+#include "compiler/codegen/cuda_source.h"
 #include "io/atomic_file.h"
 
 namespace kiln::compiler::codegen {
 
+namespace {
+
+// Readable source, written whole or not at all; a directory that cannot be
+// made or written is an IOError naming it.
+void dump_source(const std::string& source, const std::string& symbol, const char* extension) {
+  const char* dir = std::getenv("KILN_DUMP_DIR");
+  if (!dir || !*dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string name = "kiln_kernels_" + symbol.substr(15) + extension;
+  io::AtomicFileWriter file((std::filesystem::path(dir) / name).string(), "KILN_DUMP_DIR");
+  file.write(source.data(), source.size());
+  file.commit();
+}
+
+std::string summary(size_t n, const char* how, double ms) {
+  return detail::str_cat(n, n == 1 ? " kernel " : " kernels ", how, " in ",
+                         static_cast<int64_t>(ms + 0.5), " ms");
+}
+
+}  // namespace
+
 std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kernels,
                                           std::string& why) {
-  const std::string source = emit_cpp(kernels);
-  std::vector<std::string> symbols;
-  for (const PointwiseKernel& k : kernels) symbols.push_back(k.symbol);
-  if (const char* dir = std::getenv("KILN_DUMP_DIR"); dir && *dir) {
-    // Readable source, written whole or not at all; a directory that cannot
-    // be made or written is an IOError naming it.
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const std::string name = "kiln_kernels_" + symbols.front().substr(15) + ".cpp";
-    io::AtomicFileWriter file((std::filesystem::path(dir) / name).string(), "KILN_DUMP_DIR");
-    file.write(source.data(), source.size());
-    file.commit();
-  }
-  auto loaded = backend::cpu::KernelCompiler::instance().load_all(source, symbols, why);
-  if (!loaded) return std::nullopt;
   BuiltKernels built;
-  for (void* f : loaded->functions) built.functions.push_back(reinterpret_cast<PointwiseFn>(f));
-  built.library = loaded->library;
-  built.ms = loaded->ms;
-  using Origin = backend::cpu::LoadedKernels::Origin;
-  built.compiled = loaded->origin == Origin::kCompiled;
-  const char* how = loaded->origin == Origin::kCompiled ? "compiled"
-                    : loaded->origin == Origin::kDisk   ? "read from the disk cache"
-                                                        : "already loaded";
-  built.summary = detail::str_cat(kernels.size(), kernels.size() == 1 ? " kernel " : " kernels ",
-                                  how, " in ", static_cast<int64_t>(loaded->ms + 0.5), " ms");
+  built.functions.assign(kernels.size(), nullptr);
+  built.device_functions.assign(kernels.size(), nullptr);
+  std::vector<PointwiseKernel> cpu;
+  std::vector<size_t> cpu_at;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (!kernels[i].device.is_cpu()) continue;
+    cpu.push_back(kernels[i]);
+    cpu_at.push_back(i);
+  }
+  std::vector<std::string> parts;
+  if (!cpu.empty()) {
+    const std::string source = emit_cpp(cpu);
+    std::vector<std::string> symbols;
+    for (const PointwiseKernel& k : cpu) symbols.push_back(k.symbol);
+    dump_source(source, symbols.front(), ".cpp");
+    auto loaded = backend::cpu::KernelCompiler::instance().load_all(source, symbols, why);
+    if (!loaded) return std::nullopt;
+    for (size_t j = 0; j < cpu.size(); ++j)
+      built.functions[cpu_at[j]] = reinterpret_cast<PointwiseFn>(loaded->functions[j]);
+    built.library = loaded->library;
+    built.ms += loaded->ms;
+    using Origin = backend::cpu::LoadedKernels::Origin;
+    built.compiled = loaded->origin == Origin::kCompiled;
+    parts.push_back(summary(cpu.size(),
+                            loaded->origin == Origin::kCompiled ? "compiled"
+                            : loaded->origin == Origin::kDisk   ? "read from the disk cache"
+                                                                : "already loaded",
+                            loaded->ms));
+  }
+  // Each device's kernels: one source, loaded for that device.
+  std::vector<std::shared_ptr<void>> libraries;
+  for (size_t first = 0; first < kernels.size(); ++first) {
+    const Device on = kernels[first].device;
+    if (on.is_cpu() || built.device_functions[first]) continue;
+    std::vector<PointwiseKernel> device;
+    std::vector<size_t> device_at;
+    for (size_t i = first; i < kernels.size(); ++i) {
+      if (kernels[i].device != on) continue;
+      device.push_back(kernels[i]);
+      device_at.push_back(i);
+    }
+    const std::string source = emit_cuda(device);
+    std::vector<std::string> symbols;
+    for (const PointwiseKernel& k : device) symbols.push_back(k.symbol);
+    dump_source(source, symbols.front(), ".cu");
+    const backend::DeviceCodegen* codegen = backend::device_codegen(on.kind());
+    if (!codegen) {
+      why = detail::str_cat(on, "'s backend generates no kernels");
+      return std::nullopt;
+    }
+    auto loaded = codegen->load(source, symbols, on, why);
+    if (!loaded) return std::nullopt;
+    for (size_t j = 0; j < device.size(); ++j)
+      built.device_functions[device_at[j]] = loaded->functions[j];
+    libraries.push_back(loaded->library);
+    built.ms += loaded->ms;
+    using Origin = backend::DeviceKernels::Origin;
+    built.compiled = built.compiled || loaded->origin == Origin::kCompiled;
+    parts.push_back(
+        detail::str_cat(summary(device.size(),
+                                loaded->origin == Origin::kCompiled ? "compiled by NVRTC"
+                                : loaded->origin == Origin::kDisk   ? "read from the disk cache"
+                                                                    : "already loaded",
+                                loaded->ms),
+                        " (", on, ")"));
+  }
+  if (!libraries.empty())
+    built.device_library =
+        std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(libraries));
+  for (const std::string& p : parts) built.summary += (built.summary.empty() ? "" : "; ") + p;
   return built;
 }
 
@@ -98,6 +168,26 @@ void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const
                                std::vector<int64_t> index(c.layout.sizes.size());
                                c.run(fn, b, e, index.data());
                              });
+}
+
+void run_device_pointwise(const void* fn, std::span<const Tensor> outs,
+                          std::span<const Tensor> inputs) {
+  Operands o;
+  for (const Tensor& t : outs) o.add(t);
+  for (const Tensor& t : inputs) o.add(t);
+  PointwiseCall c = o.call(outs[0].sizes());
+  if (c.layout.numel == 0) return;
+  const Device device = outs[0].device();
+  // A 0-dim input on the host: its value in its pointer word
+  // (PointwiseKernel's KernelOperand::host).
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].device() == device) continue;
+    char* word = nullptr;
+    std::memcpy(&word, inputs[i].data_ptr(), inputs[i].element_size());
+    c.ptrs[outs.size() + i] = word;
+  }
+  backend::device_codegen(device.kind())
+      ->launch_pointwise(fn, device, c.ptrs, c.layout.sizes, c.layout.strides, c.layout.numel);
 }
 
 }  // namespace kiln::compiler::codegen

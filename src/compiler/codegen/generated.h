@@ -19,16 +19,22 @@ using PointwiseFn = void (*)(char* const* ptrs, const int64_t* sizes, const int6
                              const uint64_t* draws);
 
 struct BuiltKernels {
-  std::vector<PointwiseFn> functions;  // by kernel
-  std::shared_ptr<void> library;       // keeps them loaded
+  // By kernel: a CPU kernel's function, else null.
+  std::vector<PointwiseFn> functions;
+  std::shared_ptr<void> library;  // keeps them loaded
+  // By kernel: a device kernel's (backends/device_codegen.h), else null.
+  std::vector<const void*> device_functions;
+  std::shared_ptr<void> device_library;
   // "2 kernels compiled in 412 ms" / "... from the disk cache" / "... loaded".
   std::string summary;
   bool compiled = false;  // this build ran the compiler
   double ms = 0;
 };
 
-// The kernels' functions; null, with why (no compiler, a build error), when
-// they cannot be had. The source goes to $KILN_DUMP_DIR when set.
+// The kernels' functions, each for its device (the CPU's from one C++
+// source, a device's from one source of its own); null, with why (no
+// compiler, a build error), when they cannot be had. The sources go to
+// $KILN_DUMP_DIR when set.
 std::optional<BuiltKernels> build_kernels(std::span<const PointwiseKernel> kernels,
                                           std::string& why);
 
@@ -54,5 +60,11 @@ void run_pointwise(PointwiseFn fn, const Tensor& out, std::span<const Tensor> in
 // The same over a kernel of several outputs, all of outs[0]'s sizes.
 void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const Tensor> inputs,
                    const uint64_t* draws = nullptr);
+
+// Runs a device kernel over outs (all of outs[0]'s sizes, on its device) =
+// the group of `inputs` (each broadcast to those sizes), on the device's
+// current stream.
+void run_device_pointwise(const void* fn, std::span<const Tensor> outs,
+                          std::span<const Tensor> inputs);
 
 }  // namespace kiln::compiler::codegen

@@ -7,7 +7,9 @@
 #include <limits>
 
 #include "backends/cpu/scalar_ops.h"
+#include "backends/device_codegen.h"
 #include "backends/kernel_cache.h"
+#include "compiler/codegen/source_text.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 
@@ -106,7 +108,7 @@ bool floating(DType t) { return t == kFloat32 || t == kFloat64; }
 // Integers are read to be cast (x * 2 holds the 2 as int64), never computed on.
 bool loadable(DType t) { return floating(t) || t == kBool || t == kInt64 || t == kInt32; }
 
-const char* type_name(DType t) {
+const char* c_type(DType t) {
   if (t == kFloat32) return "float";
   if (t == kFloat64) return "double";
   if (t == kInt64) return "int64_t";
@@ -131,9 +133,18 @@ const char* compare_operator(OpId op) {
   }
 }
 
-// A value of the compute type `t` as a C++ expression of exactly that value.
-std::string literal(double v, DType t) {
-  const std::string type = type_name(t);
+// A value of the compute type `t` as an expression of exactly that value:
+// NaN and infinities as the target's source has them (NVRTC's has no
+// <limits>: their bits).
+std::string literal(double v, DType t, Target target) {
+  const std::string type = c_type(t);
+  if ((std::isnan(v) || std::isinf(v)) && target == Target::kCuda) {
+    const bool f32 = t == kFloat32;
+    const char* bits = std::isnan(v) ? (f32 ? "0x7fc00000" : "0x7ff8000000000000LL")
+                                     : (f32 ? "0x7f800000" : "0x7ff0000000000000LL");
+    return detail::str_cat(std::signbit(v) ? "-" : "",
+                           f32 ? "__int_as_float(" : "__longlong_as_double(", bits, ")");
+  }
   if (std::isnan(v))
     return detail::str_cat(std::signbit(v) ? "-" : "", "std::numeric_limits<", type,
                            ">::quiet_NaN()");
@@ -151,7 +162,7 @@ double as_compute(const Scalar& s, DType t) {
 
 std::string cast_expression(const std::string& v, DType to) {
   if (to == kBool) return detail::str_cat("(", v, " != 0)");
-  return detail::str_cat("static_cast<", type_name(to), ">(", v, ")");
+  return detail::str_cat("static_cast<", c_type(to), ">(", v, ")");
 }
 
 std::string value_name(int32_t v) { return detail::str_cat("v", v); }
@@ -162,7 +173,7 @@ std::string dropout_constants(double p, DType t) {
   namespace scalar = backend::cpu::scalar;
   const double scale = t == kFloat32 ? static_cast<double>(scalar::dropout_scale<float>(p))
                                      : scalar::dropout_scale<double>(p);
-  return detail::str_cat(scalar::dropout_threshold(p), "u, ", literal(scale, t));
+  return detail::str_cat(scalar::dropout_threshold(p), "u, ", literal(scale, t, Target::kCpu));
 }
 
 // A dropout's Philox value at an element of the element loop (position
@@ -175,9 +186,10 @@ std::string element_bits(const Instr& in) {
 // The expression of instruction i (not a load), its arguments named by
 // `arg_name`, a dropout's random value by `bits`.
 std::string expression(const std::vector<Instr>& body, size_t i,
-                       const std::function<std::string(int32_t)>& arg_name,
-                       const std::function<std::string(const Instr&)>& bits = element_bits) {
+                       const std::function<std::string(int32_t)>& arg_name, Target target,
+                       const std::function<std::string(const Instr&)>& bits) {
   const Instr& in = body[i];
+  const auto literal = [target](double v, DType t) { return codegen::literal(v, t, target); };
   auto arg = [&](size_t k) { return arg_name(in.args[k]); };
   if (in.kind == Instr::Kind::kCast || form_of(in.op) == Form::kCast)
     return cast_expression(arg(0), in.dtype);
@@ -200,8 +212,9 @@ std::string expression(const std::vector<Instr>& body, size_t i,
       return detail::str_cat("(", arg(1), " ? ", literal(*in.constants[0], in.dtype), " : ", arg(0),
                              ")");
     case Form::kTest:
-      return in.op == OpId::isnan ? detail::str_cat("(", arg(0), " != ", arg(0), ")")
-                                  : detail::str_cat("std::isinf(", arg(0), ")");
+      if (in.op == OpId::isnan) return detail::str_cat("(", arg(0), " != ", arg(0), ")");
+      return detail::str_cat(target == Target::kCuda ? "scalar::isinf(" : "std::isinf(", arg(0),
+                             ")");
     case Form::kLogical: {
       const std::string a = detail::str_cat("(", arg(0), " != 0)");
       if (in.op == OpId::logical_not) return detail::str_cat("!", a);
@@ -214,6 +227,7 @@ std::string expression(const std::vector<Instr>& body, size_t i,
     case Form::kFull:
       return literal(*in.constants[0], in.dtype);
     case Form::kDropout:
+      if (target == Target::kCuda) throw Error("compiler: codegen: dropout has no CUDA form");
       return detail::str_cat("scalar::dropout(", arg(0), ", ", bits(in), ", ",
                              dropout_constants(*in.constants[0], in.dtype), ")");
     case Form::kClamp: {
@@ -240,12 +254,13 @@ std::string element_body(const PointwiseKernel& k, const std::string& indent,
   std::string s;
   for (size_t i = 0; i < k.body.size(); ++i) {
     const Instr& in = k.body[i];
-    const std::string value = in.kind == Instr::Kind::kLoad ? load(static_cast<size_t>(in.input))
-                                                            : expression(k.body, i, value_name);
-    s += detail::str_cat(indent, "const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
+    const std::string value = in.kind == Instr::Kind::kLoad
+                                  ? load(static_cast<size_t>(in.input))
+                                  : expression(k.body, i, value_name, Target::kCpu, element_bits);
+    s += detail::str_cat(indent, "const ", c_type(in.dtype), " v", i, " = ", value, ";\n");
     if (const int32_t j = output_of(k, i); j >= 0)
-      s += detail::str_cat(indent, "*reinterpret_cast<", type_name(in.dtype), "*>(p[", j,
-                           "] + i * s[", j, "]) = v", i, ";\n");
+      s += detail::str_cat(indent, "*reinterpret_cast<", c_type(in.dtype), "*>(p[", j, "] + i * s[",
+                           j, "]) = v", i, ";\n");
   }
   return s;
 }
@@ -279,14 +294,14 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
     if (in.kind == Instr::Kind::kLoad) {
       const size_t op = outputs + static_cast<size_t>(in.input);
       if (is(op, Inner::kContiguous)) return detail::str_cat("a", in.input, "[i0 + i]");
-      return detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype), "*>(p[", op,
+      return detail::str_cat("*reinterpret_cast<const ", c_type(in.dtype), "*>(p[", op,
                              "] + (i0 + i) * s[", op, "])");
     }
     return detail::str_cat("v", v, "[i]");
   };
   auto store = [&](int32_t j) {
     if (is(static_cast<size_t>(j), Inner::kContiguous)) return detail::str_cat("o", j, "[i0 + i]");
-    return detail::str_cat("*reinterpret_cast<", type_name(k.outputs[static_cast<size_t>(j)].dtype),
+    return detail::str_cat("*reinterpret_cast<", c_type(k.outputs[static_cast<size_t>(j)].dtype),
                            "*>(p[", j, "] + (i0 + i) * s[", j, "])");
   };
   std::string s;
@@ -295,17 +310,17 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
     const Instr& in = k.body[i];
     const std::string value =
         in.kind == Instr::Kind::kLoad
-            ? detail::str_cat("*reinterpret_cast<const ", type_name(in.dtype), "*>(p[",
+            ? detail::str_cat("*reinterpret_cast<const ", c_type(in.dtype), "*>(p[",
                               outputs + static_cast<size_t>(in.input), "])")
-            : expression(k.body, i, value_name);
-    s += detail::str_cat("    const ", type_name(in.dtype), " v", i, " = ", value, ";\n");
+            : expression(k.body, i, value_name, Target::kCpu, element_bits);
+    s += detail::str_cat("    const ", c_type(in.dtype), " v", i, " = ", value, ";\n");
   }
   s += "    constexpr int64_t kBlock = 256;\n";
   s += "    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {\n";
   s += "      const int64_t m = n - i0 < kBlock ? n - i0 : kBlock;\n";
   for (size_t i = 0; i < last; ++i)
     if (!uniform[i] && k.body[i].kind != Instr::Kind::kLoad)
-      s += detail::str_cat("      ", type_name(k.body[i].dtype), " v", i, "[kBlock];\n");
+      s += detail::str_cat("      ", c_type(k.body[i].dtype), " v", i, "[kBlock];\n");
   // A dropout's Philox values for the block's elements, made together.
   const auto block_bits = [](const Instr& in) { return detail::str_cat("b", in.draw, "[i]"); };
   for (size_t i = 0; i < k.body.size(); ++i) {
@@ -315,7 +330,7 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
       s += detail::str_cat("      uint32_t b", draw, "[kBlock];\n      philox::u32s(r[", 2 * draw,
                            "], r[", 2 * draw + 1, "] + static_cast<uint64_t>(pos + i0), m, b", draw,
                            ");\n");
-    const std::string value = expression(k.body, i, at, block_bits);
+    const std::string value = expression(k.body, i, at, Target::kCpu, block_bits);
     const int32_t j = output_of(k, i);
     const std::string target = i != last ? detail::str_cat("v", i, "[i]") : store(j);
     s += detail::str_cat("      for (int64_t i = 0; i < m; ++i) ", target, " = ", value, ";\n");
@@ -329,13 +344,36 @@ std::string blocked_loop(const PointwiseKernel& k, const std::function<bool(size
 
 }  // namespace
 
+const char* source_type(DType t) { return c_type(t); }
+
+std::string source_expression(const std::vector<Instr>& body, size_t i,
+                              const std::function<std::string(int32_t)>& arg_name, Target target) {
+  return expression(body, i, arg_name, target, element_bits);
+}
+
+int32_t stored_output(const PointwiseKernel& k, size_t i) { return output_of(k, i); }
+
 std::string why_not_generated(const Graph& g, const Node& n) {
   const std::string name(ops::op_schema(n.op).name);
   if (form_of(n.op) == Form::kNone) return detail::str_cat(name, " has no generated form");
   if (n.outputs.size() != 1) return detail::str_cat(name, " has ", n.outputs.size(), " outputs");
   const Value& out = g.value(n.outputs[0]);
-  if (!out.device.is_cpu()) return detail::str_cat(name, " runs on ", out.device);
   const Form form = form_of(n.op);
+  if (!out.device.is_cpu()) {
+    if (!backend::device_codegen(out.device.kind()))
+      return detail::str_cat(name, " runs on ", out.device, ", which has no generated kernels");
+    // Its seed is read on the device there (CUDA graphs replay new draws).
+    if (form == Form::kDropout)
+      return detail::str_cat(name, " on ", out.device, " draws its numbers apart");
+    if (static_cast<int>(out.sizes.size()) > backend::DeviceCodegen::kMaxDims)
+      return detail::str_cat(name, " makes ", out.sizes.size(), " dims (generated on ", out.device,
+                             ": ", backend::DeviceCodegen::kMaxDims, ")");
+    // Numbers the program wrote (0-dim, on the host) are passed by value.
+    for (ValueId in : n.inputs)
+      if (in != kNoValue && g.value(in).device != out.device &&
+          !(g.value(in).device.is_cpu() && g.value(in).sizes.empty()))
+        return detail::str_cat(name, " reads a value on ", g.value(in).device);
+  }
   const bool makes_bool = form == Form::kCompare || form == Form::kCast || form == Form::kTest ||
                           form == Form::kLogical;
   if (!(floating(out.dtype) || (out.dtype == kBool && makes_bool)))
@@ -402,7 +440,8 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
     k.outputs.push_back({g.value(outputs[j]).dtype, inner_of(layout, j, elements[j])});
   for (size_t i = 0; i < inputs.size(); ++i) {
     const size_t op = outputs.size() + i;
-    k.inputs.push_back({g.value(inputs[i]).dtype, inner_of(layout, op, elements[op])});
+    const Value& v = g.value(inputs[i]);
+    k.inputs.push_back({v.dtype, inner_of(layout, op, elements[op]), v.device != rv.device});
   }
 
   for (int32_t index : nodes) {
@@ -487,14 +526,18 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   // The name: a hash of what the source depends on.
   std::string key;
   for (const KernelOperand& o : k.inputs)
-    key += detail::str_cat("in ", o.dtype, " ", static_cast<int>(o.inner), "\n");
+    key += detail::str_cat("in ", o.dtype, " ", static_cast<int>(o.inner), o.host ? " host" : "",
+                           "\n");
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const KernelOperand& o = k.outputs[j];
     key += detail::str_cat("out ", o.dtype, " ", static_cast<int>(o.inner), "\n");
     if (j + 1 < k.outputs.size()) key += detail::str_cat("stores v", k.results[j], "\n");
   }
   for (size_t i = 0; i < k.body.size(); ++i)
-    if (k.body[i].kind != Instr::Kind::kLoad) key += expression(k.body, i, value_name) + "\n";
+    if (k.body[i].kind != Instr::Kind::kLoad)
+      key += expression(k.body, i, value_name, Target::kCpu, element_bits) + "\n";
+  k.device = rv.device;
+  if (k.device.is_cuda()) key += "on cuda\n";
   k.symbol = "kiln_pointwise_" + backend::hex_hash(key);
   return k;
 }
@@ -532,13 +575,13 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     if (!cond.empty()) {
       s += detail::str_cat("  if (", cond, ") {\n");
       for (size_t j = 0; j < outputs; ++j) {
-        const std::string t = type_name(k.outputs[j].dtype);
+        const std::string t = c_type(k.outputs[j].dtype);
         if (is(j, Inner::kContiguous))
           s += detail::str_cat("    ", t, "* __restrict o", j, " = reinterpret_cast<", t, "*>(p[",
                                j, "]);\n");
       }
       for (size_t i = 0; i < k.inputs.size(); ++i) {
-        const std::string t = type_name(k.inputs[i].dtype);
+        const std::string t = c_type(k.inputs[i].dtype);
         if (is(outputs + i, Inner::kContiguous))
           s += detail::str_cat("    const ", t, "* __restrict a", i, " = reinterpret_cast<const ",
                                t, "*>(p[", outputs + i, "]);\n");
@@ -549,7 +592,7 @@ std::string emit_cpp(std::span<const PointwiseKernel> kernels) {
     // Any strides.
     s += "  for (int64_t i = 0; i < n; ++i) {\n";
     s += element_body(k, "    ", [&](size_t i) {
-      const std::string t = type_name(k.inputs[i].dtype);
+      const std::string t = c_type(k.inputs[i].dtype);
       return detail::str_cat("*reinterpret_cast<const ", t, "*>(p[", outputs + i, "] + i * s[",
                              outputs + i, "])");
     });

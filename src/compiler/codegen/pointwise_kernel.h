@@ -30,6 +30,9 @@ enum class Inner : uint8_t { kContiguous, kBroadcast, kStrided };
 struct KernelOperand {
   DType dtype = kFloat32;
   Inner inner = Inner::kContiguous;  // as the graph's layout has it
+  // A device kernel's 0-dim input held by the host (a number the program
+  // wrote, such as the 2 of `x * 2`): passed by value at each launch.
+  bool host = false;
 };
 
 // One value of the kernel's element loop.
@@ -60,12 +63,16 @@ struct PointwiseKernel {
   std::vector<Instr> body;
   // Its function's name in the source: "kiln_pointwise_<hash of its IR>".
   std::string symbol;
+  // The device it runs on: the CPU (emit_cpp) or a CUDA device
+  // (codegen/cuda_source.h).
+  Device device = Device::cpu();
 };
 
-// Whether node can be in a generated kernel (a CPU pointwise op of
+// Whether node can be in a generated kernel (a pointwise op of
 // float32/float64 arithmetic the generator has, out of place or in place
-// without a cast of its result); empty when it can, else why not. Where an
-// in-place node may go is the schedule's to say.
+// without a cast of its result, on the CPU or on a device whose backend
+// generates kernels: backends/device_codegen.h); empty when it can, else
+// why not. Where an in-place node may go is the schedule's to say.
 std::string why_not_generated(const Graph& graph, const Node& node);
 
 // The kernel of a group: `nodes` ascending, the last one's output the

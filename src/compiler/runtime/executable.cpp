@@ -37,6 +37,7 @@ struct Executable::Step {
   std::vector<ValueId> made;
   std::vector<int32_t> writes;               // by output: the input whose memory it writes, else -1
   codegen::PointwiseFn generated = nullptr;  // a generated kernel's function
+  const void* device_generated = nullptr;    // a generated device kernel's
   codegen::PointwiseFn epilogue = nullptr;   // its row reduction's epilogue's
   codegen::PointwiseFn row = nullptr;        // the ops on the reduction's result
   // An input its backend prepared (backends/prepared.h), passed as
@@ -107,7 +108,10 @@ void Executable::build_steps() {
     s.schema = &ops::op_schema(n.op);
     if (scheduled.kernel >= 0) {
       s.kind = Step::Kind::kFused;
-      s.generated = kernels_.functions[static_cast<size_t>(scheduled.kernel)];
+      const auto kernel = static_cast<size_t>(scheduled.kernel);
+      s.generated = kernels_.functions[kernel];
+      if (kernel < kernels_.device_functions.size())
+        s.device_generated = kernels_.device_functions[kernel];
       const auto function = [&](int32_t k) {
         return k < 0 ? nullptr : kernels_.functions[static_cast<size_t>(k)];
       };
@@ -205,7 +209,9 @@ void Executable::prepare_constants() {
     return id != kNoValue && g.value(id).kind == ValueKind::kConstant ? g.value(id).slot : -1;
   };
   for (Step& s : steps_) {
-    if ((s.kind != Step::Kind::kKernel && s.kind != Step::Kind::kFused) || s.generated) continue;
+    if ((s.kind != Step::Kind::kKernel && s.kind != Step::Kind::kFused) || s.generated ||
+        s.device_generated)
+      continue;
     const backend::InputPreparation* prep = backend::input_preparation(s.device.kind(), s.node->op);
     if (!prep) continue;
     const std::vector<ValueId>& ids = s.scheduled->fused() ? s.scheduled->inputs : s.node->inputs;
@@ -370,9 +376,12 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           codegen::run_row_reduction(s.generated, reduction, s.reduced_sizes, x_dtype, outs.back(),
                                      args, s.epilogue, s.row, seeds,
                                      outs.size() > 1 ? outs[0] : Tensor());
-        } else if (s.generated) {
+        } else if (s.generated || s.device_generated) {
           detail::count_kernel_launch();
-          codegen::run_pointwise(s.generated, outs, args, seeds);
+          if (s.generated)
+            codegen::run_pointwise(s.generated, outs, args, seeds);
+          else
+            codegen::run_device_pointwise(s.device_generated, outs, args);
           for (size_t k = 0; k < outs.size(); ++k)
             if (s.writes[k] >= 0) outs[k].bump_version();
         } else if (fused) {

@@ -1,0 +1,30 @@
+// Generated pointwise kernels as CUDA C++ (docs/architecture.md, "Generated
+// kernels on CUDA"): the kernel IR of codegen/pointwise_kernel.h, the same
+// groups the CPU runs, written for NVRTC. Each element computes the group's
+// nodes in program order with the CUDA library kernels' own arithmetic
+// (backends/cuda/scalar_ops.cuh, embedded in the source), each value
+// rounded to its dtype, so results are the library's bit for bit and
+// strict mode fuses too.
+//
+// Sizes are not in the source: one kernel serves every size of a dynamic
+// dim. Each kernel is
+//   extern "C" __global__ void <symbol>(kiln_pointwise_args<N> a)
+// over N operands (outputs first), a struct of 8-byte words passed by value:
+//   char* p[N];                    each operand's first element
+//   long long stride[kMaxDims][N]; bytes, by dim (outer to inner), then operand
+//   long long size[kMaxDims];      the dims, outer to inner (loop_layout's)
+//   long long ndim, numel;
+// one thread per element, a grid-stride loop over [0, numel).
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "compiler/codegen/pointwise_kernel.h"
+
+namespace kiln::compiler::codegen {
+
+// One translation unit holding the kernels (each of Device CUDA).
+std::string emit_cuda(std::span<const PointwiseKernel> kernels);
+
+}  // namespace kiln::compiler::codegen

@@ -1,0 +1,322 @@
+// Generated CUDA kernels (compiler/codegen/cuda_source.h,
+// backends/cuda/kernel_compiler.h): the groups the CPU generates, written
+// as CUDA C++ and compiled by NVRTC. Without a GPU (CI), every kernel of
+// programs covering each op the generator has compiles to PTX. On a GPU,
+// each program runs as its generated kernels, bitwise eager's on the device
+// (the library's arithmetic, backends/cuda/scalar_ops.cuh) and within
+// tolerance of the reference kernels; through kiln::compile too, with its
+// CUDA graph, one program for every size of a dynamic dim, and the disk
+// cache.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "backends/cuda/kernel_compiler.h"
+#include "compiler/codegen/cuda_source.h"
+#include "compiler/compiler_testing.h"
+#include "compiler/runtime/executable.h"
+#include "kiln/cuda.h"
+#include "kiln/kiln.h"
+#include "ops/dispatch.h"
+
+namespace kiln::compiler {
+namespace {
+
+using testing::Program;
+
+struct Case {
+  std::string name;
+  Program f;
+  int inputs = 2;
+  size_t kernels = 1;  // generated steps
+};
+
+// Every form the generator has, in chains: unary ops, binary ops with and
+// without alpha, compares, where, clamps with and without bounds,
+// masked_fill with an infinity, isnan/isinf and logical ops, casts, scalar
+// constants, values stored besides the result, siblings, in-place chains.
+std::vector<Case> cases() {
+  using T = const TensorList&;
+  std::vector<Case> c;
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> unary = {
+      {"neg", [](const Tensor& x) { return -x; }},
+      {"abs", [](const Tensor& x) { return x.abs(); }},
+      {"exp", [](const Tensor& x) { return x.exp(); }},
+      {"log", [](const Tensor& x) { return x.abs().log(); }},
+      {"log1p", [](const Tensor& x) { return log1p(x.abs()); }},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
+      {"sqrt", [](const Tensor& x) { return x.abs().sqrt(); }},
+      {"rsqrt", [](const Tensor& x) { return x.abs().rsqrt(); }},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},
+      {"square", [](const Tensor& x) { return x.square(); }},
+      {"sin", [](const Tensor& x) { return x.sin(); }},
+      {"cos", [](const Tensor& x) { return x.cos(); }},
+      {"tanh", [](const Tensor& x) { return x.tanh(); }},
+      {"sigmoid", [](const Tensor& x) { return x.sigmoid(); }},
+      {"relu", [](const Tensor& x) { return x.relu(); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"erf", [](const Tensor& x) { return erf(x); }},
+      {"sign", [](const Tensor& x) { return sign(x); }},
+      {"floor", [](const Tensor& x) { return floor(x); }},
+      {"ceil", [](const Tensor& x) { return ceil(x); }},
+      {"round", [](const Tensor& x) { return round(x); }},
+      {"clamp", [](const Tensor& x) { return x.clamp(-1.5, 2.25); }},
+      {"clamp_min", [](const Tensor& x) { return x.clamp(0.5, std::nullopt); }},
+      {"clamp_max", [](const Tensor& x) { return x.clamp(std::nullopt, -0.5); }},
+  };
+  for (const auto& [name, op] : unary)
+    c.push_back({name, [op = op](T a) { return TensorList{op(a[0] * 1.5 + a[1])}; }, 2});
+  c.push_back({"add alpha, sub alpha, div, pow", [](T a) {
+                 return TensorList{(add(a[0], a[1], 0.3) / sub(a[1], a[0], 2.5)) +
+                                   a[0].abs().pow(a[1])};
+               }});
+  c.push_back({"maximum, minimum, remainder", [](T a) {
+                 return TensorList{maximum(a[0], a[1]) * minimum(a[0], a[1]) +
+                                   remainder(a[0], a[1])};
+               }});
+  c.push_back({"compares and where", [](T a) {
+                 const Tensor w =
+                     where(a[0] > a[1], a[0], a[1] * 2.0) + where(a[0] <= a[1], a[0].exp(), a[1]);
+                 return TensorList{where(a[0] == a[1], w, where(a[0] != 0.5, -w, w + 1.0))};
+               }});
+  c.push_back({"masked_fill with infinities, isnan, isinf, logical", [](T a) {
+                 const Tensor m =
+                     logical_or(isnan(a[0]), logical_and(a[1] > 0.0, logical_not(isinf(a[0]))));
+                 const Tensor f =
+                     masked_fill(a[0], a[1] > 0.5, -std::numeric_limits<double>::infinity());
+                 return TensorList{where(logical_xor(m, a[0] < -1.0), a[1], f) + 1.0};
+               }});
+  c.push_back({"NaN fill", [](T a) {
+                 return TensorList{masked_fill(a[0] * 2.0, a[1] > 1.0, std::nan("")) + a[1]};
+               }});
+  c.push_back({"casts and constants", [](T a) {
+                 return TensorList{(a[0].to(kFloat64) * 3.0).to(a[1].dtype()) +
+                                   (a[0] > a[1]).to(a[1].dtype()) * 0.5 - 1};
+               }});
+  c.push_back({"a value stored besides the result", [](T a) {
+                 const Tensor y = a[0] * 2.0;
+                 return TensorList{y, (y + a[1]).relu()};
+               }});
+  c.push_back({"siblings", [](T a) { return TensorList{(a[0] * 2.0).exp(), (a[0] + 1.0).sin()}; }});
+  c.push_back({"an in-place chain", [](T a) {
+                 Tensor m = a[0] * 1.0;
+                 m.mul_(a[1]).add_(a[0], 0.5);
+                 return TensorList{m.sqrt()};
+               }});
+  return c;
+}
+
+// Values over the ops' interesting ranges: signed, some large, zeros, and a
+// NaN and infinities where there is room.
+Tensor values(const Shape& sizes, DType dtype, Generator& gen) {
+  Tensor x = (randn(sizes, {}, &gen) * 3.0).to(dtype);
+  if (x.numel() >= 8) {
+    Tensor flat = x.reshape({-1});
+    flat.narrow(0, 1, 1).fill_(0.0);
+    flat.narrow(0, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+    flat.narrow(0, 5, 1).fill_(std::numeric_limits<double>::infinity());
+    flat.narrow(0, 6, 1).fill_(-std::numeric_limits<double>::infinity());
+  }
+  return x;
+}
+
+size_t generated_steps(const Schedule& s) {
+  size_t n = 0;
+  for (const auto& st : s.steps) n += st.kernel >= 0;
+  return n;
+}
+
+#ifdef KILN_WITH_CUDA
+// The kernels the schedule of f over args (on the CPU) generates, as they
+// would run on a CUDA device.
+std::vector<codegen::PointwiseKernel> cuda_kernels(const Program& f, const TensorList& args) {
+  NoGradGuard no_grad;
+  const Trace trace = testing::trace_of(f, args);
+  Schedule s = schedule_graph(trace.graph, {});
+  for (const ScheduledStep& step : s.steps) {
+    if (step.kernel < 0) continue;
+    codegen::PointwiseKernel& k = s.kernels[static_cast<size_t>(step.kernel)];
+    k.device = Device::cuda(0);
+    // The program's numbers (0-dim, on the host there) are passed by value.
+    for (size_t i = 0; i < k.inputs.size(); ++i)
+      k.inputs[i].host = trace.graph.value(step.inputs[i]).sizes.empty();
+  }
+  return s.kernels;
+}
+#endif
+
+TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
+#ifndef KILN_WITH_CUDA
+  GTEST_SKIP() << "this build of kiln has no CUDA backend";
+#else
+  Generator gen(3);
+  std::vector<codegen::PointwiseKernel> all;
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const Case& c : cases()) {
+      TensorList args;
+      for (int i = 0; i < c.inputs; ++i) args.push_back(values({5, 3}, dtype, gen));
+      auto kernels = cuda_kernels(c.f, args);
+      ASSERT_EQ(kernels.size(), c.kernels) << c.name << " " << dtype;
+      all.insert(all.end(), kernels.begin(), kernels.end());
+    }
+  }
+  // A broadcast operand and a transposed one: other inner kinds.
+  const Tensor x = values({6, 4}, kFloat32, gen);
+  for (auto k :
+       cuda_kernels([](const TensorList& a) { return TensorList{(a[0] * a[1]).tanh() + a[2]}; },
+                    {x, values({4}, kFloat32, gen), values({4, 6}, kFloat32, gen).t()}))
+    all.push_back(k);
+  const std::string source = codegen::emit_cuda(all);
+  std::string why;
+  const auto ptx = backend::cuda::nvrtc_compile(source, "compute_90", why);
+  ASSERT_TRUE(ptx) << why << "\n" << source;
+  size_t host = 0;
+  for (const codegen::PointwiseKernel& k : all) {
+    EXPECT_NE(ptx->find(".entry " + k.symbol), std::string::npos) << k.symbol;
+    for (const codegen::KernelOperand& in : k.inputs) host += in.host;
+  }
+  EXPECT_GT(host, 10u);  // the programs' numbers: by value
+  // A source NVRTC refuses gives its log, not a crash.
+  EXPECT_FALSE(backend::cuda::nvrtc_compile(source + "\nnot C++;\n", "compute_90", why));
+  EXPECT_NE(why.find("NVRTC refused the source"), std::string::npos) << why;
+#endif
+}
+
+bool has_cuda() { return cuda::is_available(); }
+#define KILN_NEEDS_GPU() \
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
+
+// Within the per-dtype tolerance of docs/compile.md, NaN where it has NaN,
+// infinities equal.
+void expect_near(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const bool f64 = got.dtype() == kFloat64;
+  const double rel = f64 ? 1e-12 : 2e-5, abs = f64 ? 1e-13 : 1e-6;
+  const auto a = got.to(Device::cpu()).to_vector<double>(),
+             b = want.to(Device::cpu()).to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(std::isnan(a[i]), std::isnan(b[i])) << what << ": element " << i;
+    if (std::isnan(b[i])) continue;
+    if (std::isinf(b[i])) {
+      ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
+      continue;
+    }
+    ASSERT_LE(std::abs(a[i] - b[i]), abs + rel * std::abs(b[i]))
+        << what << ": element " << i << " " << a[i] << " vs " << b[i];
+  }
+}
+
+// f's executable on CUDA: `kernels` generated device kernels, results
+// eager's on the device bitwise, and the reference kernels' (on the CPU)
+// within tolerance.
+void expect_generated_on_cuda(const Program& f, const TensorList& cpu_args, size_t kernels,
+                              const std::string& what) {
+  NoGradGuard no_grad;
+  TensorList args;
+  for (const Tensor& a : cpu_args) args.push_back(a.to(Device::cuda(0)));
+  const testing::Lowered l = testing::lower(f, args);
+  ASSERT_EQ(generated_steps(l.exe->schedule()), kernels)
+      << what << "\n"
+      << to_text(l.trace->graph)
+      << (l.exe->schedule().not_fused.empty() ? "" : l.exe->schedule().not_fused[0]);
+  const TensorList want = f(args);
+  TensorList reference;
+  {
+    ops::ReferenceModeGuard ref;
+    reference = f(cpu_args);
+  }
+  for (int run = 0; run < 2; ++run) {
+    const TensorList got = l.exe->run(args);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].device().is_cuda()) << what;
+      EXPECT_TRUE(testing::same(got[i].to(Device::cpu()), want[i].to(Device::cpu())))
+          << what << ": run " << run << " output " << i;
+      expect_near(got[i], reference[i], what);
+    }
+  }
+}
+
+TEST(CudaCodegen, EveryOpIsOneKernelOfEagersBitsOnTheDevice) {
+  KILN_NEEDS_GPU();
+  Generator gen(4);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const Case& c : cases()) {
+      // Sizes 0 and 1, a tail, and more elements than one grid covers (the
+      // grid-stride loop: 32 blocks of 256 per multiprocessor).
+      for (int64_t n : {0, 1, 7, 1000, 1500000}) {
+        if (n == 1500000 && dtype == kFloat64) continue;
+        TensorList args;
+        for (int i = 0; i < c.inputs; ++i) args.push_back(values({n}, dtype, gen));
+        expect_generated_on_cuda(c.f, args, c.kernels,
+                                 detail::str_cat(c.name, " ", dtype, " [", n, "]"));
+      }
+    }
+  }
+}
+
+TEST(CudaCodegen, BroadcastsNonContiguousAndOffsetInputs) {
+  KILN_NEEDS_GPU();
+  Generator gen(5);
+  const Program chain = [](const TensorList& t) {
+    return TensorList{gelu(t[0] * t[1] + t[2]).sigmoid() * 2.0};
+  };
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (int64_t rows : {1, 3, 129, 2053}) {
+      const std::string what = detail::str_cat(dtype, " rows ", rows);
+      const Tensor x = values({rows, 19}, dtype, gen);
+      expect_generated_on_cuda(chain, {x, values({19}, dtype, gen), values({rows, 1}, dtype, gen)},
+                               1, what + " broadcasts");
+      expect_generated_on_cuda(chain, {x, values({}, dtype, gen), x}, 1, what + " 0-d");
+      // Transposed, strided and offset on the device.
+      NoGradGuard no_grad;
+      const Device cuda = Device::cuda(0);
+      const TensorList dev = {values({19, rows}, dtype, gen).to(cuda).t(),
+                              values({rows, 38}, dtype, gen).to(cuda).slice(1, 0, 38, 2),
+                              values({rows + 1, 19}, dtype, gen).to(cuda).narrow(0, 1, rows)};
+      const testing::Lowered l = testing::lower(chain, dev);
+      ASSERT_EQ(generated_steps(l.exe->schedule()), 1u) << what;
+      EXPECT_TRUE(
+          testing::same(l.exe->run(dev)[0].to(Device::cpu()), chain(dev)[0].to(Device::cpu())))
+          << what;
+    }
+  }
+}
+
+// Through kiln::compile: the generated kernels in explain(), fewer launches
+// than eager, reduce-overhead's CUDA graph replaying them, strict bitwise,
+// and a dynamic dim's every size served by the one program.
+TEST(CudaCodegen, CompiledFunctionsRunGeneratedKernelsInEveryMode) {
+  KILN_NEEDS_GPU();
+  Generator gen(6);
+  const auto f = [](const Tensor& x, const Tensor& b) {
+    const Tensor h = gelu(x * 0.5 + b);
+    return (h * x.sigmoid()).tanh() - b;
+  };
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead}) {
+    for (bool strict : {false, true}) {
+      auto g = compile(f, {.mode = mode, .dynamic = Dynamic::On, .strict = strict});
+      for (int64_t rows : {4, 9, 33, 70}) {
+        const Tensor x = values({rows, 64}, kFloat32, gen).to(Device::cuda(0));
+        const Tensor b = values({64}, kFloat32, gen).to(Device::cuda(0));
+        for (int call = 0; call < 2; ++call)
+          EXPECT_TRUE(testing::same(g(x, b).to(Device::cpu()), f(x, b).to(Device::cpu())))
+              << rows << " call " << call;
+      }
+      const ExplainReport r = g.explain();
+      const std::string text = r.to_string();
+      EXPECT_NE(text.find("one generated kernel"), std::string::npos) << text;
+      ASSERT_FALSE(r.graphs.empty());
+      for (const auto& graph : r.graphs) EXPECT_EQ(graph.generated_kernels, 1) << text;
+      EXPECT_GE(r.stats.bound_sizes, 2) << text;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::compiler
