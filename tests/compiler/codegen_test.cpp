@@ -34,6 +34,8 @@ namespace {
 using testing::lower;
 using testing::Lowered;
 using testing::Program;
+using testing::unary_cases;
+using testing::UnaryCase;
 
 size_t generated_steps(const Schedule& s) {
   size_t n = 0;
@@ -111,43 +113,6 @@ Tensor positive(const Shape& sizes, DType dtype, Generator& gen) {
 }
 
 using Unary = std::function<Tensor(const Tensor&)>;
-
-struct UnaryCase {
-  const char* name;
-  Unary op;
-  bool positive_only = false;  // log, sqrt...: inputs in (0.25, 4.25)
-};
-
-std::vector<UnaryCase> unary_cases() {
-  return {
-      {"neg", [](const Tensor& x) { return -x; }},
-      {"abs", [](const Tensor& x) { return x.abs(); }},
-      {"exp", [](const Tensor& x) { return x.exp(); }},
-      {"log", [](const Tensor& x) { return x.log(); }, true},
-      {"log1p", [](const Tensor& x) { return log1p(x); }, true},
-      {"expm1", [](const Tensor& x) { return expm1(x); }},
-      {"sqrt", [](const Tensor& x) { return x.sqrt(); }, true},
-      {"rsqrt", [](const Tensor& x) { return x.rsqrt(); }, true},
-      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, true},
-      {"square", [](const Tensor& x) { return x.square(); }},
-      {"sin", [](const Tensor& x) { return x.sin(); }},
-      {"cos", [](const Tensor& x) { return x.cos(); }},
-      {"tanh", [](const Tensor& x) { return x.tanh(); }},
-      {"sigmoid", [](const Tensor& x) { return x.sigmoid(); }},
-      {"relu", [](const Tensor& x) { return x.relu(); }},
-      {"gelu", [](const Tensor& x) { return gelu(x); }},
-      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
-      {"silu", [](const Tensor& x) { return silu(x); }},
-      {"erf", [](const Tensor& x) { return erf(x); }},
-      {"sign", [](const Tensor& x) { return sign(x); }},
-      {"floor", [](const Tensor& x) { return floor(x); }},
-      {"ceil", [](const Tensor& x) { return ceil(x); }},
-      {"round", [](const Tensor& x) { return round(x); }},
-      {"clamp", [](const Tensor& x) { return x.clamp(-1.5, 2.25); }},
-      {"clamp_min", [](const Tensor& x) { return x.clamp(0.5, std::nullopt); }},
-      {"clamp_max", [](const Tensor& x) { return x.clamp(std::nullopt, -0.5); }},
-  };
-}
 
 TEST(Codegen, EveryUnaryOpAfterAnotherNodeIsOneKernelOfEagersBits) {
   KILN_NEEDS_COMPILER();

@@ -67,6 +67,44 @@ inline Lowered lower(const Program& f, const TensorList& args,
   return l;
 }
 
+// The unary ops generated kernels have, each on one input.
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  bool positive_only = false;  // log, sqrt...: inputs in (0.25, 4.25)
+};
+
+inline std::vector<UnaryCase> unary_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return -x; }},
+      {"abs", [](const Tensor& x) { return x.abs(); }},
+      {"exp", [](const Tensor& x) { return x.exp(); }},
+      {"log", [](const Tensor& x) { return x.log(); }, true},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, true},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
+      {"sqrt", [](const Tensor& x) { return x.sqrt(); }, true},
+      {"rsqrt", [](const Tensor& x) { return x.rsqrt(); }, true},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, true},
+      {"square", [](const Tensor& x) { return x.square(); }},
+      {"sin", [](const Tensor& x) { return x.sin(); }},
+      {"cos", [](const Tensor& x) { return x.cos(); }},
+      {"tanh", [](const Tensor& x) { return x.tanh(); }},
+      {"sigmoid", [](const Tensor& x) { return x.sigmoid(); }},
+      {"relu", [](const Tensor& x) { return x.relu(); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"erf", [](const Tensor& x) { return erf(x); }},
+      {"sign", [](const Tensor& x) { return sign(x); }},
+      {"floor", [](const Tensor& x) { return floor(x); }},
+      {"ceil", [](const Tensor& x) { return ceil(x); }},
+      {"round", [](const Tensor& x) { return round(x); }},
+      {"clamp", [](const Tensor& x) { return x.clamp(-1.5, 2.25); }},
+      {"clamp_min", [](const Tensor& x) { return x.clamp(0.5, std::nullopt); }},
+      {"clamp_max", [](const Tensor& x) { return x.clamp(std::nullopt, -0.5); }},
+  };
+}
+
 // Whether this machine has a C++ compiler for generated kernels (without
 // one, fused pointwise groups run on the library kernels).
 inline bool can_generate_kernels() {

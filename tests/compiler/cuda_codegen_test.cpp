@@ -41,36 +41,14 @@ struct Case {
 std::vector<Case> cases() {
   using T = const TensorList&;
   std::vector<Case> c;
-  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> unary = {
-      {"neg", [](const Tensor& x) { return -x; }},
-      {"abs", [](const Tensor& x) { return x.abs(); }},
-      {"exp", [](const Tensor& x) { return x.exp(); }},
-      {"log", [](const Tensor& x) { return x.abs().log(); }},
-      {"log1p", [](const Tensor& x) { return log1p(x.abs()); }},
-      {"expm1", [](const Tensor& x) { return expm1(x); }},
-      {"sqrt", [](const Tensor& x) { return x.abs().sqrt(); }},
-      {"rsqrt", [](const Tensor& x) { return x.abs().rsqrt(); }},
-      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},
-      {"square", [](const Tensor& x) { return x.square(); }},
-      {"sin", [](const Tensor& x) { return x.sin(); }},
-      {"cos", [](const Tensor& x) { return x.cos(); }},
-      {"tanh", [](const Tensor& x) { return x.tanh(); }},
-      {"sigmoid", [](const Tensor& x) { return x.sigmoid(); }},
-      {"relu", [](const Tensor& x) { return x.relu(); }},
-      {"gelu", [](const Tensor& x) { return gelu(x); }},
-      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
-      {"silu", [](const Tensor& x) { return silu(x); }},
-      {"erf", [](const Tensor& x) { return erf(x); }},
-      {"sign", [](const Tensor& x) { return sign(x); }},
-      {"floor", [](const Tensor& x) { return floor(x); }},
-      {"ceil", [](const Tensor& x) { return ceil(x); }},
-      {"round", [](const Tensor& x) { return round(x); }},
-      {"clamp", [](const Tensor& x) { return x.clamp(-1.5, 2.25); }},
-      {"clamp_min", [](const Tensor& x) { return x.clamp(0.5, std::nullopt); }},
-      {"clamp_max", [](const Tensor& x) { return x.clamp(std::nullopt, -0.5); }},
-  };
-  for (const auto& [name, op] : unary)
-    c.push_back({name, [op = op](T a) { return TensorList{op(a[0] * 1.5 + a[1])}; }, 2});
+  for (const testing::UnaryCase& u : testing::unary_cases()) {
+    // log, sqrt...: inputs of at least 0.25.
+    const bool positive = u.positive_only;
+    c.push_back({u.name, [op = u.op, positive](T a) {
+                   const Tensor x = a[0] * 1.5 + a[1];
+                   return TensorList{op(positive ? x.abs() + 0.25 : x)};
+                 }});
+  }
   c.push_back({"add alpha, sub alpha, div, pow", [](T a) {
                  return TensorList{(add(a[0], a[1], 0.3) / sub(a[1], a[0], 2.5)) +
                                    a[0].abs().pow(a[1])};
