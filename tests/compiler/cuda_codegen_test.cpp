@@ -1,7 +1,8 @@
 // Generated CUDA kernels (compiler/codegen/cuda_source.h,
 // backends/cuda/kernel_compiler.h): the groups the CPU generates, written
 // as CUDA C++ and compiled by NVRTC. Without a GPU (CI), every kernel of
-// programs covering each op the generator has compiles to PTX. On a GPU,
+// programs covering each op the generator has, and of a small BERT,
+// compiles to PTX. On a GPU,
 // each program runs as its generated kernels, bitwise eager's on the device
 // (the library's arithmetic, backends/cuda/scalar_ops.cuh) and within
 // tolerance of the reference kernels; through kiln::compile too, with its
@@ -149,6 +150,15 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
        cuda_kernels([](const TensorList& a) { return TensorList{(a[0] * a[1]).tanh() + a[2]}; },
                     {x, values({4}, kFloat32, gen), values({4, 6}, kFloat32, gen).t()}))
     all.push_back(k);
+  // A model's groups: a small BERT (residual adds, gelu, the attention's
+  // scale and mask, layer_norm's prologues), forward in eval.
+  const auto bert = testing::small_bert();
+  const Tensor ids = randint(0, 100, {2, 9}, {}, &gen), mask = ones({2, 9}, {.dtype = kInt64});
+  const auto bert_kernels = cuda_kernels(
+      [bert](const TensorList& a) { return TensorList{(*bert)(a[0], a[1]).last_hidden_state}; },
+      {ids, mask});
+  EXPECT_GE(bert_kernels.size(), 3u);
+  all.insert(all.end(), bert_kernels.begin(), bert_kernels.end());
   const std::string source = codegen::emit_cuda(all);
   std::string why;
   const auto ptx = backend::cuda::nvrtc_compile(source, "compute_90", why);

@@ -414,6 +414,13 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
   const Value& rv = g.value(result);
   std::vector<ValueId> outputs(stored.begin(), stored.end());
   outputs.push_back(result);
+  // A device kernel takes its operands in its launch's arguments.
+  if (!rv.device.is_cpu() &&
+      outputs.size() + inputs.size() > static_cast<size_t>(backend::DeviceCodegen::kMaxOperands)) {
+    why = detail::str_cat("a kernel on ", rv.device, " of ", outputs.size() + inputs.size(),
+                          " operands (at most ", backend::DeviceCodegen::kMaxOperands, ")");
+    return std::nullopt;
+  }
   std::vector<SymShape> sizes, strides;
   std::vector<size_t> elements;
   for (ValueId id : outputs) {
