@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -175,7 +176,13 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
 #endif
 }
 
-bool has_cuda() { return cuda::is_available(); }
+// A GPU, with generated CUDA kernels turned on (they are off by default
+// until these tests have passed on one: backends/device_codegen.h).
+bool has_cuda() {
+  if (!cuda::is_available()) return false;
+  setenv("KILN_CUDA_CODEGEN", "1", 1);
+  return true;
+}
 #define KILN_NEEDS_GPU() \
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
 
