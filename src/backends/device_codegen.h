@@ -39,10 +39,6 @@ struct DeviceCodegen {
   void (*launch_pointwise)(const void* function, Device device, std::span<char* const> ptrs,
                            std::span<const int64_t> sizes, std::span<const int64_t> strides,
                            int64_t numel) = nullptr;
-  // Empty when the schedule may give this device generated kernels; else
-  // why not. (CUDA's are off until their tests have run on a GPU:
-  // KILN_CUDA_CODEGEN=1 turns them on.)
-  std::string (*off)() = nullptr;
   static constexpr int kMaxDims = 8;
   static constexpr int kMaxOperands = 24;
 };

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -176,13 +175,7 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
 #endif
 }
 
-// A GPU, with generated CUDA kernels turned on (they are off by default
-// until these tests have passed on one: backends/device_codegen.h).
-bool has_cuda() {
-  if (!cuda::is_available()) return false;
-  setenv("KILN_CUDA_CODEGEN", "1", 1);
-  return true;
-}
+bool has_cuda() { return cuda::is_available(); }
 #define KILN_NEEDS_GPU() \
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
 

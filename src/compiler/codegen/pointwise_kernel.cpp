@@ -360,12 +360,8 @@ std::string why_not_generated(const Graph& g, const Node& n) {
   const Value& out = g.value(n.outputs[0]);
   const Form form = form_of(n.op);
   if (!out.device.is_cpu()) {
-    const backend::DeviceCodegen* codegen = backend::device_codegen(out.device.kind());
-    if (!codegen)
+    if (!backend::device_codegen(out.device.kind()))
       return detail::str_cat(name, " runs on ", out.device, ", which has no generated kernels");
-    if (codegen->off)
-      if (std::string off = codegen->off(); !off.empty())
-        return detail::str_cat(name, " runs on ", out.device, ": ", off);
     // Its seed is read on the device there (CUDA graphs replay new draws).
     if (form == Form::kDropout)
       return detail::str_cat(name, " on ", out.device, " draws its numbers apart");
