@@ -31,39 +31,13 @@ extern char** environ;
 namespace kiln::compiler {
 namespace {
 
+using testing::expect_near_reference;
+using testing::generated_steps;
 using testing::lower;
 using testing::Lowered;
 using testing::Program;
 using testing::unary_cases;
 using testing::UnaryCase;
-
-size_t generated_steps(const Schedule& s) {
-  size_t n = 0;
-  for (const auto& st : s.steps) n += st.kernel >= 0;
-  return n;
-}
-
-// Within the per-dtype tolerance of docs/compile.md of the reference kernels
-// (float32: 1e-5 relative, 1e-6 absolute; float64: 1e-12, 1e-13), NaN where
-// they have NaN, infinities equal.
-void expect_near_reference(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const bool f64 = got.dtype() == kFloat64;
-  const double rel = f64 ? 1e-12 : 2e-5, abs = f64 ? 1e-13 : 1e-6;
-  const auto a = got.to_vector<double>(), b = want.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(std::isnan(a[i]), std::isnan(b[i]))
-        << what << ": element " << i << " " << a[i] << " vs " << b[i];
-    if (std::isnan(b[i])) continue;
-    if (std::isinf(b[i])) {
-      ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
-      continue;
-    }
-    ASSERT_LE(std::abs(a[i] - b[i]), abs + rel * std::abs(b[i]))
-        << what << ": element " << i << " " << a[i] << " vs " << b[i];
-  }
-}
 
 // f through its executable (the measuring run and a planned one) against
 // eager (bitwise) and the reference kernels; `kernels` groups generated.

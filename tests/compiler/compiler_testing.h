@@ -2,6 +2,8 @@
 // tensors, a graph's op names, capturing log lines.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -65,6 +67,36 @@ inline Lowered lower(const Program& f, const TensorList& args,
   l.exe = std::make_unique<Executable>(l.trace, options);
   check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
   return l;
+}
+
+// A schedule's steps that run a generated kernel.
+inline size_t generated_steps(const Schedule& s) {
+  size_t n = 0;
+  for (const auto& st : s.steps) n += st.kernel >= 0;
+  return n;
+}
+
+// Within the per-dtype tolerance of docs/compile.md of the reference kernels
+// (float32: 1e-5 relative, 1e-6 absolute; float64: 1e-12, 1e-13), NaN where
+// they have NaN, infinities equal. On any device (compared on the CPU).
+inline void expect_near_reference(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const bool f64 = got.dtype() == kFloat64;
+  const double rel = f64 ? 1e-12 : 2e-5, abs = f64 ? 1e-13 : 1e-6;
+  const auto a = got.to(Device::cpu()).to_vector<double>();
+  const auto b = want.to(Device::cpu()).to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(std::isnan(a[i]), std::isnan(b[i]))
+        << what << ": element " << i << " " << a[i] << " vs " << b[i];
+    if (std::isnan(b[i])) continue;
+    if (std::isinf(b[i])) {
+      ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
+      continue;
+    }
+    ASSERT_LE(std::abs(a[i] - b[i]), abs + rel * std::abs(b[i]))
+        << what << ": element " << i << " " << a[i] << " vs " << b[i];
+  }
 }
 
 // The unary ops generated kernels have, each on one input.

@@ -26,6 +26,8 @@
 namespace kiln::compiler {
 namespace {
 
+using testing::expect_near_reference;
+using testing::generated_steps;
 using testing::Program;
 
 struct Case {
@@ -104,12 +106,6 @@ Tensor values(const Shape& sizes, DType dtype, Generator& gen) {
   return x;
 }
 
-size_t generated_steps(const Schedule& s) {
-  size_t n = 0;
-  for (const auto& st : s.steps) n += st.kernel >= 0;
-  return n;
-}
-
 #ifdef KILN_WITH_CUDA
 // The kernels the schedule of f over args (on the CPU) generates, as they
 // would run on a CUDA device.
@@ -179,26 +175,6 @@ bool has_cuda() { return cuda::is_available(); }
 #define KILN_NEEDS_GPU() \
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
 
-// Within the per-dtype tolerance of docs/compile.md, NaN where it has NaN,
-// infinities equal.
-void expect_near(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  const bool f64 = got.dtype() == kFloat64;
-  const double rel = f64 ? 1e-12 : 2e-5, abs = f64 ? 1e-13 : 1e-6;
-  const auto a = got.to(Device::cpu()).to_vector<double>(),
-             b = want.to(Device::cpu()).to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(std::isnan(a[i]), std::isnan(b[i])) << what << ": element " << i;
-    if (std::isnan(b[i])) continue;
-    if (std::isinf(b[i])) {
-      ASSERT_EQ(a[i], b[i]) << what << ": element " << i;
-      continue;
-    }
-    ASSERT_LE(std::abs(a[i] - b[i]), abs + rel * std::abs(b[i]))
-        << what << ": element " << i << " " << a[i] << " vs " << b[i];
-  }
-}
-
 // f's executable on CUDA: `kernels` generated device kernels, results
 // eager's on the device bitwise, and (with `with_reference`) the reference
 // kernels' on the CPU within tolerance.
@@ -225,7 +201,7 @@ void expect_generated_on_cuda(const Program& f, const TensorList& cpu_args, size
       ASSERT_TRUE(got[i].device().is_cuda()) << what;
       EXPECT_TRUE(testing::same(got[i].to(Device::cpu()), want[i].to(Device::cpu())))
           << what << ": run " << run << " output " << i;
-      if (with_reference) expect_near(got[i], reference[i], what);
+      if (with_reference) expect_near_reference(got[i], reference[i], what);
     }
   }
 }
