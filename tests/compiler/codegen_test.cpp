@@ -38,6 +38,7 @@ using testing::Lowered;
 using testing::Program;
 using testing::unary_cases;
 using testing::UnaryCase;
+using testing::values;
 
 // f through its executable (the measuring run and a planned one) against
 // eager (bitwise) and the reference kernels; `kernels` groups generated.
@@ -66,20 +67,6 @@ void expect_generated(const Program& f, const TensorList& args, size_t kernels,
     }
   }
   check_plan(l.trace->graph, l.exe->schedule(), l.exe->plan());
-}
-
-// Values over the ops' interesting ranges: signed, some large, zeros, and a
-// NaN and infinities where there is room.
-Tensor values(const Shape& sizes, DType dtype, Generator& gen) {
-  Tensor x = (randn(sizes, {}, &gen) * 3.0).to(dtype);
-  if (x.numel() >= 8) {
-    Tensor flat = x.reshape({-1});
-    flat.narrow(0, 1, 1).fill_(0.0);
-    flat.narrow(0, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-    flat.narrow(0, 5, 1).fill_(std::numeric_limits<double>::infinity());
-    flat.narrow(0, 6, 1).fill_(-std::numeric_limits<double>::infinity());
-  }
-  return x;
 }
 
 Tensor positive(const Shape& sizes, DType dtype, Generator& gen) {

@@ -99,6 +99,20 @@ inline void expect_near_reference(const Tensor& got, const Tensor& want, const s
   }
 }
 
+// Values over the ops' interesting ranges: signed, some large, zeros, and a
+// NaN and infinities where there is room.
+inline Tensor values(const Shape& sizes, DType dtype, Generator& gen) {
+  Tensor x = (randn(sizes, {}, &gen) * 3.0).to(dtype);
+  if (x.numel() >= 8) {
+    Tensor flat = x.reshape({-1});
+    flat.narrow(0, 1, 1).fill_(0.0);
+    flat.narrow(0, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+    flat.narrow(0, 5, 1).fill_(std::numeric_limits<double>::infinity());
+    flat.narrow(0, 6, 1).fill_(-std::numeric_limits<double>::infinity());
+  }
+  return x;
+}
+
 // The unary ops generated kernels have, each on one input.
 struct UnaryCase {
   const char* name;

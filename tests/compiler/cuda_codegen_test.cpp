@@ -29,6 +29,7 @@ namespace {
 using testing::expect_near_reference;
 using testing::generated_steps;
 using testing::Program;
+using testing::values;
 
 struct Case {
   std::string name;
@@ -90,20 +91,6 @@ std::vector<Case> cases() {
                  return TensorList{m.sqrt()};
                }});
   return c;
-}
-
-// Values over the ops' interesting ranges: signed, some large, zeros, and a
-// NaN and infinities where there is room.
-Tensor values(const Shape& sizes, DType dtype, Generator& gen) {
-  Tensor x = (randn(sizes, {}, &gen) * 3.0).to(dtype);
-  if (x.numel() >= 8) {
-    Tensor flat = x.reshape({-1});
-    flat.narrow(0, 1, 1).fill_(0.0);
-    flat.narrow(0, 3, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-    flat.narrow(0, 5, 1).fill_(std::numeric_limits<double>::infinity());
-    flat.narrow(0, 6, 1).fill_(-std::numeric_limits<double>::infinity());
-  }
-  return x;
 }
 
 #ifdef KILN_WITH_CUDA
