@@ -4,7 +4,8 @@
 # src/core/philox.h, the very text the library kernels compile,
 # without its #pragma once and kiln #include lines, as a string literal of a
 # source generated at build time. The same for every generated CUDA kernel:
-# src/backends/cuda/scalar_ops.cuh.
+# src/backends/cuda/scalar_ops.cuh, and the rows of softmax and layer_norm
+# (group_reduce.cuh, row_reduce.cuh).
 #
 # Included by CMakeLists.txt after add_library(kiln); the build runs this same
 # file as a script (cmake -P) to write the source when an input changes.
@@ -57,4 +58,6 @@ kiln_codegen_prelude(kCodegenPrelude ${CMAKE_BINARY_DIR}/generated/codegen_prelu
                      ${CMAKE_SOURCE_DIR}/src/backends/cpu/scalar_ops.h
                      ${CMAKE_SOURCE_DIR}/src/core/philox.h)
 kiln_codegen_prelude(kCudaCodegenPrelude ${CMAKE_BINARY_DIR}/generated/cuda_codegen_prelude.cpp
-                     ${CMAKE_SOURCE_DIR}/src/backends/cuda/scalar_ops.cuh)
+                     ${CMAKE_SOURCE_DIR}/src/backends/cuda/scalar_ops.cuh
+                     ${CMAKE_SOURCE_DIR}/src/backends/cuda/group_reduce.cuh
+                     ${CMAKE_SOURCE_DIR}/src/backends/cuda/row_reduce.cuh)

@@ -25,6 +25,13 @@ struct DeviceKernels {
   double ms = 0;  // the time load took (compiling included)
 };
 
+struct RowLaunch {
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  int64_t rows = 0, n = 0;
+  double eps = 0;
+};
+
 struct DeviceCodegen {
   // The functions `symbols` of `source` for `device`: from a library this
   // process loaded, from the disk cache, or compiled now. Null, with `why`,
@@ -39,7 +46,14 @@ struct DeviceCodegen {
   void (*launch_pointwise)(const void* function, Device device, std::span<char* const> ptrs,
                            std::span<const int64_t> sizes, std::span<const int64_t> strides,
                            int64_t numel) = nullptr;
+  // Launches a row kernel (cuda_source.h's kernels with `rows`): its
+  // pointwise operands as launch_pointwise's, over the rows' elements; the
+  // weight and bias (layer_norm's, or null), `rows` rows of `n` elements.
+  void (*launch_rows)(const void* function, Device device, std::span<char* const> ptrs,
+                      std::span<const int64_t> sizes, std::span<const int64_t> strides,
+                      int64_t numel, const RowLaunch& rows) = nullptr;
   static constexpr int kMaxDims = 8;
+  static constexpr int kRowThreads = 256;  // a row kernel's block
   static constexpr int kMaxOperands = 24;
 };
 

@@ -10,6 +10,7 @@
 // cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -93,22 +94,62 @@ std::vector<Case> cases() {
   return c;
 }
 
+// The reductions a device kernel runs with the group that makes their rows
+// (codegen/cuda_source.h), of an input [.., n]; and one that stays apart.
+struct RowCase {
+  std::string name;
+  std::function<Tensor(const Tensor& x, const Tensor& w, const Tensor& b)> op;
+  bool joins = true;
+  int64_t trailing = 1;  // dims of a row (w and b's)
+};
+
+std::vector<RowCase> row_cases() {
+  using nn::functional::layer_norm;
+  using W = const Tensor&;
+  return {
+      {"softmax", [](W x, W, W) { return x.softmax(-1); }},
+      {"log_softmax", [](W x, W, W) { return x.log_softmax(-1); }},
+      {"layer_norm", [](W x, W w, W b) { return layer_norm(x, {x.size(-1)}, w, b, 1e-5); }},
+      {"layer_norm, weight alone",
+       [](W x, W w, W) { return layer_norm(x, {x.size(-1)}, w, Tensor(), 1e-3); }},
+      {"layer_norm, no affine", [](W x, W, W) { return layer_norm(x, {x.size(-1)}); }},
+      {"layer_norm of two dims",
+       [](W x, W w, W b) {
+         return layer_norm(x, {x.size(-2), x.size(-1)}, w, b);
+       },
+       true, 2},
+      {"sum (apart on CUDA)", [](W x, W, W) { return x.sum({-1}); }, false},
+  };
+}
+
 #ifdef KILN_WITH_CUDA
 // The kernels the schedule of f over args (on the CPU) generates, as they
-// would run on a CUDA device.
+// would run on a CUDA device: a reduction's group with its reduction where
+// a device kernel reduces such rows, the group alone otherwise.
 std::vector<codegen::PointwiseKernel> cuda_kernels(const Program& f, const TensorList& args) {
   NoGradGuard no_grad;
   const Trace trace = testing::trace_of(f, args);
-  Schedule s = schedule_graph(trace.graph, {});
+  const Schedule s = schedule_graph(trace.graph, {});
+  std::vector<codegen::PointwiseKernel> kernels;
   for (const ScheduledStep& step : s.steps) {
     if (step.kernel < 0) continue;
-    codegen::PointwiseKernel& k = s.kernels[static_cast<size_t>(step.kernel)];
+    codegen::PointwiseKernel k = s.kernels[static_cast<size_t>(step.kernel)];
     k.device = Device::cuda(0);
     // The program's numbers (0-dim, on the host there) are passed by value.
     for (size_t i = 0; i < k.inputs.size(); ++i)
       k.inputs[i].host = trace.graph.value(step.inputs[i]).sizes.empty();
+    if (const auto& r = step.reduction;
+        r && r->epilogue_kernel < 0 && r->column_begin < 0 && r->permutation.empty() &&
+        (r->op == ops::OpId::softmax || r->op == ops::OpId::log_softmax ||
+         r->op == ops::OpId::layer_norm)) {
+      const Node& n = trace.graph.nodes()[static_cast<size_t>(r->node)];
+      codegen::as_row_kernel(k, n, !step.stored.empty());
+    }
+    const bool seen = std::any_of(kernels.begin(), kernels.end(),
+                                  [&](const auto& other) { return other.symbol == k.symbol; });
+    if (!seen) kernels.push_back(std::move(k));
   }
-  return s.kernels;
+  return kernels;
 }
 #endif
 
@@ -133,6 +174,29 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
        cuda_kernels([](const TensorList& a) { return TensorList{(a[0] * a[1]).tanh() + a[2]}; },
                     {x, values({4}, kFloat32, gen), values({4, 6}, kFloat32, gen).t()}))
     all.push_back(k);
+  // Row kernels: each reduction with its prologue, storing its rows or not.
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const RowCase& c : row_cases()) {
+      const auto op = c.op;
+      const Tensor w = c.trailing == 2 ? values({3, 5}, dtype, gen) : values({5}, dtype, gen);
+      const Program f = [op, w](const TensorList& a) {
+        return TensorList{op((a[0] * 0.5 + a[1]).tanh(), w, w * 2.0)};
+      };
+      const Program stores = [op, w](const TensorList& a) {
+        const Tensor h = a[0] - a[1];
+        return TensorList{op(h, w, Tensor()), h};
+      };
+      for (const Program& p : {f, stores}) {
+        auto kernels = cuda_kernels(p, {values({4, 3, 5}, dtype, gen), values({5}, dtype, gen)});
+        ASSERT_EQ(kernels.size(), 1u) << c.name;
+        EXPECT_EQ(kernels[0].rows.has_value(), c.joins) << c.name;
+        // (A layer_norm of two dims shares the kernel of one: rows are sizes.)
+        if (std::none_of(all.begin(), all.end(),
+                         [&](const auto& k) { return k.symbol == kernels[0].symbol; }))
+          all.push_back(kernels[0]);
+      }
+    }
+  }
   // A model's groups: a small BERT (residual adds, gelu, the attention's
   // scale and mask, layer_norm's prologues), forward in eval.
   const auto bert = testing::small_bert();
@@ -141,6 +205,9 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
       [bert](const TensorList& a) { return TensorList{(*bert)(a[0], a[1]).last_hidden_state}; },
       {ids, mask});
   EXPECT_GE(bert_kernels.size(), 3u);
+  // Its layer_norms of residual sums: row kernels.
+  EXPECT_TRUE(std::any_of(bert_kernels.begin(), bert_kernels.end(),
+                          [](const auto& k) { return k.rows.has_value(); }));
   all.insert(all.end(), bert_kernels.begin(), bert_kernels.end());
   const std::string source = codegen::emit_cuda(all);
   std::string why;
@@ -149,6 +216,7 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
   size_t host = 0;
   for (const codegen::PointwiseKernel& k : all) {
     EXPECT_NE(ptx->find(".entry " + k.symbol), std::string::npos) << k.symbol;
+    EXPECT_EQ(k.symbol.rfind(k.rows ? "kiln_rows_" : "kiln_pointwise_", 0), 0u) << k.symbol;
     for (const codegen::KernelOperand& in : k.inputs) host += in.host;
   }
   EXPECT_GT(host, 10u);  // the programs' numbers: by value
@@ -238,6 +306,64 @@ TEST(CudaCodegen, BroadcastsNonContiguousAndOffsetInputs) {
       EXPECT_TRUE(
           testing::same(l.exe->run(dev)[0].to(Device::cpu()), chain(dev)[0].to(Device::cpu())))
           << what;
+    }
+  }
+}
+
+// A softmax, log_softmax or layer_norm of the rows a group makes is one
+// kernel with it (codegen/cuda_source.h), eager's bits on the device: rows
+// up to a warp's lanes and the block-wide ones past 1024 elements, no rows,
+// empty rows, NaN and infinities (a row all -inf), broadcast inputs, and
+// the rows stored where they are read after; a reduction the device kernels
+// do not have stays apart.
+TEST(CudaCodegen, RowReductionsJoinTheGroupThatMakesTheirRowsWithEagersBits) {
+  KILN_NEEDS_GPU();
+  Generator gen(7);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const auto& [rows, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 5}, {1, 1}, {3, 33}, {2, 300}, {67, 7}, {501, 61}, {4, 0}, {3, 1500}, {2, 4099}}) {
+      for (const RowCase& c : row_cases()) {
+        const int64_t a = c.trailing == 2 ? (n % 2 == 0 && n > 0 ? 2 : 1) : 1;
+        const Shape row = c.trailing == 2 ? Shape{a, n / std::max<int64_t>(a, 1)} : Shape{n};
+        Shape sizes{2, rows};
+        sizes.insert(sizes.end(), row.begin(), row.end());
+        const Tensor x = (randn(sizes, {}, &gen) * 2.0).to(dtype);
+        const Tensor bias = values(row, dtype, gen);
+        const Tensor w = values(row, dtype, gen), b = values(row, dtype, gen);
+        const auto op = c.op;
+        const std::string what = detail::str_cat(c.name, " ", dtype, " ", sizes);
+        const Program f = [op, w, b](const TensorList& t) {
+          const Device d = t[0].device();
+          return TensorList{op((t[0] * 0.5 + t[1]).tanh(), w.to(d), b.to(d))};
+        };
+        // Masked as attention masks its scores: a row of -inf where the
+        // mask holds everywhere.
+        const Program masked = [op, w, b, inf](const TensorList& t) {
+          const Device d = t[0].device();
+          return TensorList{op(masked_fill(t[0] * 0.125, t[1] > 1.0, -inf), w.to(d), b.to(d))};
+        };
+        const Program stores = [op, w](const TensorList& t) {
+          const Tensor h = t[0] - t[1];
+          return TensorList{op(h, w.to(t[0].device()), Tensor()), h};
+        };
+        if (n == 0) {
+          try {  // empty rows: an op that refuses them is not compiled either
+            op(x, w, b);
+          } catch (const Error&) {
+            continue;
+          }
+        }
+        expect_generated_on_cuda(f, {x, bias}, 1, what);
+        expect_generated_on_cuda(masked, {x, bias * 3.0}, 1, what + " masked");
+        expect_generated_on_cuda(stores, {x, bias}, c.joins ? 1 : 0, what + " stored");
+        NoGradGuard no_grad;
+        const Device cuda = Device::cuda(0);
+        const testing::Lowered l = testing::lower(f, {x.to(cuda), bias.to(cuda)});
+        ASSERT_EQ(l.exe->schedule().steps.size(), c.joins ? 1u : 2u) << what;
+        const testing::Lowered ls = testing::lower(stores, {x.to(cuda), bias.to(cuda)});
+        EXPECT_EQ(ls.exe->schedule().steps[0].stored.size(), c.joins ? 1u : 0u) << what;
+      }
     }
   }
 }

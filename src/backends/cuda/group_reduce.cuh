@@ -1,9 +1,7 @@
 // Reductions within groups of threads, for kernels that give each row a
 // group of lanes: up to a warp by shuffles, or a whole block through shared
-// memory.
+// memory. No #include: NVRTC's sources embed it (backends/cuda/row_reduce.cuh).
 #pragma once
-
-#include <cuda_runtime.h>
 
 namespace kiln::backend::cuda {
 

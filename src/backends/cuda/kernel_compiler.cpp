@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/row_group.h"
 #include "backends/device_codegen.h"
 #include "backends/kernel_cache.h"
 #include "kiln/error.h"
@@ -162,18 +163,20 @@ std::optional<DeviceKernels> load(const std::string& source, std::span<const std
   return Loader::instance().load(source, symbols, device, why);
 }
 
-void launch_pointwise(const void* function, Device device, std::span<char* const> ptrs,
-                      std::span<const int64_t> sizes, std::span<const int64_t> strides,
-                      int64_t numel) {
+// kiln_pointwise_args<n> (compiler/codegen/cuda_source.h), word by word.
+using PointwiseWords =
+    std::array<int64_t, DeviceCodegen::kMaxOperands*(DeviceCodegen::kMaxDims + 1) +
+                            DeviceCodegen::kMaxDims + 2>;
+
+PointwiseWords pointwise_words(std::span<char* const> ptrs, std::span<const int64_t> sizes,
+                               std::span<const int64_t> strides, int64_t numel) {
   constexpr size_t kDims = DeviceCodegen::kMaxDims;
   const size_t n = ptrs.size(), ndim = sizes.size();
   if (n > DeviceCodegen::kMaxOperands || ndim > kDims || strides.size() != ndim * n)
     throw Error(detail::str_cat("generated kernels: a call of ", n, " operands over ", ndim,
                                 " dims (at most ", DeviceCodegen::kMaxOperands, " and ", kDims,
                                 ")"));
-  if (numel == 0) return;
-  // kiln_pointwise_args<n> (compiler/codegen/cuda_source.h), word by word.
-  std::array<int64_t, DeviceCodegen::kMaxOperands*(kDims + 1) + kDims + 2> words{};
+  PointwiseWords words{};
   for (size_t k = 0; k < n; ++k) std::memcpy(&words[k], &ptrs[k], sizeof(char*));
   for (size_t d = 0; d < ndim; ++d)
     for (size_t k = 0; k < n; ++k) words[n + d * n + k] = strides[d * n + k];
@@ -181,15 +184,49 @@ void launch_pointwise(const void* function, Device device, std::span<char* const
   for (size_t d = 0; d < ndim; ++d) words[size_at + d] = sizes[d];
   words[size_at + kDims] = static_cast<int64_t>(ndim);
   words[size_at + kDims + 1] = numel;
-  constexpr int64_t kThreads = 256;
+  return words;
+}
+
+void launch(const void* function, Device device, int64_t blocks, int64_t threads, void** args) {
   const int index = device.index();
   DeviceGuard guard(index);
-  const int64_t blocks =
-      std::min<int64_t>((numel + kThreads - 1) / kThreads, int64_t{32} * multiprocessors(index));
-  void* args[] = {words.data()};
-  check(cudaLaunchKernel(function, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), args, 0,
+  check(cudaLaunchKernel(function, dim3(static_cast<unsigned>(blocks)),
+                         dim3(static_cast<unsigned>(threads)), args, 0,
                          static_cast<cudaStream_t>(current_stream_handle(index))),
         "generated kernel launch");
+}
+
+void launch_pointwise(const void* function, Device device, std::span<char* const> ptrs,
+                      std::span<const int64_t> sizes, std::span<const int64_t> strides,
+                      int64_t numel) {
+  PointwiseWords words = pointwise_words(ptrs, sizes, strides, numel);
+  if (numel == 0) return;
+  constexpr int64_t kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((numel + kThreads - 1) / kThreads,
+                                           int64_t{32} * multiprocessors(device.index()));
+  void* args[] = {words.data()};
+  launch(function, device, blocks, kThreads, args);
+}
+
+// kiln_row_args (compiler/codegen/cuda_source.h).
+struct RowArgs {
+  const void* weight;
+  const void* bias;
+  int64_t rows, n, group;
+  double eps;
+};
+
+void launch_rows(const void* function, Device device, std::span<char* const> ptrs,
+                 std::span<const int64_t> sizes, std::span<const int64_t> strides, int64_t numel,
+                 const RowLaunch& rows) {
+  static_assert(DeviceCodegen::kRowThreads == kRowThreads);
+  PointwiseWords words = pointwise_words(ptrs, sizes, strides, numel);
+  if (rows.rows == 0 || rows.n == 0) return;
+  // The library's lanes per row (row_group.h): the same order of reduction.
+  RowArgs row_args{rows.weight, rows.bias, rows.rows, rows.n, row_group(rows.n), rows.eps};
+  const int64_t rows_per_block = kRowThreads / row_args.group;
+  void* args[] = {words.data(), &row_args};
+  launch(function, device, (rows.rows + rows_per_block - 1) / rows_per_block, kRowThreads, args);
 }
 
 }  // namespace
@@ -248,6 +285,7 @@ void register_cuda_codegen() {
   DeviceCodegen codegen;
   codegen.load = load;
   codegen.launch_pointwise = launch_pointwise;
+  codegen.launch_rows = launch_rows;
   register_device_codegen(DeviceKind::CUDA, codegen);
 }
 

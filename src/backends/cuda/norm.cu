@@ -3,7 +3,8 @@
 // layer_norm and group_norm normalize rows (a layer_norm row is the
 // normalized shape; a group_norm row is one group of one sample, contiguous
 // in memory): a group of lanes per row makes two passes for the statistics
-// (mean, then squared deviations, accumulated in double) and one to write.
+// (mean, then squared deviations, accumulated in double) and one to write
+// (backends/cuda/row_reduce.cuh, which kiln's generated kernels share).
 // batch_norm in training folds each channel in one block, then normalizes
 // elementwise with per-channel scale and shift; in eval it is one elementwise
 // pass over the running statistics. Parameters are in the compute type
@@ -16,6 +17,8 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/group_reduce.cuh"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/cuda/row_group.h"
+#include "backends/cuda/row_reduce.cuh"
 #include "core/philox.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
@@ -26,7 +29,7 @@ namespace {
 
 using ops::OpId;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kRowThreads;
 
 // Which parameter an element of a row uses: layer_norm its position in the
 // row; group_norm its channel.
@@ -46,33 +49,17 @@ __global__ void __launch_bounds__(kThreads)
                      const dcompute_t<T>* w, const dcompute_t<T>* b, RowParams p) {
   using C = dcompute_t<T>;
   const int64_t row = int64_t{blockIdx.x} * (blockDim.x / group) + threadIdx.x / group;
-  const int lane = threadIdx.x % group;
   const bool valid = row < rows;
   const T* xr = x + (valid ? row : 0) * n;
-  double sum = 0;
-  if (valid) {
-    for (int64_t r = lane; r < n; r += group) sum += static_cast<double>(to_compute(xr[r]));
-  }
-  const double mean = group_reduce(sum, group, GroupSum{}) / static_cast<double>(n);
-  double dev = 0;
-  if (valid) {
-    for (int64_t r = lane; r < n; r += group) {
-      const double d = static_cast<double>(to_compute(xr[r])) - mean;
-      dev += d * d;
-    }
-  }
-  const double var = group_reduce(dev, group, GroupSum{}) / static_cast<double>(n);
-  if (!valid) return;
-  const C rstd = static_cast<C>(1 / sqrt(var + eps));
-  // The mean as a float pair (hi + lo) keeps x - mean exact where x is large
-  // against its spread, as the CPU kernels do.
-  const C m_hi = static_cast<C>(mean), m_lo = static_cast<C>(mean - static_cast<double>(m_hi));
-  T* yr = y + row * n;
-  for (int64_t r = lane; r < n; r += group) {
-    const int64_t k = p.param_index(row, r);
-    const C scale = w ? w[k] : C(1), shift = b ? b[k] : C(0);
-    yr[r] = cvt<T>(((to_compute(xr[r]) - m_hi) - m_lo) * rstd * scale + shift);
-  }
+  T* yr = y + (valid ? row : 0) * n;
+  normalize_row<C>([xr](int64_t r, bool) { return to_compute(xr[r]); },
+                   [yr](int64_t r, C v) { yr[r] = cvt<T>(v); },
+                   [&](int64_t r, C* scale, C* shift) {
+                     const int64_t k = p.param_index(row, r);
+                     *scale = w ? w[k] : C(1);
+                     *shift = b ? b[k] : C(0);
+                   },
+                   n, static_cast<int>(threadIdx.x % group), group, valid, eps);
 }
 
 const void* optional_ptr(const KernelCall& c, size_t i, std::vector<Tensor>& keep) {
@@ -89,9 +76,7 @@ void norm_rows(const KernelCall& c, int64_t row_length, double eps, RowParams p)
   std::vector<Tensor> keep;
   const void* w = optional_ptr(c, 1, keep);
   const void* b = optional_ptr(c, 2, keep);
-  int group = 1;
-  while (group < 32 && group < row_length) group *= 2;
-  if (row_length > 1024) group = kThreads;
+  const int group = row_group(row_length);
   const int64_t rows_per_block = kThreads / group;
   DeviceGuard guard(x.device().index());
   visit_device_dtype(x.dtype(), [&]<typename T>() {

@@ -2,7 +2,8 @@
 // [outer, n, inner] line view of the input (backends/reduce_view.h).
 //   inner == 1: a group of lanes per row (a part of a warp for rows up to
 //               1024 elements, a whole block for longer ones), reducing with
-//               warp shuffles;
+//               warp shuffles (backends/cuda/row_reduce.cuh, which kiln's
+//               generated kernels share);
 //   inner > 1:  a thread per column, coalesced across the columns.
 // softmax is numerically stable (x - max); a row of -inf gives NaN, as in
 // PyTorch. cumsum accumulates floats in double and integers in wrapping
@@ -10,8 +11,9 @@
 #include <cmath>
 
 #include "backends/cuda/cuda_kernels.h"
-#include "backends/cuda/group_reduce.cuh"
 #include "backends/cuda/pointwise.cuh"
+#include "backends/cuda/row_group.h"
+#include "backends/cuda/row_reduce.cuh"
 #include "backends/reduce_view.h"
 
 namespace kiln::backend::cuda {
@@ -19,42 +21,19 @@ namespace {
 
 using ops::OpId;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kRowThreads;
 
 template <typename T, bool kLog>
 __global__ void __launch_bounds__(kThreads)
     softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, int group) {
   using C = dcompute_t<T>;
   const int64_t row = int64_t{blockIdx.x} * (blockDim.x / group) + threadIdx.x / group;
-  const int lane = threadIdx.x % group;
   const bool valid = row < rows;
   const T* xr = x + (valid ? row : 0) * n;
-  C m = -INFINITY;
-  int nan = 0;
-  if (valid) {
-    for (int64_t r = lane; r < n; r += group) {
-      const C v = to_compute(xr[r]);
-      m = v > m ? v : m;
-      nan |= v != v;
-    }
-  }
-  m = group_reduce(m, group, GroupMax{});
-  nan = group_reduce(nan, group, GroupOr{});
-  if (nan) m = NAN;
-  double total = 0;  // in double, as the CPU's: long rows of float terms drift
-  if (valid) {
-    for (int64_t r = lane; r < n; r += group) total += exp(to_compute(xr[r]) - m);
-  }
-  total = group_reduce(total, group, GroupSum{});
-  if (!valid) return;
-  T* yr = y + row * n;
-  if constexpr (kLog) {
-    const C log_sum = static_cast<C>(log(total));
-    for (int64_t r = lane; r < n; r += group) yr[r] = cvt<T>((to_compute(xr[r]) - m) - log_sum);
-  } else {
-    const C inv = static_cast<C>(1 / total);
-    for (int64_t r = lane; r < n; r += group) yr[r] = cvt<T>(exp(to_compute(xr[r]) - m) * inv);
-  }
+  T* yr = y + (valid ? row : 0) * n;
+  softmax_row<C, kLog>([xr](int64_t r, bool) { return to_compute(xr[r]); },
+                       [yr](int64_t r, C v) { yr[r] = cvt<T>(v); }, n,
+                       static_cast<int>(threadIdx.x % group), group, valid);
 }
 
 template <typename T, bool kLog>
@@ -105,9 +84,7 @@ void softmax_kernel(const KernelCall& c) {
       const T* in = reinterpret_cast<const T*>(v.data);
       T* out = static_cast<T*>(c.out().data_ptr());
       if (v.inner == 1) {
-        int group = 1;
-        while (group < 32 && group < v.reduced) group *= 2;
-        if (v.reduced > 1024) group = kThreads;
+        const int group = row_group(v.reduced);
         const int64_t rows_per_block = kThreads / group;
         const unsigned grid =
             static_cast<unsigned>((v.outer + rows_per_block - 1) / rows_per_block);

@@ -15,6 +15,18 @@
 //   long long size[kMaxDims];      the dims, outer to inner (loop_layout's)
 //   long long ndim, numel;
 // one thread per element, a grid-stride loop over [0, numel).
+//
+// A kernel with its row reduction (PointwiseKernel::rows: softmax,
+// log_softmax or layer_norm over the rows of its result) is
+//   extern "C" __global__ void <symbol>(kiln_pointwise_args<N> a,
+//                                       kiln_row_args ra)
+// its operands the reduction's result, the row elements where it stores
+// them, then its inputs, all over the elements of its result; ra holds
+// layer_norm's weight and bias (contiguous, or null), the rows and their
+// length n, the lanes per row and eps. Lanes compute a row's elements from
+// the inputs as they reduce it, in the library kernels' order and with their
+// lanes (backends/cuda/row_reduce.cuh, embedded too), so that its results
+// are the library's bit for bit as well: the row never goes through memory.
 #pragma once
 
 #include <span>
@@ -26,5 +38,11 @@ namespace kiln::compiler::codegen {
 
 // One translation unit holding the kernels (each of Device CUDA).
 std::string emit_cuda(std::span<const PointwiseKernel> kernels);
+
+// Makes kernel (a group's, on a CUDA device) the kernel that also reduces
+// its result's rows as node `reduction` does (a row reduction of
+// codegen/row_reduction.h, without epilogue), storing them too where
+// stores_input: its RowKernel and symbol.
+void as_row_kernel(PointwiseKernel& kernel, const Node& reduction, bool stores_input);
 
 }  // namespace kiln::compiler::codegen

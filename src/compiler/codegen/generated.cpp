@@ -1,5 +1,6 @@
 #include "compiler/codegen/generated.h"
 
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include "backends/cpu/loops.h"
 #include "backends/device_codegen.h"
 #include "compiler/codegen/cuda_source.h"
+#include "compiler/codegen/row_reduction.h"
 #include "io/atomic_file.h"
 
 namespace kiln::compiler::codegen {
@@ -21,7 +23,7 @@ void dump_source(const std::string& source, const std::string& symbol, const cha
   if (!dir || !*dir) return;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string name = "kiln_kernels_" + symbol.substr(15) + extension;
+  const std::string name = "kiln_kernels_" + symbol.substr(symbol.rfind('_') + 1) + extension;
   io::AtomicFileWriter file((std::filesystem::path(dir) / name).string(), "KILN_DUMP_DIR");
   file.write(source.data(), source.size());
   file.commit();
@@ -170,24 +172,57 @@ void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const
                              });
 }
 
-void run_device_pointwise(const void* fn, std::span<const Tensor> outs,
-                          std::span<const Tensor> inputs) {
+namespace {
+
+// A device kernel's call: outs then inputs over outs[0]'s sizes, a 0-dim
+// input on the host as its value in its pointer word
+// (PointwiseKernel's KernelOperand::host).
+PointwiseCall device_call(std::span<const Tensor> outs, std::span<const Tensor> inputs) {
   Operands o;
   for (const Tensor& t : outs) o.add(t);
   for (const Tensor& t : inputs) o.add(t);
   PointwiseCall c = o.call(outs[0].sizes());
-  if (c.layout.numel == 0) return;
   const Device device = outs[0].device();
-  // A 0-dim input on the host: its value in its pointer word
-  // (PointwiseKernel's KernelOperand::host).
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].device() == device) continue;
     char* word = nullptr;
     std::memcpy(&word, inputs[i].data_ptr(), inputs[i].element_size());
     c.ptrs[outs.size() + i] = word;
   }
+  return c;
+}
+
+}  // namespace
+
+void run_device_pointwise(const void* fn, std::span<const Tensor> outs,
+                          std::span<const Tensor> inputs) {
+  const PointwiseCall c = device_call(outs, inputs);
+  if (c.layout.numel == 0) return;
+  const Device device = outs[0].device();
   backend::device_codegen(device.kind())
       ->launch_pointwise(fn, device, c.ptrs, c.layout.sizes, c.layout.strides, c.layout.numel);
+}
+
+void run_device_rows(const void* fn, const RowReduction& reduction, const Tensor& out,
+                     const Tensor& stored, std::span<const Tensor> inputs) {
+  const std::span<const Tensor> params = inputs.subspan(reduction.kernel_inputs);
+  const auto param = [&](size_t i) {
+    return i < params.size() && params[i].defined() ? params[i].data_ptr() : nullptr;
+  };
+  assert(out.is_contiguous() && (!stored.defined() || stored.is_contiguous()));
+  for (const Tensor& p : params) assert(!p.defined() || p.is_contiguous());
+  backend::RowLaunch rows{param(0), param(1), 0, 1, 0};
+  const Shape& sizes = out.sizes();
+  for (size_t d = sizes.size() - static_cast<size_t>(reduction.trailing); d < sizes.size(); ++d)
+    rows.n *= sizes[d];
+  rows.rows = rows.n == 0 ? 0 : out.numel() / rows.n;
+  if (reduction.op == ops::OpId::layer_norm) rows.eps = reduction.attrs.f(1);
+  std::vector<Tensor> outs{out};
+  if (stored.defined()) outs.push_back(stored);
+  const PointwiseCall c = device_call(outs, inputs.first(reduction.kernel_inputs));
+  const Device device = out.device();
+  backend::device_codegen(device.kind())
+      ->launch_rows(fn, device, c.ptrs, c.layout.sizes, c.layout.strides, c.layout.numel, rows);
 }
 
 }  // namespace kiln::compiler::codegen

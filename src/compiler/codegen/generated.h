@@ -67,4 +67,14 @@ void run_pointwise(PointwiseFn fn, std::span<const Tensor> outs, std::span<const
 void run_device_pointwise(const void* fn, std::span<const Tensor> outs,
                           std::span<const Tensor> inputs);
 
+// Runs a device row kernel (PointwiseKernel::rows) of a step's `reduction`:
+// out (contiguous) = the reduction of the rows its kernel computes from
+// inputs[0, reduction.kernel_inputs) (each broadcast to out's sizes), the
+// reduction's own inputs (layer_norm's weight and bias, contiguous or
+// undefined) following; `stored`, when defined (contiguous), gets the rows
+// too.
+struct RowReduction;
+void run_device_rows(const void* fn, const RowReduction& reduction, const Tensor& out,
+                     const Tensor& stored, std::span<const Tensor> inputs);
+
 }  // namespace kiln::compiler::codegen

@@ -52,6 +52,17 @@ struct Instr {
   int32_t draw = -1;
 };
 
+// A device kernel that reduces the rows of its result too, as the step's
+// reduction (codegen/row_reduction.h) runs there: the kernel computes each
+// row's elements and reduces the row in the library's order
+// (codegen/cuda_source.h).
+struct RowKernel {
+  ops::OpId op{};       // softmax, log_softmax or layer_norm
+  bool weight = false;  // layer_norm's
+  bool bias = false;
+  bool stores_input = false;  // it stores the row's elements too (read after it)
+};
+
 struct PointwiseKernel {
   std::vector<KernelOperand> inputs;
   // The values it stores, each of the output's sizes: by output, the
@@ -66,6 +77,8 @@ struct PointwiseKernel {
   // The device it runs on: the CPU (emit_cpp) or a CUDA device
   // (codegen/cuda_source.h).
   Device device = Device::cpu();
+  // A device kernel with its reduction (its symbol "kiln_rows_<hash>").
+  std::optional<RowKernel> rows;
 };
 
 // Whether node can be in a generated kernel (a pointwise op of

@@ -126,8 +126,16 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
   }
   const Value& x = g.value(n.inputs[0]);
   const auto rank = static_cast<int64_t>(x.sizes.size());
-  if (!x.device.is_cpu()) {
-    why = detail::str_cat("generated reductions run on the CPU, not ", x.device);
+  // On a device, the reduction is part of the generated kernel
+  // (codegen/cuda_source.h): the library's row kernels that it shares.
+  const bool device = !x.device.is_cpu();
+  if (device && n.op != OpId::softmax && n.op != OpId::log_softmax && n.op != OpId::layer_norm) {
+    why = detail::str_cat("generated reductions on ", x.device,
+                          " are softmax, log_softmax and layer_norm, not ", name);
+    return std::nullopt;
+  }
+  if (device && !contiguous_layout(g.value(n.outputs[0]).sizes, g.value(n.outputs[0]).strides)) {
+    why = "its result's layout is not contiguous";
     return std::nullopt;
   }
   if (x.dtype != kFloat32 && x.dtype != kFloat64) {

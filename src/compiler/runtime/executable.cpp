@@ -376,6 +376,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           codegen::run_row_reduction(s.generated, reduction, s.reduced_sizes, x_dtype, outs.back(),
                                      args, s.epilogue, s.row, seeds,
                                      outs.size() > 1 ? outs[0] : Tensor());
+        } else if (s.device_generated && s.scheduled->reduction) {
+          detail::count_kernel_launch();
+          codegen::run_device_rows(s.device_generated, *s.scheduled->reduction, outs.back(),
+                                   outs.size() > 1 ? outs[0] : Tensor(), args);
         } else if (s.generated || s.device_generated) {
           detail::count_kernel_launch();
           if (s.generated)

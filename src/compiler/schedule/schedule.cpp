@@ -4,6 +4,7 @@
 #include <iterator>
 #include <optional>
 
+#include "compiler/codegen/cuda_source.h"
 #include "compiler/ir/readers.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
@@ -351,6 +352,9 @@ class PointwiseGrouper {
             std::span<const ValueId>(cand.inputs).first(kernel_inputs), why,
             cand.reduction ? std::span<const ValueId>() : std::span<const ValueId>(cand.stored),
             random_nodes(g_, cand.nodes));
+        // On a device, one kernel computes the rows and reduces them.
+        if (cand.kernel && cand.reduction && !cand.kernel->device.is_cpu())
+          codegen::as_row_kernel(*cand.kernel, g_.nodes()[r], stores);
       }
       if (!why.empty()) {
         lines.push_back(detail::str_cat(what, " not fused: ", why));
@@ -461,8 +465,10 @@ class PointwiseGrouper {
       std::string why;
       std::optional<codegen::RowReduction> reduction =
           p < 0 ? std::nullopt : codegen::row_reduction_of(g_, rn, why);
-      // Columns and permuted rows take no epilogue.
-      if (!reduction || reduction->column_begin >= 0 || !reduction->permutation.empty()) continue;
+      // Columns and permuted rows take no epilogue, nor a device's rows yet.
+      if (!reduction || reduction->column_begin >= 0 || !reduction->permutation.empty() ||
+          !g_.value(rn.inputs[0]).device.is_cpu())
+        continue;
       Candidate pro = grow(p, false);
       Candidate whole;
       whole.nodes = pro.nodes;
