@@ -227,6 +227,15 @@ struct ExplainReport {
     double trace_ms = 0, verify_ms = 0, passes_ms = 0, lower_ms = 0;
     double record_ms = 0;      // recording the CUDA graph (all recordings)
     double autotune_ms = 0;    // MaxAutotune: the first run, which times the libraries' candidates
+    // Each step that runs a generated kernel: its group (as in `fused`), the
+    // kernel's function (in KILN_DUMP_DIR's sources), how it runs over the
+    // traced sizes, and its time in the latest profiling run
+    // (Compiled::profile; -1 where none ran).
+    struct Kernel {
+      std::string group, name, launch;
+      double ms = -1;
+    };
+    std::vector<Kernel> kernels;
     std::string text;  // the graph, as compiler::to_text prints it
   };
   std::string name;
@@ -289,6 +298,20 @@ class Core {
   std::shared_ptr<Impl> impl_;
 };
 
+// While one lives, this thread's calls of compiled functions are profiling
+// runs (Compiled::profile).
+class ProfilingScope {
+ public:
+  ProfilingScope() noexcept;
+  ~ProfilingScope();
+  ProfilingScope(const ProfilingScope&) = delete;
+  ProfilingScope& operator=(const ProfilingScope&) = delete;
+
+ private:
+  bool outer_;
+};
+bool profiling() noexcept;
+
 }  // namespace internal
 }  // namespace compiler
 
@@ -304,6 +327,15 @@ class Compiled {
   auto operator()(Args&&... args) const {
     using R = std::remove_cvref_t<std::invoke_result_t<F&, Args&&...>>;
     return call<R>(std::forward<Args>(args)...);
+  }
+
+  // A call as operator()'s, made a profiling run: each graph runs its steps
+  // one by one (not as a CUDA graph), the device waited for around each
+  // generated kernel, whose time explain() then gives (its `kernels`).
+  template <typename... Args>
+  auto profile(Args&&... args) const {
+    compiler::internal::ProfilingScope scope;
+    return (*this)(std::forward<Args>(args)...);
   }
 
   CompileStats stats() const { return core_->stats(); }

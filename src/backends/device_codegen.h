@@ -52,6 +52,9 @@ struct DeviceCodegen {
   void (*launch_rows)(const void* function, Device device, std::span<char* const> ptrs,
                       std::span<const int64_t> sizes, std::span<const int64_t> strides,
                       int64_t numel, const RowLaunch& rows) = nullptr;
+  // How a launch over `numel` elements runs (rows: launch_rows's), for
+  // explain(): its blocks and threads.
+  std::string (*describe_launch)(Device device, int64_t numel, const RowLaunch* rows) = nullptr;
   static constexpr int kMaxDims = 8;
   static constexpr int kRowThreads = 256;  // a row kernel's block
   static constexpr int kMaxOperands = 24;

@@ -35,6 +35,14 @@ void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
 
 namespace internal {
 
+namespace {
+thread_local bool t_profiling = false;  // a ProfilingScope lives on this thread
+}  // namespace
+
+ProfilingScope::ProfilingScope() noexcept : outer_(t_profiling) { t_profiling = true; }
+ProfilingScope::~ProfilingScope() { t_profiling = outer_; }
+bool profiling() noexcept { return t_profiling; }
+
 std::shared_ptr<Family> Core::Impl::family_of(const FlatArgs& args,
                                               const std::vector<int64_t>& shapeless,
                                               const std::vector<std::string>& names, bool& known) {

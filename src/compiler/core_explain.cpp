@@ -119,6 +119,19 @@ ExplainReport Core::explain() const {
       g.codegen = s.executable->kernels().summary;
       g.codegen_compiled = s.executable->kernels().compiled;
       g.codegen_ms = s.executable->kernels().ms;
+      std::lock_guard graph_lock(s.graph_mutex);
+      for (size_t k = 0; k < schedule.steps.size(); ++k) {
+        const ScheduledStep& step = schedule.steps[k];
+        if (step.kernel < 0) continue;
+        const codegen::PointwiseKernel& kernel = schedule.kernels[static_cast<size_t>(step.kernel)];
+        const Node& last = graph.nodes()[static_cast<size_t>(step.nodes.back())];
+        const ValueId over = step.reduction ? last.inputs[0] : last.outputs[0];
+        g.kernels.push_back(
+            {schedule.describe(graph, k), kernel.symbol,
+             codegen::describe_launch(kernel, step.reduction ? &*step.reduction : nullptr,
+                                      sym::hints(graph.value(over).sizes)),
+             k < s.kernel_ms.size() ? s.kernel_ms[k] : -1.0});
+      }
     }
     g.resumes = s.resumes;
     g.instance_of = s.instance_of;

@@ -66,6 +66,11 @@ std::string ExplainReport::to_string() const {
          << "\n";
     if (!g.codegen.empty()) os << "  generated kernels: " << g.codegen << "\n";
     for (const auto& f : g.fused) os << "  fused: " << f << "\n";
+    for (const auto& k : g.kernels) {
+      os << "  kernel " << k.name << ": " << k.group << "; " << k.launch;
+      if (k.ms >= 0) os << "; " << k.ms * 1000 << " us in the profiling run";
+      os << "\n";
+    }
     for (const auto& f : g.not_fused) os << "  " << f << "\n";
     os << "  guards:\n";
     for (const auto& [guard, value] : g.guards) os << "    " << guard << " == " << value << "\n";
@@ -135,6 +140,10 @@ std::string ExplainReport::to_json() const {
                              {"record", g.record_ms},
                              {"autotune", g.autotune_ms}}},
                            {"text", g.text}});
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& k : g.kernels)
+      kernels.push_back({{"group", k.group}, {"name", k.name}, {"launch", k.launch}, {"ms", k.ms}});
+    j["graphs"].back()["kernels"] = std::move(kernels);
   }
   j["graph_breaks"] = graph_breaks;
   j["recompiles"] = recompiles;

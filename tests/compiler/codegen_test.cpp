@@ -705,6 +705,12 @@ TEST(Codegen, ReductionAndInPlaceGroupsThroughCompileWithCheckAndStrict) {
                        "inputs around softmax, its rows reduced in cache"),
             std::string::npos)
       << fused;
+  bool reduced = false;
+  for (const auto& k : r.graphs[0].kernels)
+    reduced = reduced || k.launch ==
+                             "CPU: 2048 elements computed a block of rows at a time into "
+                             "cache, each block reduced there by the library's softmax";
+  EXPECT_TRUE(reduced) << r.to_string();
 }
 
 TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {
@@ -726,6 +732,30 @@ TEST(Codegen, InnerValuesGetNoBytesAndExplainSaysWhatWasGenerated) {
   EXPECT_NE(r.to_json().find("\"generated_kernels\": 1"), std::string::npos);
   // The three values inside get no bytes (the result is the caller's).
   EXPECT_EQ(r.graphs[0].planned_bytes, 0u);
+  // The kernel by name, with its loop; timed once a profiling run has run.
+  ASSERT_EQ(r.graphs[0].kernels.size(), 1u);
+  const ExplainReport::Graph::Kernel& k = r.graphs[0].kernels[0];
+  EXPECT_EQ(k.group, "mul + tanh + add + relu (nodes 0-3)");
+  EXPECT_EQ(k.name.rfind("kiln_pointwise_", 0), 0u) << k.name;
+  EXPECT_EQ(k.launch, "CPU: a loop over 64 elements, on one thread");
+  EXPECT_EQ(k.ms, -1.0);
+  const Tensor big = randn({300, 1000});
+  EXPECT_TRUE(testing::same(f.profile(big), ((big * 2.0).tanh() + 1.0).relu()));
+  const ExplainReport p = f.explain();
+  ASSERT_EQ(p.graphs.size(), 2u);  // the second for the new sizes
+  ASSERT_EQ(p.graphs[1].kernels.size(), 1u);
+  EXPECT_EQ(p.graphs[1].kernels[0].name, k.name);  // one kernel for every size
+  EXPECT_NE(p.graphs[1].kernels[0].launch.find("300000 elements, split across the threads"),
+            std::string::npos)
+      << p.graphs[1].kernels[0].launch;
+  EXPECT_GT(p.graphs[1].kernels[0].ms, 0.0);
+  EXPECT_EQ(p.graphs[0].kernels[0].ms, -1.0);  // not run since
+  const std::string text = p.to_string();
+  EXPECT_NE(text.find("kernel " + k.name + ": mul + tanh + add + relu (nodes 0-3); CPU: a loop"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" us in the profiling run"), std::string::npos) << text;
+  EXPECT_NE(p.to_json().find("\"launch\": \"CPU: a loop over 300000"), std::string::npos);
   // A second compile of the same program loads nothing new.
   const auto g =
       compile([](const Tensor& x) { return ((x * 2.0).tanh() + 1.0).relu(); }, {.name = "again"});

@@ -398,5 +398,58 @@ TEST(CudaCodegen, CompiledFunctionsRunGeneratedKernelsInEveryMode) {
   }
 }
 
+// A transformer block's rows through kiln::compile: the residual sum and
+// its layer_norm, the scaled and masked scores and their softmax, each one
+// kernel, in every mode (strict, a CUDA graph, every size of a dynamic dim),
+// results eager's bitwise; explain() names each kernel with its launch, and
+// a profiling run times them.
+TEST(CudaCodegen, CompiledRowKernelsInEveryModeWithTheirLaunchesInExplain) {
+  KILN_NEEDS_GPU();
+  Generator gen(8);
+  const Device cuda = Device::cuda(0);
+  const Tensor w = values({48}, kFloat32, gen).to(cuda), b = values({48}, kFloat32, gen).to(cuda);
+  const auto f = [w, b](const Tensor& x, const Tensor& r, const Tensor& scores,
+                        const Tensor& mask) {
+    const Tensor h = nn::functional::layer_norm(x + r, {48}, w, b, 1e-12);
+    const Tensor p = masked_fill(scores * 0.125, mask, -1e9).softmax(-1);
+    return TensorList{h, p};
+  };
+  for (Mode mode : {Mode::Default, Mode::ReduceOverhead}) {
+    for (bool strict : {false, true}) {
+      auto g = compile(f, {.mode = mode, .dynamic = Dynamic::On, .strict = strict});
+      for (int64_t tokens : {5, 17, 128}) {
+        const Tensor x = values({2, tokens, 48}, kFloat32, gen).to(cuda);
+        const Tensor r = values({2, tokens, 48}, kFloat32, gen).to(cuda);
+        const Tensor scores = values({2, 3, tokens, tokens}, kFloat32, gen).to(cuda);
+        const Tensor mask = (rand({2, 1, 1, tokens}, {}, &gen) < 0.2).to(cuda);
+        for (int call = 0; call < 2; ++call) {
+          const TensorList got = g(x, r, scores, mask), want = f(x, r, scores, mask);
+          for (size_t i = 0; i < 2; ++i)
+            EXPECT_TRUE(testing::same(got[i].to(Device::cpu()), want[i].to(Device::cpu())))
+                << tokens << " call " << call << " output " << i;
+        }
+      }
+      const ExplainReport r = g.explain();
+      ASSERT_FALSE(r.graphs.empty());
+      EXPECT_EQ(r.graphs.back().generated_kernels, 2) << r.to_string();
+      ASSERT_EQ(r.graphs.back().kernels.size(), 2u) << r.to_string();
+      for (const auto& k : r.graphs.back().kernels) {
+        EXPECT_EQ(k.name.rfind("kiln_rows_", 0), 0u) << k.name;
+        EXPECT_NE(k.launch.find("blocks of 256 threads: "), std::string::npos) << k.launch;
+        EXPECT_EQ(k.ms, -1.0);
+      }
+      const Tensor x = values({2, 128, 48}, kFloat32, gen).to(cuda);
+      const Tensor scores = values({2, 3, 128, 128}, kFloat32, gen).to(cuda);
+      const Tensor mask = (rand({2, 1, 1, 128}, {}, &gen) < 0.2).to(cuda);
+      const TensorList got = g.profile(x, x, scores, mask), want = f(x, x, scores, mask);
+      EXPECT_TRUE(testing::same(got[1].to(Device::cpu()), want[1].to(Device::cpu())));
+      const std::string text = g.explain().to_string();
+      EXPECT_NE(text.find("256 rows of 48 elements, 32 lanes a row"), std::string::npos) << text;
+      EXPECT_NE(text.find("768 rows of 128 elements, 32 lanes a row"), std::string::npos) << text;
+      EXPECT_NE(text.find(" us in the profiling run"), std::string::npos) << text;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::compiler

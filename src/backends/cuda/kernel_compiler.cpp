@@ -196,16 +196,21 @@ void launch(const void* function, Device device, int64_t blocks, int64_t threads
         "generated kernel launch");
 }
 
+// A pointwise kernel's grid: a thread per element, up to 32 blocks a
+// multiprocessor, which then loop over the rest.
+constexpr int64_t kPointwiseThreads = 256;
+int64_t pointwise_blocks(Device device, int64_t numel) {
+  return std::min<int64_t>((numel + kPointwiseThreads - 1) / kPointwiseThreads,
+                           int64_t{32} * multiprocessors(device.index()));
+}
+
 void launch_pointwise(const void* function, Device device, std::span<char* const> ptrs,
                       std::span<const int64_t> sizes, std::span<const int64_t> strides,
                       int64_t numel) {
   PointwiseWords words = pointwise_words(ptrs, sizes, strides, numel);
   if (numel == 0) return;
-  constexpr int64_t kThreads = 256;
-  const int64_t blocks = std::min<int64_t>((numel + kThreads - 1) / kThreads,
-                                           int64_t{32} * multiprocessors(device.index()));
   void* args[] = {words.data()};
-  launch(function, device, blocks, kThreads, args);
+  launch(function, device, pointwise_blocks(device, numel), kPointwiseThreads, args);
 }
 
 // kiln_row_args (compiler/codegen/cuda_source.h).
@@ -216,6 +221,11 @@ struct RowArgs {
   double eps;
 };
 
+int64_t row_blocks(const RowLaunch& rows) {
+  const int64_t rows_per_block = kRowThreads / row_group(rows.n);
+  return (rows.rows + rows_per_block - 1) / rows_per_block;
+}
+
 void launch_rows(const void* function, Device device, std::span<char* const> ptrs,
                  std::span<const int64_t> sizes, std::span<const int64_t> strides, int64_t numel,
                  const RowLaunch& rows) {
@@ -224,9 +234,19 @@ void launch_rows(const void* function, Device device, std::span<char* const> ptr
   if (rows.rows == 0 || rows.n == 0) return;
   // The library's lanes per row (row_group.h): the same order of reduction.
   RowArgs row_args{rows.weight, rows.bias, rows.rows, rows.n, row_group(rows.n), rows.eps};
-  const int64_t rows_per_block = kRowThreads / row_args.group;
   void* args[] = {words.data(), &row_args};
-  launch(function, device, (rows.rows + rows_per_block - 1) / rows_per_block, kRowThreads, args);
+  launch(function, device, row_blocks(rows), kRowThreads, args);
+}
+
+std::string describe_launch(Device device, int64_t numel, const RowLaunch* rows) {
+  if (!rows)
+    return detail::str_cat(pointwise_blocks(device, numel), " blocks of ", kPointwiseThreads,
+                           " threads over ", numel,
+                           " elements (at most 32 blocks a multiprocessor, "
+                           "each thread looping over the rest)");
+  const int group = row_group(rows->n);
+  return detail::str_cat(row_blocks(*rows), " blocks of ", kRowThreads, " threads: ", rows->rows,
+                         " rows of ", rows->n, " elements, ", group, " lanes a row");
 }
 
 }  // namespace
@@ -286,6 +306,7 @@ void register_cuda_codegen() {
   codegen.load = load;
   codegen.launch_pointwise = launch_pointwise;
   codegen.launch_rows = launch_rows;
+  codegen.describe_launch = describe_launch;
   register_device_codegen(DeviceKind::CUDA, codegen);
 }
 

@@ -10,6 +10,7 @@
 #include "backends/device_codegen.h"
 #include "compiler/codegen/cuda_source.h"
 #include "compiler/codegen/row_reduction.h"
+#include "core/shape_util.h"
 #include "io/atomic_file.h"
 
 namespace kiln::compiler::codegen {
@@ -203,6 +204,21 @@ void run_device_pointwise(const void* fn, std::span<const Tensor> outs,
       ->launch_pointwise(fn, device, c.ptrs, c.layout.sizes, c.layout.strides, c.layout.numel);
 }
 
+namespace {
+
+// The rows of a row kernel over its input's sizes.
+backend::RowLaunch row_launch(const RowReduction& reduction, const Shape& sizes) {
+  backend::RowLaunch rows;
+  rows.n = 1;
+  for (size_t d = sizes.size() - static_cast<size_t>(reduction.trailing); d < sizes.size(); ++d)
+    rows.n *= sizes[d];
+  rows.rows = rows.n == 0 ? 0 : shape_numel(sizes) / rows.n;
+  if (reduction.op == ops::OpId::layer_norm) rows.eps = reduction.attrs.f(1);
+  return rows;
+}
+
+}  // namespace
+
 void run_device_rows(const void* fn, const RowReduction& reduction, const Tensor& out,
                      const Tensor& stored, std::span<const Tensor> inputs) {
   const std::span<const Tensor> params = inputs.subspan(reduction.kernel_inputs);
@@ -211,18 +227,40 @@ void run_device_rows(const void* fn, const RowReduction& reduction, const Tensor
   };
   assert(out.is_contiguous() && (!stored.defined() || stored.is_contiguous()));
   for (const Tensor& p : params) assert(!p.defined() || p.is_contiguous());
-  backend::RowLaunch rows{param(0), param(1), 0, 1, 0};
-  const Shape& sizes = out.sizes();
-  for (size_t d = sizes.size() - static_cast<size_t>(reduction.trailing); d < sizes.size(); ++d)
-    rows.n *= sizes[d];
-  rows.rows = rows.n == 0 ? 0 : out.numel() / rows.n;
-  if (reduction.op == ops::OpId::layer_norm) rows.eps = reduction.attrs.f(1);
+  backend::RowLaunch rows = row_launch(reduction, out.sizes());
+  rows.weight = param(0);
+  rows.bias = param(1);
   std::vector<Tensor> outs{out};
   if (stored.defined()) outs.push_back(stored);
   const PointwiseCall c = device_call(outs, inputs.first(reduction.kernel_inputs));
   const Device device = out.device();
   backend::device_codegen(device.kind())
       ->launch_rows(fn, device, c.ptrs, c.layout.sizes, c.layout.strides, c.layout.numel, rows);
+}
+
+std::string describe_launch(const PointwiseKernel& kernel, const RowReduction* reduction,
+                            const Shape& sizes) {
+  const int64_t numel = shape_numel(sizes);
+  if (kernel.device.is_cpu()) {
+    if (reduction)
+      return detail::str_cat("CPU: ", numel, " elements computed a block of rows at a time into ",
+                             "cache, each block reduced there by the library's ",
+                             ops::op_schema(reduction->op).name);
+    return detail::str_cat(
+        "CPU: a loop over ", numel, " elements",
+        numel > backend::cpu::kParallelGrain
+            ? detail::str_cat(", split across the threads in chunks of at least ",
+                              backend::cpu::kParallelGrain)
+            : std::string(", on one thread"));
+  }
+  const backend::DeviceCodegen* codegen = backend::device_codegen(kernel.device.kind());
+  if (!codegen || !codegen->describe_launch) return detail::str_cat(kernel.device);
+  if (!kernel.rows || !reduction)
+    return detail::str_cat(kernel.device, ": ",
+                           codegen->describe_launch(kernel.device, numel, nullptr));
+  const backend::RowLaunch rows = row_launch(*reduction, sizes);
+  return detail::str_cat(kernel.device, ": ",
+                         codegen->describe_launch(kernel.device, numel, &rows));
 }
 
 }  // namespace kiln::compiler::codegen

@@ -77,4 +77,10 @@ struct RowReduction;
 void run_device_rows(const void* fn, const RowReduction& reduction, const Tensor& out,
                      const Tensor& stored, std::span<const Tensor> inputs);
 
+// How a step's generated kernel runs over `sizes` (its result's; with a
+// reduction, the reduction's input's), for explain(): "CUDA: 3 blocks of
+// 256 threads: 24 rows of 768 elements, 32 lanes a row".
+std::string describe_launch(const PointwiseKernel& kernel, const RowReduction* reduction,
+                            const Shape& sizes);
+
 }  // namespace kiln::compiler::codegen

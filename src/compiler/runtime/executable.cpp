@@ -1,6 +1,7 @@
 #include "compiler/runtime/executable.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "backends/backend.h"
@@ -255,8 +256,31 @@ std::vector<const void*> Executable::prepared_forms() const {
   return forms;
 }
 
+namespace {
+
+// A profiling run's clock around one step: the device's queue drained
+// before and after it, so that the time is the step's alone.
+class StepTimer {
+ public:
+  explicit StepTimer(Device device) : device_(device) {
+    if (!device_.is_cpu()) backend::backend_for(device_.kind()).synchronize(device_);
+    start_ = std::chrono::steady_clock::now();
+  }
+  double ms() const {
+    if (!device_.is_cpu()) backend::backend_for(device_.kind()).synchronize(device_);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+
+ private:
+  Device device_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
 TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe,
-                           PhiloxRecording* philox) const {
+                           PhiloxRecording* philox, StepTimes* times) const {
   // Nothing here is differentiated: a training step's graph holds its own
   // backward ops, and writes parameters that require grad in place.
   NoGradGuard no_grad;
@@ -367,6 +391,8 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
           }
         }
         const uint64_t* seeds = step_draws.empty() ? nullptr : step_draws.data();
+        std::optional<StepTimer> timer;
+        if (times && (s.generated || s.device_generated)) timer.emplace(s.device);
         if (s.generated && s.scheduled->reduction) {
           detail::count_kernel_launch();
           const codegen::RowReduction& reduction = *s.scheduled->reduction;
@@ -396,6 +422,10 @@ TensorList Executable::run(const TensorList& inputs, const NodeObserver& observe
         } else if (!backend::writes_nothing(outs, args)) {
           detail::count_kernel_launch();
           (*s.kernel)(backend::KernelCall{*s.schema, args, outs, *attrs, s.prepared.get()});
+        }
+        if (timer) {
+          times->resize(steps_.size(), -1.0);
+          (*times)[index] = timer->ms();
         }
         if (measure) workspaces[index] = workspace->high_water();
         if (observe && fused && made.size() > 1) {

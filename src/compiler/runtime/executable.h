@@ -42,8 +42,12 @@ class Executable {
   // While a device graph records the run, `philox` says where its random
   // kernels read their draws at each replay. `observe` sees each step's
   // results under the index of its last node.
+  // With `times` (a profiling run), each step that runs a generated kernel
+  // is timed, the device's queue drained before and after it: by step, its
+  // milliseconds, -1 for the other steps.
+  using StepTimes = std::vector<double>;
   TensorList run(const TensorList& inputs, const NodeObserver& observe = {},
-                 PhiloxRecording* philox = nullptr) const;
+                 PhiloxRecording* philox = nullptr, StepTimes* times = nullptr) const;
 
   // The plan calls use now: with the workspaces once a run has measured them.
   const MemoryPlan& plan() const noexcept { return *current_.load(std::memory_order_acquire); }

@@ -126,6 +126,13 @@ void record_graph(Segment& seg, const TensorList& tensors, const std::string& na
 TensorList run_segment(Segment& seg, const TensorList& tensors, const std::string& name,
                        int64_t& graph_calls) {
   if (!seg.executable) return replay(*seg.trace, tensors);
+  if (internal::profiling()) {  // step by step, timed
+    Executable::StepTimes times;
+    TensorList out = seg.executable->run(tensors, {}, nullptr, &times);
+    std::lock_guard lock(seg.graph_mutex);
+    seg.kernel_ms = std::move(times);
+    return out;
+  }
   std::shared_ptr<GraphedExecutable> graphed;
   {
     std::lock_guard lock(seg.graph_mutex);

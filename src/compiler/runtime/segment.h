@@ -115,6 +115,9 @@ struct Segment {
   mutable std::mutex graph_mutex;
   std::shared_ptr<GraphedExecutable> graphed;
   std::vector<std::string> graph_obstacles;
+  // The latest profiling run's times (Compiled::profile): by step, the
+  // milliseconds of its generated kernel, -1 for other steps (under graph_mutex).
+  std::vector<double> kernel_ms;
 
   size_t outputs() const { return trace->graph.outputs().size(); }
   // Why this graph no longer serves calls (a captured tensor's guard, a
