@@ -451,5 +451,56 @@ TEST(CudaCodegen, CompiledRowKernelsInEveryModeWithTheirLaunchesInExplain) {
   }
 }
 
+// Kernel counts pinned per reference model on CUDA, as on the CPU
+// (Codegen.ReferenceModelsGenerateThePinnedKernels), so that a fusion
+// regression fails: BERT's sums with the layer_norm after each, as row
+// kernels; a frozen ResNet's relus and residual adds in its convolutions.
+TEST(CudaCodegen, ReferenceModelsGenerateThePinnedKernels) {
+  KILN_NEEDS_GPU();
+  NoGradGuard no_grad;
+  const Device cuda = Device::cuda(0);
+  auto bert = testing::small_bert();
+  bert->to(cuda);
+  const Tensor ids = randint(0, 100, {1, 16}).to(cuda);
+  const auto f = compile([&](const Tensor& x) { return bert->forward(x).last_hidden_state; },
+                         {.check = true, .name = "bert"});
+  EXPECT_TRUE(testing::same(f(ids).to(Device::cpu()),
+                            bert->forward(ids).last_hidden_state.to(Device::cpu())));
+  const ExplainReport r = f.explain();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  const auto& g = r.graphs[0];
+  // The embeddings' two adds, then each layer's two residual adds, each
+  // with its layer_norm; the layers' groups share one kernel.
+  EXPECT_EQ(g.generated_kernels, 2) << r.to_string();
+  ASSERT_EQ(g.fused.size(), 5u) << r.to_string();
+  EXPECT_NE(g.fused[0].find("add + add + layer_norm (nodes "), std::string::npos) << g.fused[0];
+  for (size_t k = 0; k < g.fused.size(); ++k)
+    EXPECT_NE(g.fused[k].find("its rows reduced by layer_norm as it computes them"),
+              std::string::npos)
+        << g.fused[k];
+  EXPECT_EQ(g.steps, g.nodes - 6);
+
+  manual_seed(4);
+  auto net = models::resnet18({.num_classes = 10, .widths = {8, 16, 32, 64}});
+  net->eval();
+  net->to(cuda);
+  const Tensor x = randn({1, 3, 32, 32}).to(cuda);
+  const auto fast = compile(*net, {.freeze = true, .name = "resnet18"});
+  // Folded batch norms and TF32 convolutions: eager's within 1e-2.
+  const Tensor got = fast(x).to(Device::cpu()), want = (*net)(x).to(Device::cpu());
+  EXPECT_LT((got - want).abs().max().item<double>(),
+            1e-2 * (want.abs().max().item<double>() + 1e-3));
+  const ExplainReport rr = fast.explain();
+  ASSERT_EQ(rr.graphs.size(), 1u);
+  // Every convolution followed by a relu takes it, and the 8 blocks' last
+  // ones their residual add before it, in cuDNN's fused call: no pointwise
+  // group is left.
+  EXPECT_EQ(rr.graphs[0].generated_kernels, 0) << rr.to_string();
+  ASSERT_EQ(rr.graphs[0].fused.size(), 17u) << rr.to_string();
+  for (const std::string& line : rr.graphs[0].fused)
+    EXPECT_NE(line.find("one conv2d call with epilogue "), std::string::npos) << line;
+  EXPECT_EQ(rr.graphs[0].steps, rr.graphs[0].nodes - 17 - 8);
+}
+
 }  // namespace
 }  // namespace kiln::compiler

@@ -9,7 +9,8 @@
 // they pad symmetrically, so the part of an asymmetric padding beyond the
 // smaller side is applied to the input explicitly (and cut from the input
 // gradient); KILN_CUDNN_CONV=legacy takes them always. Workspaces come from
-// kiln's allocator. float32 uses TF32 tensor
+// kiln's allocator. A compiled frozen net's convolution with its bias,
+// residual add and relu runs as one fused legacy call (conv_epilogue_run). float32 uses TF32 tensor
 // cores when kiln::allow_tf32().conv is set (the default, as PyTorch's), exact
 // float32 math otherwise.
 #include <cudnn.h>
@@ -20,11 +21,13 @@
 #include <string_view>
 
 #include "backends/conv_geometry.h"
+#include "backends/cuda/conv_graph.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/conv_graph.h"
-#include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/cudnn_common.h"
+#include "backends/epilogue.h"
+#include "core/shape_util.h"
 #include "kiln/kiln.h"
 #include "ops/dispatch.h"
 #include "ops/workspace.h"
@@ -49,6 +52,10 @@ struct DeviceState {
   cudnnHandle_t handle = nullptr;
   std::map<std::vector<int64_t>, Plan> plans;  // the legacy API's
   ConvGraphCache graphs;
+  // The fused forward's (conv_epilogue_run): a relu that keeps NaN, and a
+  // [1, C, 1, 1] bias descriptor by C.
+  cudnnActivationDescriptor_t relu = nullptr;
+  std::map<int64_t, cudnnTensorDescriptor_t> bias_descriptors;
 };
 
 DeviceState& state_for(int device) {
@@ -337,6 +344,104 @@ void check_dtype(const KernelCall& c, DType t) {
   if (!is_floating(t)) throw DTypeError(detail::str_cat(c.schema.name, ": no CUDA kernel for ", t));
 }
 
+// A frozen convolutional net's conv2d with its bias, a residual add and the
+// relu after them (backends/epilogue.h) as one cuDNN call,
+// cudnnConvolutionBiasActivationForward: y = relu(conv(x, w) + r + bias),
+// the residual and the bias added to the convolution's float sums before
+// they are stored, so that the result is written once instead of three
+// times, by one kernel instead of three. Its sums are added in another
+// order than eager's (conv + bias, then + r): strict mode keeps them apart.
+std::string conv_epilogue_supports(OpId, std::span<const ops::TensorMeta> inputs,
+                                   const ops::TensorMeta& output, const ops::Attrs&,
+                                   const Epilogue& epilogue) {
+  if (output.dtype != kFloat32)
+    return detail::str_cat("cuDNN's fused convolution runs it on float32, not ", output.dtype);
+  if (inputs.empty() || inputs[0].sizes.size() != 4) return "its input is not batched";
+  if (!contiguous_layout(output.sizes, output.strides))
+    return detail::str_cat("its result's strides ", output.strides, " are not row-major");
+  using Kind = Epilogue::Kind;
+  const std::vector<Kind>& ops = epilogue.ops;
+  const bool relu = ops == std::vector<Kind>{Kind::kRelu},
+             add_relu = ops == std::vector<Kind>{Kind::kAdd, Kind::kRelu};
+  if (!relu && !add_relu)
+    return detail::str_cat(
+        "cuDNN's fused convolution takes a relu, after a residual add or "
+        "alone, not ",
+        epilogue.describe());
+  return "";
+}
+
+// The bias tensor's descriptor, [1, C, 1, 1] float; state.mutex held.
+cudnnTensorDescriptor_t bias_descriptor(DeviceState& state, int64_t channels) {
+  cudnnTensorDescriptor_t& d = state.bias_descriptors[channels];
+  if (!d) {
+    check_dnn(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor");
+    check_dnn(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                         static_cast<int>(channels), 1, 1),
+              "cudnnSetTensor4dDescriptor");
+  }
+  return d;
+}
+
+// The epilogue's ops on y, in place, after the convolution ran alone.
+void apply_epilogue(const KernelCall& c, bool add) {
+  NoGradGuard no_grad;
+  Tensor y = c.out();
+  if (add) y.add_(c.inputs.back());
+  y.relu_();
+}
+
+void conv_epilogue_run(const KernelCall& c, const Epilogue& epilogue) {
+  const bool add = epilogue.ops.front() == Epilogue::Kind::kAdd;
+  const std::span<const Tensor> conv_inputs = c.inputs.first(c.inputs.size() - (add ? 1 : 0));
+  const KernelCall conv{c.schema, conv_inputs, c.outputs, c.attrs, c.prepared};
+  const Tensor& out = c.out();
+  if (out.numel() == 0) return;
+  const ConvGeometry g0 = conv_geometry(c.in(0).sizes(), c.in(1).sizes(), out.sizes(), c.attrs, 0);
+  if (g0.c == 0) {  // no sums: the bias alone (conv_forward_op), then the epilogue
+    conv_forward_op(conv);
+    apply_epilogue(c, add);
+    return;
+  }
+  const Symmetric s = symmetric(g0);
+  const ConvGeometry& g = s.g;
+  const Tensor x = explicitly_padded(c.in(0), s);
+  const Tensor w = c.in(1).contiguous();
+  const Tensor bias = conv_inputs.size() > 2 && conv_inputs[2].defined()
+                          ? conv_inputs[2].contiguous()
+                          : zeros({g.o}, TensorOptions{.dtype = kFloat32, .device = out.device()});
+  const Tensor r = add ? c.inputs.back().contiguous() : Tensor();
+  const int device = out.device().index();
+  DeviceState& state = state_for(device);
+  DeviceGuard guard(device);
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    set_stream(state, device);
+    if (!state.relu) {
+      check_dnn(cudnnCreateActivationDescriptor(&state.relu), "cudnnCreateActivationDescriptor");
+      check_dnn(
+          cudnnSetActivationDescriptor(state.relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
+          "cudnnSetActivationDescriptor");
+    }
+    const Plan& p = plan_for(state, Pass::Forward, g, kFloat32, device);
+    Tensor workspace = ops::make_workspace(std::max<size_t>(p.workspace, 1), out.device());
+    const float one = 1, residual = add ? 1.f : 0.f;
+    // Without a residual, z is y itself, weighted 0.
+    status = cudnnConvolutionBiasActivationForward(
+        state.handle, &one, p.x, x.data_ptr(), p.w, w.data_ptr(), p.conv,
+        static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), workspace.data_ptr(), p.workspace,
+        &residual, p.y, add ? r.data_ptr() : out.data_ptr(), bias_descriptor(state, g.o),
+        bias.data_ptr(), state.relu, p.y, out.data_ptr());
+  }
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) {  // this geometry has no fused kernel: apart
+    conv_forward_op(conv);
+    apply_epilogue(c, add);
+    return;
+  }
+  check_dnn(status, "cudnnConvolutionBiasActivationForward");
+}
+
 }  // namespace
 
 void register_cuda_conv_kernels(KernelTable& t) {
@@ -346,6 +451,10 @@ void register_cuda_conv_kernels(KernelTable& t) {
   };
   t.set(OpId::conv1d, forward);
   t.set(OpId::conv2d, forward);
+  register_epilogue_lowering(
+      DeviceKind::CUDA, OpId::conv2d,
+      {conv_epilogue_supports, conv_epilogue_run,
+       [](std::span<const ops::TensorMeta>, const Epilogue&) { return false; }});
   t.set(OpId::conv_backward_input, [](const KernelCall& c) {
     check_dtype(c, c.out().dtype());
     conv_backward_input_op(c);

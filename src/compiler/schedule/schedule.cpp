@@ -607,7 +607,7 @@ class PointwiseGrouper {
                               : detail::str_cat(", its rows (dims ", c.reduction->permutation,
                                                 " of its input) reduced by "),
                           ops::op_schema(g_.nodes()[static_cast<size_t>(c.nodes.back())].op).name,
-                          " in cache")
+                          c.kernel && c.kernel->rows ? " as it computes them" : " in cache")
                     : std::string(),
         stored_note(c));
   }
