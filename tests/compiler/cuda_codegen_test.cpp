@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -228,7 +229,13 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
 #endif
 }
 
-bool has_cuda() { return cuda::is_available(); }
+// This binary's GPU tests run the CUDA fusions still in preview
+// (backends/cuda_preview.h): the row kernels here, cuDNN's fused
+// convolution in cuda_fusion_test.cpp, and the CUDA programs of the other
+// tests with them.
+const bool kPreviewOn = setenv("KILN_CUDA_PREVIEW", "1", 1) == 0;
+
+bool has_cuda() { return kPreviewOn && cuda::is_available(); }
 #define KILN_NEEDS_GPU() \
   if (!has_cuda()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason()
 

@@ -17,8 +17,6 @@ namespace {
 namespace F = nn::functional;
 using compiler::testing::same;
 
-Tensor relu6(const Tensor& x) { return x.clamp(0.0, 6.0); }
-
 // MobileNetV2's block: 1x1 expansion, 3x3 depthwise, 1x1 linear projection,
 // a residual where the shape allows.
 struct InvertedResidual : nn::Module {

@@ -115,6 +115,24 @@ const CaseRegistration kUnary([](CaseList& c) {
   add_unary(
       c, "silu", OpId::silu, [](auto& x) { return silu(x); }, kFloatTypes, -10, 10);
   add_unary(
+      c, "leaky_relu", OpId::leaky_relu, [](auto& x) { return leaky_relu(x, 0.2); }, kFloatTypes);
+  add_unary(
+      c, "hardtanh", OpId::hardtanh, [](auto& x) { return hardtanh(x); }, kFloatTypes);
+  add_unary(
+      c, "relu6", OpId::hardtanh, [](auto& x) { return relu6(x); }, kFloatTypes, -3, 9);
+  add_unary(
+      c, "elu", OpId::elu, [](auto& x) { return elu(x, 0.7); }, kFloatTypes, -6, 4);
+  // The threshold inside the range: both sides of it.
+  add_unary(
+      c, "softplus", OpId::softplus, [](auto& x) { return softplus(x, 2, 5); }, kFloatTypes, -8, 8);
+  add_unary(
+      c, "hardsigmoid", OpId::hardsigmoid, [](auto& x) { return hardsigmoid(x); }, kFloatTypes, -5,
+      5);
+  add_unary(
+      c, "hardswish", OpId::hardswish, [](auto& x) { return hardswish(x); }, kFloatTypes, -5, 5);
+  add_unary(
+      c, "mish", OpId::mish, [](auto& x) { return mish(x); }, kFloatTypes, -8, 8);
+  add_unary(
       c, "erf", OpId::erf, [](auto& x) { return erf(x); }, kFloatTypes, -3, 3);
   add_unary(
       c, "sign", OpId::sign, [](auto& x) { return sign(x); }, kAllTypes);
@@ -231,6 +249,24 @@ const CaseRegistration kMixed([](CaseList& c) {
                    [](TensorList& in) {
                      return TensorList{clamp(in[0], -3, 4), clamp(in[0], std::nullopt, 2),
                                        clamp(in[0], 1, std::nullopt)};
+                   }});
+  // The activations keep NaN, and integers become float32.
+  c.push_back({.name = "activations/nan_and_integers",
+               .ops = {OpId::leaky_relu, OpId::hardtanh, OpId::elu, OpId::softplus,
+                       OpId::hardsigmoid, OpId::hardswish, OpId::mish},
+               .dtypes = {kFloat32, kFloat64, kInt64},
+               .make =
+                   [](DType t, Generator& g) {
+                     const Tensor x = uniform({9, 17}, t, g, -9, 9);
+                     if (!is_floating(t)) return TensorList{x};
+                     const double nan = std::numeric_limits<double>::quiet_NaN();
+                     return TensorList{masked_fill(x, random_mask({9, 17}, g, 0.2), nan)};
+                   },
+               .run =
+                   [](TensorList& in) {
+                     const Tensor& x = in[0];
+                     return TensorList{leaky_relu(x),  hardtanh(x, -2, 3), elu(x), softplus(x),
+                                       hardsigmoid(x), hardswish(x),       mish(x)};
                    }});
   // NaN in either operand (a fifth of the elements of each, some in both),
   // and NaN as a clamp bound: NaN out wherever one goes in.

@@ -483,6 +483,39 @@ TEST(NnActivations, ComputeTheirFunctions) {
                 {std::log(0.25), std::log(0.75), std::log(0.5), std::log(0.5)});
 }
 
+// The activations PyTorch's mobile and vision nets use, against their
+// formulas in double; NaN kept.
+TEST(NnActivations, ComputeTheOtherActivationsOfPyTorch) {
+  const std::vector<double> v = {-4, -2, -0.5, 0, 1.5, 3.5, 7};
+  Tensor x = f32({-4, -2, -0.5, 0, 1.5, 3.5, 7}, {7});
+  const auto each = [&](auto f) {
+    std::vector<double> out;
+    for (double e : v) out.push_back(f(e));
+    return out;
+  };
+  const auto relu6 = [](double e) { return std::min(std::max(e, 0.0), 6.0); };
+  expect_values(nn::Hardtanh()(x), each([](double e) { return std::min(std::max(e, -1.0), 1.0); }));
+  expect_values(nn::Hardtanh(-2, 0.5)(x),
+                each([](double e) { return std::min(std::max(e, -2.0), 0.5); }));
+  expect_values(nn::ReLU6()(x), each(relu6));
+  expect_values(nn::ELU(0.5)(x), each([](double e) { return e > 0 ? e : 0.5 * std::expm1(e); }));
+  expect_values(nn::Softplus()(x), each([](double e) { return std::log1p(std::exp(e)); }));
+  expect_values(nn::Softplus(2, 3)(x),
+                each([](double e) { return 2 * e > 3 ? e : std::log1p(std::exp(2 * e)) / 2; }));
+  expect_values(nn::Hardsigmoid()(x), each([&](double e) { return relu6(e + 3) / 6; }));
+  expect_values(nn::Hardswish()(x), each([&](double e) { return e * relu6(e + 3) / 6; }));
+  expect_values(nn::Mish()(x),
+                each([](double e) { return e * std::tanh(std::log1p(std::exp(e))); }));
+  const Tensor nan = f32({std::nanf("")}, {1});
+  for (const Tensor& y :
+       {nn::Hardtanh()(nan), nn::ReLU6()(nan), nn::ELU()(nan), nn::Softplus()(nan),
+        nn::Hardsigmoid()(nan), nn::Hardswish()(nan), nn::Mish()(nan), nn::LeakyReLU()(nan)})
+    EXPECT_TRUE(std::isnan(y.item<double>()));
+  expect_error_with<ValueError>([] { nn::Hardtanh(2, 1); }, {"Hardtanh", "min_val 2", "1"});
+  expect_error_with<ValueError>([&] { hardtanh(x, 1, -1); },
+                                {"hardtanh", "min_val 1", "max_val -1"});
+}
+
 TEST(NnActivations, LeakyReLUPassesGradientsThroughBothBranches) {
   Tensor x = f32({-2, 3}, {2}).requires_grad_();
   nn::LeakyReLU(0.2)(x).sum().backward();
@@ -493,6 +526,12 @@ TEST(NnActivations, PrintLikePyTorch) {
   EXPECT_EQ(printed(nn::ReLU()), "ReLU()");
   EXPECT_EQ(printed(nn::GELU("tanh")), "GELU(approximate='tanh')");
   EXPECT_EQ(printed(nn::LeakyReLU()), "LeakyReLU(negative_slope=0.01)");
+  EXPECT_EQ(printed(nn::Hardtanh()), "Hardtanh(min_val=-1.0, max_val=1.0)");
+  EXPECT_EQ(printed(nn::ReLU6()), "ReLU6()");
+  EXPECT_EQ(printed(nn::ELU()), "ELU(alpha=1.0)");
+  EXPECT_EQ(printed(nn::Softplus()), "Softplus(beta=1.0, threshold=20.0)");
+  EXPECT_EQ(printed(nn::Hardswish()), "Hardswish()");
+  EXPECT_EQ(printed(nn::Mish()), "Mish()");
   EXPECT_EQ(printed(nn::Softmax(1)), "Softmax(dim=1)");
   EXPECT_EQ(printed(nn::LogSoftmax(-1)), "LogSoftmax(dim=-1)");
   expect_error_with<ValueError>([] { nn::GELU("fast"); }, {"GELU", "fast"});

@@ -1,7 +1,9 @@
-// Activation layers: ReLU, LeakyReLU, GELU, SiLU, Sigmoid, Tanh, Softmax, LogSoftmax.
+// Activation layers: ReLU, LeakyReLU, GELU, SiLU, Sigmoid, Tanh, Softmax,
+// LogSoftmax, Hardtanh, ReLU6, ELU, Softplus, Hardsigmoid, Hardswish, Mish.
 //
 //   kiln::nn::GELU gelu{"tanh"};          // the tanh approximation
 //   kiln::nn::LeakyReLU leaky{0.2};
+//   kiln::nn::Hardswish hardswish;        // MobileNetV3's
 //   kiln::nn::Softmax softmax{-1};
 //   auto p = softmax(gelu(x));
 #pragma once
@@ -30,6 +32,66 @@ class LeakyReLU : public Module {
   std::string extra_repr() const override;
 
   const double negative_slope;
+};
+
+// x clamped to [min_val, max_val]; ReLU6 is Hardtanh(0, 6).
+class Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1, double max_val = 1);
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  std::string extra_repr() const override;
+
+  const double min_val, max_val;
+};
+
+class ReLU6 : public Hardtanh {
+ public:
+  ReLU6() : Hardtanh(0, 6) {}
+  std::string extra_repr() const override { return ""; }
+};
+
+// x for x > 0, alpha * (exp(x) - 1) otherwise.
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1) : alpha(alpha) {}
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  std::string extra_repr() const override;
+
+  const double alpha;
+};
+
+// log(1 + exp(beta x)) / beta, x where beta x > threshold.
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1, double threshold = 20) : beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  std::string extra_repr() const override;
+
+  const double beta, threshold;
+};
+
+// relu6(x + 3) / 6.
+class Hardsigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+};
+
+// x * relu6(x + 3) / 6.
+class Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+};
+
+// x * tanh(softplus(x)).
+class Mish : public Module {
+ public:
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
 };
 
 // approximate: "none" (the erf form) or "tanh".

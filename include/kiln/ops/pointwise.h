@@ -30,6 +30,21 @@ Tensor relu(const Tensor& x);
 // approximate: "none" (the erf form) or "tanh".
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor silu(const Tensor& x);
+// The other activations of PyTorch's nn (torch.nn.functional's defaults).
+// x > 0 ? x : negative_slope * x
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// x clamped to [min_val, max_val] (NaN kept); relu6 is hardtanh(x, 0, 6).
+Tensor hardtanh(const Tensor& x, double min_val = -1, double max_val = 1);
+Tensor relu6(const Tensor& x);
+// x > 0 ? x : alpha * (exp(x) - 1)
+Tensor elu(const Tensor& x, double alpha = 1);
+// log(1 + exp(beta x)) / beta, x itself where beta x > threshold.
+Tensor softplus(const Tensor& x, double beta = 1, double threshold = 20);
+// relu6(x + 3) / 6, and x times it.
+Tensor hardsigmoid(const Tensor& x);
+Tensor hardswish(const Tensor& x);
+// x * tanh(softplus(x))
+Tensor mish(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor floor(const Tensor& x);

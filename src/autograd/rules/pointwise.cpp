@@ -87,6 +87,43 @@ TensorList grad_silu(const BackwardCtx& ctx, const TensorList& g) {
   return {g[0] * s * (x * (1 - s) + 1)};
 }
 
+TensorList grad_leaky_relu(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  return {where(x > 0, g[0], g[0] * ctx.attrs().f(0))};
+}
+
+TensorList grad_hardtanh(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  return {where(logical_and(x > ctx.attrs().f(0), x < ctx.attrs().f(1)), g[0], 0.0)};
+}
+
+TensorList grad_elu(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  return {where(x > 0, g[0], g[0] * exp(x) * ctx.attrs().f(0))};
+}
+
+TensorList grad_softplus(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  const Tensor bx = x * ctx.attrs().f(0);
+  return {where(bx > ctx.attrs().f(1), g[0], g[0] * sigmoid(bx))};
+}
+
+TensorList grad_hardsigmoid(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  return {where(logical_and(x > -3.0, x < 3.0), g[0] * (1.0 / 6), 0.0)};
+}
+
+TensorList grad_hardswish(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  return {where(x < -3.0, 0.0, where(x < 3.0, g[0] * (x * 2.0 + 3.0) * (1.0 / 6), g[0]))};
+}
+
+TensorList grad_mish(const BackwardCtx& ctx, const TensorList& g) {
+  const Tensor& x = ctx.input(0);
+  const Tensor t = tanh(log1p(exp(x)));
+  return {g[0] * (t + x * sigmoid(x) * (1 - t * t))};
+}
+
 TensorList grad_erf(const BackwardCtx& ctx, const TensorList& g) {
   const Tensor& x = ctx.input(0);
   return {g[0] * exp(-(x * x)) * (2 / std::sqrt(std::numbers::pi))};

@@ -78,6 +78,51 @@ void register_cpu_unary_kernels(KernelTable& t) {
       unary_float(
           c, [](auto x) __attribute__((always_inline)) { return scalar::gelu_erf(x); });
   });
+  t.set(OpId::hardsigmoid, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return scalar::hardsigmoid(x); });
+  });
+  t.set(OpId::hardswish, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return scalar::hardswish(x); });
+  });
+  t.set(OpId::mish, [](const KernelCall& c) {
+    unary_float(
+        c, [](auto x) __attribute__((always_inline)) { return scalar::mish(x); });
+  });
+  // The attributes as the compute type, as the generated kernels' constants.
+  t.set(OpId::leaky_relu, [](const KernelCall& c) {
+    const double slope = c.attrs.f(0);
+    unary_float(
+        c, [slope](auto x) __attribute__((always_inline)) {
+          using C = decltype(x);
+          return scalar::leaky_relu(x, C(slope));
+        });
+  });
+  t.set(OpId::hardtanh, [](const KernelCall& c) {
+    const double lo = c.attrs.f(0), hi = c.attrs.f(1);
+    unary_float(
+        c, [ lo, hi ](auto x) __attribute__((always_inline)) {
+          using C = decltype(x);
+          return scalar::hardtanh(x, C(lo), C(hi));
+        });
+  });
+  t.set(OpId::elu, [](const KernelCall& c) {
+    const double alpha = c.attrs.f(0);
+    unary_float(
+        c, [alpha](auto x) __attribute__((always_inline)) {
+          using C = decltype(x);
+          return scalar::elu(x, C(alpha));
+        });
+  });
+  t.set(OpId::softplus, [](const KernelCall& c) {
+    const double beta = c.attrs.f(0), threshold = c.attrs.f(1);
+    unary_float(
+        c, [ beta, threshold ](auto x) __attribute__((always_inline)) {
+          using C = decltype(x);
+          return scalar::softplus(x, C(beta), C(threshold));
+        });
+  });
   // Ops of every dtype: integers wrap as the type does (abs(INT_MIN) is
   // INT_MIN, as PyTorch), floats are scalar_ops.h's.
   t.set(OpId::neg, [](const KernelCall& c) {

@@ -97,6 +97,37 @@ template <typename C>
 KILN_SCALAR_FN C silu(C x) {
   return x * sigmoid(x);
 }
+// The activations with their attributes as the compute type. Each keeps
+// NaN: a comparison with NaN is false, so it takes the branch that computes
+// from x.
+template <typename C>
+KILN_SCALAR_FN C leaky_relu(C x, C slope) {
+  return x > C(0) ? x : slope * x;
+}
+template <typename C>
+KILN_SCALAR_FN C hardtanh(C x, C lo, C hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+template <typename C>
+KILN_SCALAR_FN C elu(C x, C alpha) {
+  return x > C(0) ? x : alpha * std::expm1(x);
+}
+template <typename C>
+KILN_SCALAR_FN C softplus(C x, C beta, C threshold) {
+  return x * beta > threshold ? x : std::log1p(exp_f32(x * beta)) / beta;
+}
+template <typename C>
+KILN_SCALAR_FN C hardsigmoid(C x) {
+  return hardtanh(x + C(3), C(0), C(6)) / C(6);
+}
+template <typename C>
+KILN_SCALAR_FN C hardswish(C x) {
+  return x * hardsigmoid(x);
+}
+template <typename C>
+KILN_SCALAR_FN C mish(C x) {
+  return x * tanh_f32(std::log1p(exp_f32(x)));
+}
 template <typename C>
 KILN_SCALAR_FN C erf(C x) {
   return erf_f32(x);

@@ -26,6 +26,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cudnn_common.h"
+#include "backends/cuda_preview.h"
 #include "backends/epilogue.h"
 #include "core/shape_util.h"
 #include "kiln/kiln.h"
@@ -354,6 +355,7 @@ void check_dtype(const KernelCall& c, DType t) {
 std::string conv_epilogue_supports(OpId, std::span<const ops::TensorMeta> inputs,
                                    const ops::TensorMeta& output, const ops::Attrs&,
                                    const Epilogue& epilogue) {
+  if (std::string off = cuda_preview_off("cuDNN's fused convolution"); !off.empty()) return off;
   if (output.dtype != kFloat32)
     return detail::str_cat("cuDNN's fused convolution runs it on float32, not ", output.dtype);
   if (inputs.empty() || inputs[0].sizes.size() != 4) return "its input is not batched";

@@ -29,6 +29,9 @@ enum class Fn {
   Erf,
   GeluErf,
   GeluTanh,
+  Hardsigmoid,
+  Hardswish,
+  Mish,
   Floor,
   Ceil,
   Round
@@ -68,6 +71,12 @@ struct FloatFn {
       return scalar::gelu_erf(x);
     else if constexpr (K == Fn::GeluTanh)
       return scalar::gelu_tanh(x);
+    else if constexpr (K == Fn::Hardsigmoid)
+      return scalar::hardsigmoid(x);
+    else if constexpr (K == Fn::Hardswish)
+      return scalar::hardswish(x);
+    else if constexpr (K == Fn::Mish)
+      return scalar::mish(x);
     else if constexpr (K == Fn::Floor)
       return scalar::floor(x);
     else if constexpr (K == Fn::Ceil)
@@ -154,6 +163,36 @@ struct IsInf {
   }
 };
 
+// The activations with attributes, which each takes as the compute type.
+struct LeakyRelu {
+  double slope;
+  template <typename C>
+  __device__ C operator()(C x) const {
+    return scalar::leaky_relu(x, C(slope));
+  }
+};
+struct Hardtanh {
+  double lo, hi;
+  template <typename C>
+  __device__ C operator()(C x) const {
+    return scalar::hardtanh(x, C(lo), C(hi));
+  }
+};
+struct Elu {
+  double alpha;
+  template <typename C>
+  __device__ C operator()(C x) const {
+    return scalar::elu(x, C(alpha));
+  }
+};
+struct Softplus {
+  double beta, threshold;
+  template <typename C>
+  __device__ C operator()(C x) const {
+    return scalar::softplus(x, C(beta), C(threshold));
+  }
+};
+
 // Floating dtypes only (the shape rule promotes integers to float32).
 template <typename F>
 void unary_float(const KernelCall& c, F f) {
@@ -222,6 +261,17 @@ void register_cuda_unary_kernels(KernelTable& t) {
       unary_float(c, FloatFn<Fn::GeluTanh>{});
     else
       unary_float(c, FloatFn<Fn::GeluErf>{});
+  });
+  t.set(OpId::hardsigmoid, [](const KernelCall& c) { unary_float(c, FloatFn<Fn::Hardsigmoid>{}); });
+  t.set(OpId::hardswish, [](const KernelCall& c) { unary_float(c, FloatFn<Fn::Hardswish>{}); });
+  t.set(OpId::mish, [](const KernelCall& c) { unary_float(c, FloatFn<Fn::Mish>{}); });
+  t.set(OpId::leaky_relu, [](const KernelCall& c) { unary_float(c, LeakyRelu{c.attrs.f(0)}); });
+  t.set(OpId::hardtanh, [](const KernelCall& c) {
+    unary_float(c, Hardtanh{c.attrs.f(0), c.attrs.f(1)});
+  });
+  t.set(OpId::elu, [](const KernelCall& c) { unary_float(c, Elu{c.attrs.f(0)}); });
+  t.set(OpId::softplus, [](const KernelCall& c) {
+    unary_float(c, Softplus{c.attrs.f(0), c.attrs.f(1)});
   });
   t.set(OpId::floor, [](const KernelCall& c) { unary_rounding(c, FloatFn<Fn::Floor>{}); });
   t.set(OpId::ceil, [](const KernelCall& c) { unary_rounding(c, FloatFn<Fn::Ceil>{}); });

@@ -86,6 +86,36 @@ template <typename C>
 KILN_DEVICE_FN C erf(C x) {
   return ::erf(x);
 }
+// The activations with their attributes as the compute type; each keeps
+// NaN (a comparison with NaN is false: the branch that computes from x).
+template <typename C>
+KILN_DEVICE_FN C leaky_relu(C x, C slope) {
+  return x > C(0) ? x : slope * x;
+}
+template <typename C>
+KILN_DEVICE_FN C hardtanh(C x, C lo, C hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+template <typename C>
+KILN_DEVICE_FN C elu(C x, C alpha) {
+  return x > C(0) ? x : alpha * ::expm1(x);
+}
+template <typename C>
+KILN_DEVICE_FN C softplus(C x, C beta, C threshold) {
+  return x * beta > threshold ? x : ::log1p(::exp(x * beta)) / beta;
+}
+template <typename C>
+KILN_DEVICE_FN C hardsigmoid(C x) {
+  return hardtanh(x + C(3), C(0), C(6)) / C(6);
+}
+template <typename C>
+KILN_DEVICE_FN C hardswish(C x) {
+  return x * hardsigmoid(x);
+}
+template <typename C>
+KILN_DEVICE_FN C mish(C x) {
+  return x * ::tanh(::log1p(::exp(x)));
+}
 // erfc keeps precision where 1 + erf(x) cancels (large negative x).
 template <typename C>
 KILN_DEVICE_FN C gelu_erf(C x) {

@@ -154,6 +154,34 @@ void register_unary(KernelTable& t) {
   t.set(OpId::silu,
         [](const KernelCall& c) { map_float(c, [](double x) { return x / (1 + std::exp(-x)); }); });
   t.set(OpId::erf, [](const KernelCall& c) { map_float(c, [](double x) { return std::erf(x); }); });
+  t.set(OpId::leaky_relu, [](const KernelCall& c) {
+    const double slope = c.attrs.f(0);
+    map_float(c, [slope](double x) { return x > 0 ? x : slope * x; });
+  });
+  t.set(OpId::hardtanh, [](const KernelCall& c) {
+    const double lo = c.attrs.f(0), hi = c.attrs.f(1);
+    map_float(c, [lo, hi](double x) { return x < lo ? lo : x > hi ? hi : x; });
+  });
+  t.set(OpId::elu, [](const KernelCall& c) {
+    const double alpha = c.attrs.f(0);
+    map_float(c, [alpha](double x) { return x > 0 ? x : alpha * std::expm1(x); });
+  });
+  t.set(OpId::softplus, [](const KernelCall& c) {
+    const double beta = c.attrs.f(0), threshold = c.attrs.f(1);
+    map_float(c, [beta, threshold](double x) {
+      return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
+    });
+  });
+  const auto hardsigmoid = [](double x) {
+    return std::isnan(x) ? x : std::clamp(x + 3, 0.0, 6.0) / 6;
+  };
+  t.set(OpId::hardsigmoid, [hardsigmoid](const KernelCall& c) { map_float(c, hardsigmoid); });
+  t.set(OpId::hardswish, [hardsigmoid](const KernelCall& c) {
+    map_float(c, [hardsigmoid](double x) { return x * hardsigmoid(x); });
+  });
+  t.set(OpId::mish, [](const KernelCall& c) {
+    map_float(c, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); });
+  });
   t.set(OpId::sign, [](const KernelCall& c) {
     map_typed(
         c, [](const Args& a) { return double((0 < a[0]) - (a[0] < 0)); },

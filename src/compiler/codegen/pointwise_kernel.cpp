@@ -57,6 +57,13 @@ Form form_of(OpId op) {
     case OpId::relu:
     case OpId::gelu:
     case OpId::silu:
+    case OpId::leaky_relu:
+    case OpId::hardtanh:
+    case OpId::elu:
+    case OpId::softplus:
+    case OpId::hardsigmoid:
+    case OpId::hardswish:
+    case OpId::mish:
     case OpId::erf:
     case OpId::sign:
     case OpId::floor:
@@ -195,10 +202,15 @@ std::string expression(const std::vector<Instr>& body, size_t i,
     return cast_expression(arg(0), in.dtype);
   const std::string name(ops::op_schema(in.op).name);
   switch (form_of(in.op)) {
-    case Form::kUnary:
+    case Form::kUnary: {
       if (in.op == OpId::gelu)
         return detail::str_cat("scalar::gelu_", in.tanh_form ? "tanh" : "erf", "(", arg(0), ")");
-      return detail::str_cat("scalar::", name, "(", arg(0), ")");
+      // An activation's attributes follow its argument (leaky_relu's slope...).
+      std::string call = detail::str_cat("scalar::", name, "(", arg(0));
+      for (const std::optional<double>& c : in.constants)
+        call += detail::str_cat(", ", literal(*c, in.dtype));
+      return call + ")";
+    }
     case Form::kBinary:
       if ((in.op == OpId::add || in.op == OpId::sub) && in.constants[0])
         return detail::str_cat("scalar::add_scaled(", arg(0), ", ", arg(1), ", ",
@@ -491,6 +503,14 @@ std::optional<PointwiseKernel> lower_group(const Graph& g, std::span<const int32
                                    : std::nullopt);
     } else if (n.op == OpId::gelu) {
       op.tanh_form = attrs.str(0) == "tanh";
+    } else if (n.op == OpId::leaky_relu || n.op == OpId::hardtanh || n.op == OpId::elu ||
+               n.op == OpId::softplus) {
+      // Its float attributes, as the library's kernels take them: C(value).
+      const size_t count = n.op == OpId::hardtanh || n.op == OpId::softplus ? 2 : 1;
+      for (size_t a = 0; a < count; ++a)
+        op.constants.push_back(op.dtype == kFloat32
+                                   ? static_cast<double>(static_cast<float>(attrs.f(a)))
+                                   : attrs.f(a));
     } else if (n.op == OpId::masked_fill) {
       op.constants = {as_compute(attrs.scalar(0), op.dtype)};  // the library's to<T>()
     } else if (n.op == OpId::full) {

@@ -11,6 +11,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/column_reduce.h"
 #include "backends/cpu/loops.h"
+#include "backends/cuda_preview.h"
 #include "core/shape_util.h"
 #include "ops/dispatch.h"
 
@@ -133,6 +134,10 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
     why = detail::str_cat("generated reductions on ", x.device,
                           " are softmax, log_softmax and layer_norm, not ", name);
     return std::nullopt;
+  }
+  if (device) {
+    why = backend::cuda_preview_off(detail::str_cat("a generated ", name, " on ", x.device));
+    if (!why.empty()) return std::nullopt;
   }
   if (device && !contiguous_layout(g.value(n.outputs[0]).sizes, g.value(n.outputs[0]).strides)) {
     why = "its result's layout is not contiguous";

@@ -37,6 +37,9 @@ KILN_UNARY(tanh)
 KILN_UNARY(sigmoid)
 KILN_UNARY(relu)
 KILN_UNARY(silu)
+KILN_UNARY(hardsigmoid)
+KILN_UNARY(hardswish)
+KILN_UNARY(mish)
 KILN_UNARY(erf)
 KILN_UNARY(sign)
 KILN_UNARY(floor)
@@ -49,6 +52,18 @@ KILN_UNARY(isinf)
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   return dispatch1(OpId::gelu, {x}, {std::string(approximate)});
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return dispatch1(OpId::leaky_relu, {x}, {negative_slope});
+}
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  return dispatch1(OpId::hardtanh, {x}, {min_val, max_val});
+}
+Tensor relu6(const Tensor& x) { return hardtanh(x, 0, 6); }
+Tensor elu(const Tensor& x, double alpha) { return dispatch1(OpId::elu, {x}, {alpha}); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return dispatch1(OpId::softplus, {x}, {beta, threshold});
 }
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return dispatch1(OpId::add, {a, b}, {alpha}); }

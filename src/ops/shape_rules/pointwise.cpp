@@ -56,6 +56,10 @@ void infer_unary_float(Ctx& ctx) {
           detail::str_cat("gelu: approximate must be 'none' or 'tanh', got '", mode, "'"));
     }
   }
+  if (ctx.schema.id == OpId::hardtanh && !(ctx.attrs.f(0) <= ctx.attrs.f(1))) {
+    throw ValueError(detail::str_cat("hardtanh: min_val ", ctx.attrs.f(0),
+                                     " must be at most max_val ", ctx.attrs.f(1)));
+  }
   const DType t = float_of(ctx.input(0).dtype());
   elementwise(ctx, t, t);
 }
