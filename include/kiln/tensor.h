@@ -20,6 +20,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -125,6 +126,7 @@ using TensorIndex = std::variant<int64_t, Slice, NoneIndex, EllipsisIndex>;
 
 class Tensor;
 using TensorList = std::vector<Tensor>;
+struct ValuesIndices;  // kiln/ops/reduce.h
 
 // A dim's size that kiln::compile keeps symbolic (as torch's SymInt does;
 // docs/compile.md, "Sizes that stay symbolic"). In a shape given to zeros,
@@ -337,6 +339,9 @@ class Tensor {
   Tensor pow(const Tensor& exponent) const;
   Tensor pow(Scalar exponent) const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor clamp_min(Scalar min) const;
+  Tensor clamp_max(Scalar max) const;
+  Tensor gelu(std::string_view approximate = "none") const;
   Tensor masked_fill(const Tensor& mask, Scalar value) const;
   Tensor matmul(const Tensor& other) const;
 
@@ -346,6 +351,12 @@ class Tensor {
   Tensor mean(const Shape& dims, bool keepdim = false) const;
   Tensor max() const;
   Tensor min() const;
+  // The largest (smallest) values along dim and their indices (kiln/ops/reduce.h).
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
+  // Views of its pieces along dim (kiln/ops/shape.h's chunk and unbind).
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor softmax(int64_t dim) const;
@@ -362,6 +373,8 @@ class Tensor {
   Tensor& div_(Scalar other);
   Tensor& relu_();
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
+  // src's values written at index along dim (kiln/ops/shape.h's scatter_).
+  Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src);
   Tensor& fill_(Scalar value);
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);

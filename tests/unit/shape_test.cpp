@@ -621,3 +621,55 @@ TEST(ViewRules, RejectNegativeExpandSizesAndSliceWithHugeSteps) {
   EXPECT_THROW(zeros({1}).expand({-2}), ShapeError);
   EXPECT_EQ(arange(10).slice(0, 0, 10, INT64_MAX).sizes(), (Shape{1}));
 }
+
+// --- the compositions ported models reach for ------------------------------------------
+
+TEST(Compositions, RollUnbindAndRepeatInterleaveMatchPyTorch) {
+  const Tensor x = ints({0, 1, 2, 3, 4, 5}, {2, 3});
+  // torch.roll(x, 1, 1) = [[2, 0, 1], [5, 3, 4]]; roll(x, -1) over the flattened x.
+  EXPECT_EQ(roll(x, {1}, {1}).to_vector<int64_t>(), (I64{2, 0, 1, 5, 3, 4}));
+  EXPECT_EQ(roll(x, {-1}).to_vector<int64_t>(), (I64{1, 2, 3, 4, 5, 0}));
+  EXPECT_EQ(roll(x, {1, 4}, {0, 1}).to_vector<int64_t>(), (I64{5, 3, 4, 2, 0, 1}));
+  EXPECT_EQ(roll(x, {3}, {1}).to_vector<int64_t>(), x.to_vector<int64_t>());
+  EXPECT_EQ(roll(x, {-1}).sizes(), (Shape{2, 3}));
+  expect_error_with<ValueError>([&] { roll(x, {1, 2}); }, {"roll", "[1, 2]"});
+  expect_error_with<ValueError>([&] { roll(x, {1}, {0, 1}); }, {"roll", "same length"});
+  const std::vector<Tensor> rows = x.unbind(0), columns = unbind(x, 1);
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(columns.size(), 3u);
+  EXPECT_EQ(rows[1].to_vector<int64_t>(), (I64{3, 4, 5}));
+  EXPECT_EQ(columns[2].to_vector<int64_t>(), (I64{2, 5}));
+  EXPECT_EQ(repeat_interleave(ints({1, 2}), 2).to_vector<int64_t>(), (I64{1, 1, 2, 2}));
+  EXPECT_EQ(repeat_interleave(x, 2, 0).sizes(), (Shape{4, 3}));
+  EXPECT_EQ(repeat_interleave(x, 2, -1).to_vector<int64_t>(),
+            (I64{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5}));
+  EXPECT_EQ(repeat_interleave(x, 0, 1).sizes(), (Shape{2, 0}));
+  expect_error_with<ValueError>([&] { repeat_interleave(x, -1, 0); }, {"repeat_interleave", "-1"});
+  // Gradients flow through the views and the concatenation.
+  Tensor w = floats({1, 2, 3}, {3}).requires_grad_();
+  (roll(w, {1}) * floats({1, 10, 100}, {3})).sum().backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{10, 100, 1}));
+}
+
+TEST(Compositions, OuterBaddbmmClampBoundsAndTensorMethods) {
+  const Tensor a = floats({1, 2}, {2}), b = floats({3, 4, 5}, {3});
+  EXPECT_EQ(outer(a, b).to_vector<float>(), (std::vector<float>{3, 4, 5, 6, 8, 10}));
+  expect_error_with<ShapeError>([&] { outer(a.reshape({1, 2}), b); }, {"outer", "[1, 2]"});
+  const Tensor b1 = floats({1, 2, 3, 4}, {1, 2, 2}), b2 = floats({1, 0, 0, 1}, {1, 2, 2});
+  const Tensor self = floats({10, 20, 30, 40}, {1, 2, 2});
+  EXPECT_EQ(baddbmm(self, b1, b2, 0.5, 2).to_vector<float>(), (std::vector<float>{7, 14, 21, 28}));
+  const Tensor nan = full({1, 2, 2}, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(baddbmm(nan, b1, b2, 0).to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  const Tensor x = floats({-2, 0.5, 3}, {3});
+  EXPECT_EQ(clamp_min(x, 0).to_vector<float>(), (std::vector<float>{0, 0.5, 3}));
+  EXPECT_EQ(x.clamp_max(1).to_vector<float>(), (std::vector<float>{-2, 0.5, 1}));
+  EXPECT_EQ(x.gelu().to_vector<float>(), gelu(x).to_vector<float>());
+  const auto [values, indices] = ints({3, 9, 4, 1}, {2, 2}).max(1);
+  EXPECT_EQ(values.to_vector<int64_t>(), (I64{9, 4}));
+  EXPECT_EQ(indices.to_vector<int64_t>(), (I64{1, 0}));
+  EXPECT_EQ(ints({3, 9, 4, 1}, {2, 2}).min(0, true).values.sizes(), (Shape{1, 2}));
+  EXPECT_EQ(ints({0, 1, 2, 3, 4}).chunk(2).size(), 2u);
+  Tensor target = zeros({3});
+  target.scatter_(0, ints({2, 0}), floats({7, 8}, {2}));
+  EXPECT_EQ(target.to_vector<float>(), (std::vector<float>{8, 0, 7}));
+}

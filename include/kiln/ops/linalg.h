@@ -23,6 +23,12 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // self is ignored (NaNs in it do not propagate).
 Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta = 1,
              Scalar alpha = 1);
+// beta * self + alpha * bmm(batch1, batch2); self broadcasts to [B, M, N].
+// With beta = 0, self is ignored (NaNs in it do not propagate).
+Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1,
+               Scalar alpha = 1);
+// a [M] and b [N] -> [M, N], a[i] * b[j].
+Tensor outer(const Tensor& a, const Tensor& b);
 // input [..., in] @ weight[out, in]^T (+ bias [out]) -> [..., out].
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor());
 

@@ -92,6 +92,9 @@ Tensor& sigmoid_(Tensor& x);
 Tensor& tanh_(Tensor& x);
 Tensor& relu_(Tensor& x);
 Tensor& clamp_(Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+// clamp with one bound, as torch.clamp_min and torch.clamp_max.
+Tensor clamp_min(const Tensor& x, Scalar min);
+Tensor clamp_max(const Tensor& x, Scalar max);
 Tensor& masked_fill_(Tensor& x, const Tensor& mask, Scalar value);
 Tensor& fill_(Tensor& x, Scalar value);
 Tensor& zero_(Tensor& x);

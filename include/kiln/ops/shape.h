@@ -56,6 +56,18 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 // chunks pieces of equal size (the last may be smaller), as torch.chunk; views.
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0,
                           const std::source_location& where = std::source_location::current());
+// x's slices along dim, each without that dim, as torch.unbind; views.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0,
+                           const std::source_location& where = std::source_location::current());
+// x's elements shifted by shifts[i] along dims[i] (wrapping around), as
+// torch.roll (a new tensor); with dims empty, over the flattened x (one
+// shift), in x's shape.
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts,
+            const std::vector<int64_t>& dims = {},
+            const std::source_location& where = std::source_location::current());
+// Each element of x repeated `repeats` times along dim, in place
+// ([a, b] -> [a, a, b, b]); over the flattened x when dim is absent.
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = {});
 // The slices of x along dim named by a 1-D int64/int32 index (negative values are errors).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // out[i][j] = x[index[i][j]][j] for dim 0, and so on; index is int64 with x's rank.

@@ -61,6 +61,11 @@ Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
   return dispatch1(OpId::hardtanh, {x}, {min_val, max_val});
 }
 Tensor relu6(const Tensor& x) { return hardtanh(x, 0, 6); }
+Tensor clamp_min(const Tensor& x, Scalar min) { return clamp(x, min, std::nullopt); }
+Tensor clamp_max(const Tensor& x, Scalar max) { return clamp(x, std::nullopt, max); }
+Tensor Tensor::clamp_min(Scalar min) const { return kiln::clamp_min(*this, min); }
+Tensor Tensor::clamp_max(Scalar max) const { return kiln::clamp_max(*this, max); }
+Tensor Tensor::gelu(std::string_view approximate) const { return kiln::gelu(*this, approximate); }
 Tensor elu(const Tensor& x, double alpha) { return dispatch1(OpId::elu, {x}, {alpha}); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   return dispatch1(OpId::softplus, {x}, {beta, threshold});

@@ -108,6 +108,12 @@ Tensor Tensor::argmin(std::optional<int64_t> dim, bool keepdim) const {
   return kiln::argmin(*this, dim, keepdim);
 }
 Tensor Tensor::softmax(int64_t dim) const { return kiln::softmax(*this, dim); }
+ValuesIndices Tensor::max(int64_t dim, bool keepdim) const {
+  return kiln::max(*this, dim, keepdim);
+}
+ValuesIndices Tensor::min(int64_t dim, bool keepdim) const {
+  return kiln::min(*this, dim, keepdim);
+}
 Tensor Tensor::log_softmax(int64_t dim) const { return kiln::log_softmax(*this, dim); }
 
 }  // namespace kiln

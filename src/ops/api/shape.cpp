@@ -86,6 +86,60 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim,
   return split(x, (n + chunks - 1) / chunks, d, where);
 }
 
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
+  return kiln::chunk(*this, chunks, dim);
+}
+std::vector<Tensor> Tensor::unbind(int64_t dim) const { return kiln::unbind(*this, dim); }
+Tensor& Tensor::scatter_(int64_t dim, const Tensor& index, const Tensor& src) {
+  return kiln::scatter_(*this, dim, index, src);
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim, const std::source_location& where) {
+  const int64_t d = split_dim("unbind", x, dim);
+  const int64_t n = x.size(d, where);
+  std::vector<Tensor> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out.push_back(select(x, d, i));
+  return out;
+}
+
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims,
+            const std::source_location& where) {
+  if (dims.empty()) {
+    if (shifts.size() != 1)
+      throw ValueError(detail::str_cat(
+          "roll: without dims, one shift rolls the flattened tensor, got shifts ", shifts));
+    return roll(x.flatten(), shifts, {0}, where).reshape(x.sizes());
+  }
+  if (shifts.size() != dims.size())
+    throw ValueError(
+        detail::str_cat("roll: shifts ", shifts, " and dims ", dims, " must have the same length"));
+  Tensor out = x;
+  bool rolled = false;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t d = split_dim("roll", x, dims[k]);
+    const int64_t n = x.size(d, where);
+    if (n == 0) continue;
+    const int64_t s = ((shifts[k] % n) + n) % n;  // the elements that wrap to the front
+    if (s == 0) continue;
+    out = cat({out.narrow(d, n - s, s, where), out.narrow(d, 0, n - s, where)}, d);
+    rolled = true;
+  }
+  return rolled ? out : x.clone();
+}
+
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim) {
+  if (repeats < 0)
+    throw ValueError(
+        detail::str_cat("repeat_interleave: repeats must be non-negative, got ", repeats));
+  if (!dim) return repeat_interleave(x.flatten(), repeats, 0);
+  const Tensor t = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(*dim, t.dim(), "repeat_interleave");
+  Shape sizes = t.sizes();
+  sizes.insert(sizes.begin() + d + 1, repeats);
+  return t.unsqueeze(d + 1).expand(sizes).flatten(d, d + 1);
+}
+
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return dispatch1(OpId::index_select, {x, index}, {dim});
 }
