@@ -112,9 +112,12 @@ template <typename C>
 KILN_SCALAR_FN C elu(C x, C alpha) {
   return x > C(0) ? x : alpha * std::expm1(x);
 }
+// log(1 + e^z) as max(z, 0) + log(1 + e^-|z|): no overflow for large z.
 template <typename C>
 KILN_SCALAR_FN C softplus(C x, C beta, C threshold) {
-  return x * beta > threshold ? x : std::log1p(exp_f32(x * beta)) / beta;
+  const C z = x * beta;
+  if (z > threshold) return x;
+  return ((z > C(0) ? z : C(0)) + std::log1p(exp_f32(-std::fabs(z)))) / beta;
 }
 template <typename C>
 KILN_SCALAR_FN C hardsigmoid(C x) {

@@ -100,9 +100,12 @@ template <typename C>
 KILN_DEVICE_FN C elu(C x, C alpha) {
   return x > C(0) ? x : alpha * ::expm1(x);
 }
+// log(1 + e^z) as max(z, 0) + log(1 + e^-|z|): no overflow for large z.
 template <typename C>
 KILN_DEVICE_FN C softplus(C x, C beta, C threshold) {
-  return x * beta > threshold ? x : ::log1p(::exp(x * beta)) / beta;
+  const C z = x * beta;
+  if (z > threshold) return x;
+  return ((z > C(0) ? z : C(0)) + ::log1p(::exp(-::fabs(z)))) / beta;
 }
 template <typename C>
 KILN_DEVICE_FN C hardsigmoid(C x) {

@@ -65,6 +65,15 @@ void map_typed(const KernelCall& c, F f, G g) {
     ref::map<int64_t>(c.out(), inputs_of(c), g);
 }
 
+// An attribute in the precision an op of dtype t computes in, as PyTorch:
+// float below float64 (a value past float's range is infinite there).
+double in_compute_precision(double v, DType t) {
+  if (t == kFloat64 || !std::isfinite(v)) return v;
+  return std::fabs(v) > std::numeric_limits<float>::max()
+             ? std::copysign(std::numeric_limits<double>::infinity(), v)
+             : static_cast<double>(static_cast<float>(v));
+}
+
 // A float-only op (the shape rule promotes its inputs to floating types).
 template <typename F>
 void map_float(const KernelCall& c, F f) {
@@ -154,22 +163,28 @@ void register_unary(KernelTable& t) {
   t.set(OpId::silu,
         [](const KernelCall& c) { map_float(c, [](double x) { return x / (1 + std::exp(-x)); }); });
   t.set(OpId::erf, [](const KernelCall& c) { map_float(c, [](double x) { return std::erf(x); }); });
-  t.set(OpId::leaky_relu, [](const KernelCall& c) {
-    const double slope = c.attrs.f(0);
+  // The activations' attributes in the precision they compute in, as the
+  // kernels take them.
+  const auto attr = [](const KernelCall& c, size_t k) {
+    return in_compute_precision(c.attrs.f(k), c.out().dtype());
+  };
+  t.set(OpId::leaky_relu, [attr](const KernelCall& c) {
+    const double slope = attr(c, 0);
     map_float(c, [slope](double x) { return x > 0 ? x : slope * x; });
   });
-  t.set(OpId::hardtanh, [](const KernelCall& c) {
-    const double lo = c.attrs.f(0), hi = c.attrs.f(1);
+  t.set(OpId::hardtanh, [attr](const KernelCall& c) {
+    const double lo = attr(c, 0), hi = attr(c, 1);
     map_float(c, [lo, hi](double x) { return x < lo ? lo : x > hi ? hi : x; });
   });
-  t.set(OpId::elu, [](const KernelCall& c) {
-    const double alpha = c.attrs.f(0);
+  t.set(OpId::elu, [attr](const KernelCall& c) {
+    const double alpha = attr(c, 0);
     map_float(c, [alpha](double x) { return x > 0 ? x : alpha * std::expm1(x); });
   });
-  t.set(OpId::softplus, [](const KernelCall& c) {
-    const double beta = c.attrs.f(0), threshold = c.attrs.f(1);
+  t.set(OpId::softplus, [attr](const KernelCall& c) {
+    const double beta = attr(c, 0), threshold = attr(c, 1);
     map_float(c, [beta, threshold](double x) {
-      return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
+      const double z = x * beta;  // log(1 + e^z), without overflow for large z
+      return z > threshold ? x : (std::max(z, 0.0) + std::log1p(std::exp(-std::fabs(z)))) / beta;
     });
   });
   const auto hardsigmoid = [](double x) {
@@ -215,14 +230,7 @@ void register_binary(KernelTable& t) {
         });
         return;
       }
-      // alpha in the precision the op computes in, as PyTorch: float below
-      // float64 (an alpha past float's range is infinite there).
-      double scale = alpha.to_double();
-      if (c.out().dtype() != kFloat64 && std::isfinite(scale)) {
-        scale = std::fabs(scale) > std::numeric_limits<float>::max()
-                    ? std::copysign(std::numeric_limits<double>::infinity(), scale)
-                    : static_cast<double>(static_cast<float>(scale));
-      }
+      const double scale = in_compute_precision(alpha.to_double(), c.out().dtype());
       map_typed(
           c, [&](const Args& a) { return a[0] + sign * scale * a[1]; },
           [&](const IArgs& a) {
