@@ -124,6 +124,13 @@ std::vector<RowCase> row_cases() {
 }
 
 #ifdef KILN_WITH_CUDA
+// Adds k unless a kernel of its symbol is there (one source defines each once).
+void add_once(std::vector<codegen::PointwiseKernel>& kernels, const codegen::PointwiseKernel& k) {
+  if (std::none_of(kernels.begin(), kernels.end(),
+                   [&](const auto& other) { return other.symbol == k.symbol; }))
+    kernels.push_back(k);
+}
+
 // The kernels the schedule of f over args (on the CPU) generates, as they
 // would run on a CUDA device: a reduction's group with its reduction where
 // a device kernel reduces such rows, the group alone otherwise.
@@ -139,16 +146,13 @@ std::vector<codegen::PointwiseKernel> cuda_kernels(const Program& f, const Tenso
     // The program's numbers (0-dim, on the host there) are passed by value.
     for (size_t i = 0; i < k.inputs.size(); ++i)
       k.inputs[i].host = trace.graph.value(step.inputs[i]).sizes.empty();
-    if (const auto& r = step.reduction;
-        r && r->epilogue_kernel < 0 && r->column_begin < 0 && r->permutation.empty() &&
-        (r->op == ops::OpId::softmax || r->op == ops::OpId::log_softmax ||
-         r->op == ops::OpId::layer_norm)) {
+    if (const auto& r = step.reduction; r && r->epilogue_kernel < 0 && r->column_begin < 0 &&
+                                        r->permutation.empty() &&
+                                        codegen::reduces_rows_on_device(r->op)) {
       const Node& n = trace.graph.nodes()[static_cast<size_t>(r->node)];
       codegen::as_row_kernel(k, n, !step.stored.empty());
     }
-    const bool seen = std::any_of(kernels.begin(), kernels.end(),
-                                  [&](const auto& other) { return other.symbol == k.symbol; });
-    if (!seen) kernels.push_back(std::move(k));
+    add_once(kernels, k);
   }
   return kernels;
 }
@@ -192,9 +196,7 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
         ASSERT_EQ(kernels.size(), 1u) << c.name;
         EXPECT_EQ(kernels[0].rows.has_value(), c.joins) << c.name;
         // (A layer_norm of two dims shares the kernel of one: rows are sizes.)
-        if (std::none_of(all.begin(), all.end(),
-                         [&](const auto& k) { return k.symbol == kernels[0].symbol; }))
-          all.push_back(kernels[0]);
+        add_once(all, kernels[0]);
       }
     }
   }
@@ -209,9 +211,7 @@ TEST(CudaSource, EveryKernelCompilesWithNvrtcWithoutAGpu) {
   // Its layer_norms of residual sums: row kernels.
   EXPECT_TRUE(std::any_of(bert_kernels.begin(), bert_kernels.end(),
                           [](const auto& k) { return k.rows.has_value(); }));
-  for (const auto& k : bert_kernels)
-    if (std::none_of(all.begin(), all.end(), [&](const auto& o) { return o.symbol == k.symbol; }))
-      all.push_back(k);
+  for (const auto& k : bert_kernels) add_once(all, k);
   const std::string source = codegen::emit_cuda(all);
   std::string why;
   const auto ptx = backend::cuda::nvrtc_compile(source, "compute_90", why);

@@ -255,12 +255,10 @@ std::string describe_launch(const PointwiseKernel& kernel, const RowReduction* r
   }
   const backend::DeviceCodegen* codegen = backend::device_codegen(kernel.device.kind());
   if (!codegen || !codegen->describe_launch) return detail::str_cat(kernel.device);
-  if (!kernel.rows || !reduction)
-    return detail::str_cat(kernel.device, ": ",
-                           codegen->describe_launch(kernel.device, numel, nullptr));
-  const backend::RowLaunch rows = row_launch(*reduction, sizes);
+  const bool rows = kernel.rows && reduction;
+  const backend::RowLaunch launch = rows ? row_launch(*reduction, sizes) : backend::RowLaunch{};
   return detail::str_cat(kernel.device, ": ",
-                         codegen->describe_launch(kernel.device, numel, &rows));
+                         codegen->describe_launch(kernel.device, numel, rows ? &launch : nullptr));
 }
 
 }  // namespace kiln::compiler::codegen

@@ -113,6 +113,10 @@ Tensor permuted(const Tensor& t, const Shape& sizes, const std::vector<int64_t>&
 
 bool reduces_rows(ops::OpId op) { return place_of(op).has_value(); }
 
+bool reduces_rows_on_device(ops::OpId op) {
+  return op == OpId::softmax || op == OpId::log_softmax || op == OpId::layer_norm;
+}
+
 bool keeps_rank(const Graph& g, const Node& n) {
   return reduces_rows(n.op) && !n.inputs.empty() && n.outputs.size() == 1 &&
          g.value(n.outputs[0]).sizes.size() == g.value(n.inputs[0]).sizes.size();
@@ -128,20 +132,16 @@ std::optional<RowReduction> row_reduction_of(const Graph& g, const Node& n, std:
   const Value& x = g.value(n.inputs[0]);
   const auto rank = static_cast<int64_t>(x.sizes.size());
   // On a device, the reduction is part of the generated kernel
-  // (codegen/cuda_source.h): the library's row kernels that it shares.
-  const bool device = !x.device.is_cpu();
-  if (device && n.op != OpId::softmax && n.op != OpId::log_softmax && n.op != OpId::layer_norm) {
-    why = detail::str_cat("generated reductions on ", x.device,
-                          " are softmax, log_softmax and layer_norm, not ", name);
-    return std::nullopt;
-  }
-  if (device) {
-    why = backend::cuda_preview_off(detail::str_cat("a generated ", name, " on ", x.device));
+  // (codegen/cuda_source.h), which writes its result row by row.
+  if (!x.device.is_cpu()) {
+    if (!reduces_rows_on_device(n.op))
+      why = detail::str_cat("generated reductions on ", x.device,
+                            " are softmax, log_softmax and layer_norm, not ", name);
+    else if (!contiguous_layout(g.value(n.outputs[0]).sizes, g.value(n.outputs[0]).strides))
+      why = "its result's layout is not contiguous";
+    else
+      why = backend::cuda_preview_off(detail::str_cat("a generated ", name, " on ", x.device));
     if (!why.empty()) return std::nullopt;
-  }
-  if (device && !contiguous_layout(g.value(n.outputs[0]).sizes, g.value(n.outputs[0]).strides)) {
-    why = "its result's layout is not contiguous";
-    return std::nullopt;
   }
   if (x.dtype != kFloat32 && x.dtype != kFloat64) {
     why = detail::str_cat("its input is ", x.dtype, " (float32 and float64 only)");

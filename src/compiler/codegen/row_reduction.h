@@ -70,6 +70,9 @@ struct RowReduction {
 
 // Whether op is one of the reductions above (its node may still not run so).
 bool reduces_rows(ops::OpId op);
+// Whether a device kernel can reduce op's rows itself (codegen/cuda_source.h):
+// softmax, log_softmax and layer_norm, the library's row kernels it shares.
+bool reduces_rows_on_device(ops::OpId op);
 
 // Whether node n (input 0 made by a pointwise group) can run as the row
 // reduction of that group's kernel; empty, with why, when it cannot.
