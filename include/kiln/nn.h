@@ -31,3 +31,4 @@
 #include "kiln/nn/norm.h"
 #include "kiln/nn/pooling.h"
 #include "kiln/nn/rnn.h"
+#include "kiln/nn/upsampling.h"

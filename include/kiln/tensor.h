@@ -354,6 +354,10 @@ class Tensor {
   // The largest (smallest) values along dim and their indices (kiln/ops/reduce.h).
   ValuesIndices max(int64_t dim, bool keepdim = false) const;
   ValuesIndices min(int64_t dim, bool keepdim = false) const;
+  // Ordered values and their indices (kiln/ops/reduce.h's sort, argsort and topk).
+  ValuesIndices sort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  ValuesIndices topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
   // Views of its pieces along dim (kiln/ops/shape.h's chunk and unbind).
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
   std::vector<Tensor> unbind(int64_t dim = 0) const;

@@ -106,6 +106,15 @@ std::optional<Tensor> traced_read(const Tensor& t, std::string what, std::source
 
 }  // namespace
 
+int64_t ops::read_data_dependent_size(const Tensor& count, const std::string& op,
+                                      std::source_location where) {
+  if (auto real = traced_read(count, op, where, true)) {
+    ops::TracePause untraced;
+    return real->item().to<int64_t>();
+  }
+  return count.item().to<int64_t>();
+}
+
 void* Tensor::data_ptr() const {
   const auto& st = *impl().storage;
   if (st.is_meta()) {

@@ -1,4 +1,4 @@
-// nn::Conv1d and nn::Conv2d.
+// nn::Conv1d, nn::Conv2d and the transposed convolutions.
 #include "kiln/nn/conv.h"
 
 #include <cmath>
@@ -54,6 +54,16 @@ Tensor circular_pad_dim(const Tensor& x, int64_t dim, int64_t before, int64_t af
   return cat({x.narrow(dim, length - before, before), x, x.narrow(dim, 0, after)}, dim);
 }
 
+// PyTorch's draw for convolution weights and biases.
+void reset_conv_parameters(Tensor& weight, Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
+    const double bound = 1 / std::sqrt(static_cast<double>(fan_in));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
 }  // namespace
 
 template <size_t N>
@@ -75,12 +85,7 @@ ConvNd<N>::ConvNd(int64_t in_channels_, int64_t out_channels_, ExpandingArray<N>
 
 template <size_t N>
 void ConvNd<N>::reset_parameters() {
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
-    const double bound = 1 / std::sqrt(static_cast<double>(fan_in));
-    init::uniform_(bias, -bound, bound);
-  }
+  reset_conv_parameters(weight, bias);
 }
 
 template <size_t N>
@@ -174,5 +179,78 @@ std::string ConvNd<N>::extra_repr() const {
 
 template class ConvNd<1>;
 template class ConvNd<2>;
+
+// --- ConvTranspose -----------------------------------------------------------------------
+
+template <size_t N>
+ConvTransposeNd<N>::ConvTransposeNd(int64_t in_channels_, int64_t out_channels_,
+                                    ExpandingArray<N> kernel_size_, Options options_)
+    : in_channels(in_channels_),
+      out_channels(out_channels_),
+      kernel_size(kernel_size_),
+      options(std::move(options_)) {
+  const char* layer = N == 1 ? "ConvTranspose1d" : "ConvTranspose2d";
+  check_options<N>(layer, in_channels, out_channels, kernel_size,
+                   {.stride = options.stride,
+                    .padding = options.padding,
+                    .dilation = options.dilation,
+                    .groups = options.groups});
+  for (size_t d = 0; d < N; ++d) {
+    KILN_CHECK(options.output_padding[d] >= 0 && options.output_padding[d] < options.stride[d],
+               ValueError, layer,
+               ": output_padding must be non-negative and below the stride, got ",
+               options.output_padding.vec(), " with stride ", options.stride.vec());
+  }
+  Shape shape = {in_channels, out_channels / options.groups};
+  for (size_t d = 0; d < N; ++d) shape.push_back(kernel_size[d]);
+  weight = empty(shape);
+  if (options.bias) bias = empty({out_channels});
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+  reset_parameters();
+}
+
+template <size_t N>
+void ConvTransposeNd<N>::reset_parameters() {
+  reset_conv_parameters(weight, bias);
+}
+
+template <size_t N>
+Tensor ConvTransposeNd<N>::forward(const Tensor& input) {
+  if constexpr (N == 1) {
+    return conv_transpose1d(input, weight, bias,
+                            {.stride = options.stride.vec(),
+                             .padding = options.padding.vec(),
+                             .output_padding = options.output_padding.vec(),
+                             .dilation = options.dilation.vec(),
+                             .groups = options.groups});
+  } else {
+    return conv_transpose2d(input, weight, bias,
+                            {.stride = options.stride.vec(),
+                             .padding = options.padding.vec(),
+                             .output_padding = options.output_padding.vec(),
+                             .dilation = options.dilation.vec(),
+                             .groups = options.groups});
+  }
+}
+
+template <size_t N>
+std::string ConvTransposeNd<N>::extra_repr() const {
+  std::string out = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+                    ", kernel_size=" + repr::tuple(kernel_size.vec()) +
+                    ", stride=" + repr::tuple(options.stride.vec());
+  if (options.padding != ExpandingArray<N>(0))
+    out += ", padding=" + repr::tuple(options.padding.vec());
+  if (options.output_padding != ExpandingArray<N>(0))
+    out += ", output_padding=" + repr::tuple(options.output_padding.vec());
+  if (options.dilation != ExpandingArray<N>(1))
+    out += ", dilation=" + repr::tuple(options.dilation.vec());
+  if (options.groups != 1) out += ", groups=" + std::to_string(options.groups);
+  if (!bias.defined()) out += ", bias=False";
+  return out;
+}
+
+template class ConvTransposeNd<1>;
+template class ConvTransposeNd<2>;
 
 }  // namespace kiln::nn

@@ -167,4 +167,61 @@ std::string GroupNorm::extra_repr() const {
          ", eps=" + repr::number(options.eps) + ", affine=" + repr::boolean(options.affine);
 }
 
+// --- RMSNorm -----------------------------------------------------------------------------
+
+RMSNorm::RMSNorm(Shape normalized_shape_, Options options_)
+    : normalized_shape(std::move(normalized_shape_)), options(options_) {
+  KILN_CHECK(!normalized_shape.empty(), ValueError, "RMSNorm: normalized_shape must not be empty");
+  for (int64_t s : normalized_shape) {
+    KILN_CHECK(s > 0, ValueError, "RMSNorm: normalized_shape must be positive, got ",
+               normalized_shape);
+  }
+  KILN_CHECK(options.eps.value_or(0) >= 0, ValueError, "RMSNorm: eps must be non-negative, got ",
+             options.eps.value_or(0));
+  if (options.elementwise_affine) weight = empty(normalized_shape);
+  register_parameter("weight", weight);
+  reset_parameters();
+}
+
+void RMSNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+}
+
+Tensor RMSNorm::forward(const Tensor& input) {
+  return F::rms_norm(input, normalized_shape, weight, options.eps);
+}
+
+std::string RMSNorm::extra_repr() const {
+  return repr::tuple(normalized_shape) +
+         ", eps=" + (options.eps ? repr::number(*options.eps) : "None") +
+         ", elementwise_affine=" + repr::boolean(options.elementwise_affine);
+}
+
+// --- InstanceNorm ------------------------------------------------------------------------
+
+InstanceNormBase::InstanceNormBase(int64_t num_features_, InstanceNormOptions options_)
+    : BatchNormBase(num_features_, {.eps = options_.eps,
+                                    .momentum = options_.momentum,
+                                    .affine = options_.affine,
+                                    .track_running_stats = options_.track_running_stats}) {}
+
+Tensor InstanceNormBase::normalize_instances(const Tensor& input, int64_t spatial_dims) {
+  const bool batched = input.dim() == spatial_dims + 2;
+  KILN_CHECK(batched || input.dim() == spatial_dims + 1, ShapeError, name(), ": expected a ",
+             spatial_dims + 1, "-D (unbatched) or ", spatial_dims + 2, "-D input, got shape ",
+             input.sizes());
+  const Tensor x = batched ? input : input.unsqueeze(0);
+  KILN_CHECK(x.size_is(1, SizeCmp::kEq, num_features), ShapeError, name(), ": input has ",
+             x.size(1), " channels (shape ", input.sizes(), "), expected ", num_features);
+  const bool training = is_training();
+  if (training && options.track_running_stats) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+  }
+  const bool use_input_stats = training || !options.track_running_stats;
+  Tensor y = F::instance_norm(x, running_mean, running_var, weight, bias, use_input_stats,
+                              options.momentum.value_or(0.1), options.eps);
+  return batched ? y : y.squeeze(0);
+}
+
 }  // namespace kiln::nn

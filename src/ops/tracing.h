@@ -32,6 +32,12 @@ struct HostRead {
   std::string describe(const Tensor& proxy) const;
 };
 
+// The size an op's output takes from its input's values (nonzero's count):
+// count's value, read on the host. In a trace the read is a graph break
+// that names `op` and the program's line `where`.
+int64_t read_data_dependent_size(const Tensor& count, const std::string& op,
+                                 std::source_location where);
+
 class TraceRecorder {
  public:
   // The recorder active on this thread, or null (none while an op is being

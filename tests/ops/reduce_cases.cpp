@@ -233,6 +233,55 @@ const CaseRegistration kLines([](CaseList& c) {
   }
 });
 
+// sort and topk: the line shapes but the two longest lines (the reference
+// counts, in quadratic time), with lines of many ties (integer dtypes draw from a few
+// values) and a long one.
+std::vector<DimShape> order_shapes() {
+  std::vector<DimShape> shapes;
+  for (const auto& s : line_shapes())
+    if (s.shape != Shape{1, 70001} && s.shape != Shape{40000, 3}) shapes.push_back(s);
+  shapes.push_back({{3, 4099}, 1});
+  return shapes;
+}
+
+// topk's k for a case: up to 5, and all of a short line.
+int64_t topk_k(const Tensor& x, int64_t dim) {
+  return x.dim() == 0 ? 1 : std::min<int64_t>(x.size(dim), 5);
+}
+
+const CaseRegistration kOrders([](CaseList& c) {
+  add_dim_cases(
+      c, "sort", OpId::sort,
+      [](auto& x, auto d, bool) {
+        auto [v, i] = sort(x, *d);
+        auto [w, j] = sort(x, *d, /*descending=*/true);
+        return TensorList{v, i, w, j};
+      },
+      kAllTypes, order_shapes());
+  add_dim_cases(
+      c, "topk", OpId::topk,
+      [](auto& x, auto d, bool) {
+        auto [v, i] = topk(x, topk_k(x, *d), *d);
+        auto [w, j] = topk(x, topk_k(x, *d), *d, /*largest=*/false);
+        return TensorList{v, i, w, j};
+      },
+      kAllTypes, order_shapes());
+  c.push_back({.name = "topk/k_zero_and_whole_lines",
+               .ops = {OpId::topk},
+               .dtypes = {kFloat32, kFloat64, kInt32},
+               .make =
+                   [](DType t, Generator& g) {
+                     return TensorList{uniform({6, 9}, t, g)};
+                   },
+               .run =
+                   [](TensorList& in) {
+                     auto [v, i] = topk(in[0], 0, 1);
+                     auto [w, j] = topk(in[0], 9, 1, false);
+                     auto [u, k] = topk(in[0], 6, 0);
+                     return TensorList{v, i, w, j, u, k, argsort(in[0], 0, true)};
+                   }});
+});
+
 // NaN in row 1, -inf filling row 2 and one +inf in row 3 of a [5, 9] tensor (and
 // its transpose, which takes the column paths).
 Tensor special_values(DType t, Generator& g) {
@@ -248,6 +297,19 @@ Tensor special_values(DType t, Generator& g) {
 const CaseRegistration kSpecial([](CaseList& c) {
   for (int64_t dim : {1, 0}) {
     const std::string suffix = dim == 1 ? "/rows" : "/columns";
+    c.push_back({.name = "special_values/orders" + suffix,
+                 .ops = {OpId::sort, OpId::topk},
+                 .dtypes = kFloatTypes,
+                 .make = [](DType t, Generator& g) { return TensorList{special_values(t, g)}; },
+                 .run =
+                     [dim](TensorList& in) {
+                       auto [v, i] = sort(in[0], dim);
+                       auto [w, j] = sort(in[0], dim, true);
+                       auto [u, k] = topk(in[0], 3, dim);
+                       auto [t, l] = topk(in[0], 3, dim, false);
+                       return TensorList{v, i, w, j, u, k, t, l};
+                     },
+                 .check_grad = false});  // infinities and NaN: no finite differences
     c.push_back(
         {.name = "special_values/extremes" + suffix,
          .ops = {OpId::amax, OpId::amin, OpId::max_dim, OpId::min_dim, OpId::argmax, OpId::argmin},

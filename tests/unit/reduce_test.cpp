@@ -360,3 +360,38 @@ TEST(ReduceValues, RowsOfDimsApartAreGatheredAsTheCopyWouldHoldThem) {
   const std::vector<double> want = sum(f.to(kFloat64), {0, 2, 3}).to_vector<double>();
   for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-4) << k;
 }
+
+// --- sort and topk ------------------------------------------------------------
+
+TEST(Orders, SortTopkAndArgsortFollowPyTorch) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = from_vector<double>({1, nan, 2, -0.0, 0, 2});
+  auto [v, i] = x.sort(0, /*descending=*/true);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 5, 0, 3, 4}));
+  EXPECT_TRUE(std::isnan(v.to_vector<double>()[0]));
+  EXPECT_EQ(x.argsort().to_vector<int64_t>(), (std::vector<int64_t>{3, 4, 0, 2, 5, 1}));
+  auto [t, j] = x.topk(3);
+  EXPECT_EQ(j.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 5}));
+  auto [s, k] = x.topk(2, 0, /*largest=*/false);
+  EXPECT_EQ(s.to_vector<double>(), (std::vector<double>{0, 0}));
+  EXPECT_EQ(k.to_vector<int64_t>(), (std::vector<int64_t>{3, 4}));
+  // A 0-dim tensor is its own order, and its own top value for k 0 or 1.
+  EXPECT_EQ(topk(scalar_tensor(3.0), 0).values.item<float>(), 3.0f);
+  EXPECT_EQ(sort(scalar_tensor(3.0)).indices.item<int64_t>(), 0);
+}
+
+TEST(Orders, GradientsGoToWhereTheValuesCameFrom) {
+  Tensor x = from_vector<double>({3, 1, 2, 5, 4, 0}, Shape{2, 3}).requires_grad_();
+  auto [v, i] = topk(x, 2, 1);
+  (v * from_vector<double>({10, 20, 30, 40}, Shape{2, 2})).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{10, 0, 20, 30, 40, 0}));
+}
+
+TEST(Orders, RejectBadKAndDims) {
+  Tensor x = zeros({2, 3});
+  expect_error_with<IndexError>([&] { topk(x, 4); }, {"topk", "4", "[2, 3]"});
+  expect_error_with<IndexError>([&] { topk(x, -1); }, {"topk", "-1"});
+  expect_error_with<IndexError>([&] { topk(scalar_tensor(1.0), 2); }, {"topk", "2"});
+  expect_error<IndexError>([&] { sort(x, 2); }, "sort");
+  expect_error<IndexError>([&] { argsort(x, -3); }, "sort");
+}

@@ -1,11 +1,12 @@
-// nn::Conv1d and nn::Conv2d, and ExpandingArray, the "one int or one per dim"
-// argument that convolutions and pools take.
+// nn::Conv1d, nn::Conv2d, nn::ConvTranspose1d, nn::ConvTranspose2d, and ExpandingArray, the "one
+// int or one per dim" argument that convolutions and pools take.
 //
 //   kiln::nn::Conv2d conv{3, 16, 3, {.padding = 1}};          // weight [16, 3, 3, 3]
 //   kiln::nn::Conv2d down{16, 32, {3, 5}, {.stride = 2, .bias = false}};
 //   kiln::nn::Conv2d same{16, 16, 4, {.padding = "same"}};    // output size = input size
 //   kiln::nn::Conv1d wave{1, 8, 9, {.padding = 4, .padding_mode = "reflect"}};
 //   auto y = conv(kiln::randn({8, 3, 32, 32}));               // [8, 16, 32, 32]
+//   kiln::nn::ConvTranspose2d up{16, 8, 4, {.stride = 2, .padding = 1}};  // 2x: [8, 8, 64, 64]
 #pragma once
 
 #include <algorithm>
@@ -128,6 +129,56 @@ class Conv2d : public ConvNd<2> {
       : ConvNd(in_channels, out_channels, kernel_size, std::move(options)) {}
   Tensor forward(const Tensor& input) { return convolve(input); }
   Tensor operator()(const Tensor& input) { return forward(input); }
+};
+
+template <size_t N>
+struct ConvTransposeOptions {
+  ExpandingArray<N> stride = 1;
+  ExpandingArray<N> padding = 0;         // removed from each side of the output
+  ExpandingArray<N> output_padding = 0;  // added to one side; below the stride
+  ExpandingArray<N> dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// What ConvTranspose1d and ConvTranspose2d share: weight [in, out / groups,
+// k...], bias [out], drawn as PyTorch does (as ConvNd's, with the fan-in of
+// the weight's dims 1 and up).
+template <size_t N>
+class ConvTransposeNd : public Module {
+ public:
+  using Options = ConvTransposeOptions<N>;
+  ConvTransposeNd(int64_t in_channels, int64_t out_channels, ExpandingArray<N> kernel_size,
+                  Options options);
+
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  const int64_t in_channels, out_channels;
+  const ExpandingArray<N> kernel_size;
+  const Options options;
+  Tensor weight, bias;
+};
+
+extern template class ConvTransposeNd<1>;
+extern template class ConvTransposeNd<2>;
+
+// input [N, C_in, W] (or [C_in, W]) -> [N, C_out, W_out].
+class ConvTranspose1d : public ConvTransposeNd<1> {
+ public:
+  ConvTranspose1d(int64_t in_channels, int64_t out_channels, ExpandingArray<1> kernel_size,
+                  Options options = {})
+      : ConvTransposeNd(in_channels, out_channels, kernel_size, std::move(options)) {}
+};
+
+// input [N, C_in, H, W] (or [C_in, H, W]) -> [N, C_out, H_out, W_out].
+class ConvTranspose2d : public ConvTransposeNd<2> {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size,
+                  Options options = {})
+      : ConvTransposeNd(in_channels, out_channels, kernel_size, std::move(options)) {}
 };
 
 // --- ExpandingArray ------------------------------------------------------------------

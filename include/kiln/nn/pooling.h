@@ -1,9 +1,11 @@
 // Pooling layers over [N, C, H, W] (or [C, H, W]): MaxPool2d, AvgPool2d,
-// AdaptiveAvgPool2d, and Flatten.
+// AdaptiveAvgPool2d, AdaptiveMaxPool2d; over [N, C, L] (or [C, L]): MaxPool1d,
+// AvgPool1d; and Flatten.
 //
 //   kiln::nn::MaxPool2d pool{2};                          // stride defaults to kernel_size
 //   kiln::nn::AvgPool2d avg{3, {.stride = 1, .padding = 1}};
 //   kiln::nn::AdaptiveAvgPool2d gap{1};                   // global average: [N, C, 1, 1]
+//   kiln::nn::MaxPool1d pool1{3, {.stride = 2}};
 //   kiln::nn::Flatten flat;                               // [N, C, 1, 1] -> [N, C]
 #pragma once
 
@@ -67,6 +69,55 @@ class AdaptiveAvgPool2d : public Module {
   std::string extra_repr() const override;
 
   const ExpandingArray<2> output_size;
+};
+
+// The maxima of the same cells as AdaptiveAvgPool2d's.
+class AdaptiveMaxPool2d : public Module {
+ public:
+  explicit AdaptiveMaxPool2d(ExpandingArray<2> output_size);
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  std::string extra_repr() const override;
+
+  const ExpandingArray<2> output_size;
+};
+
+struct MaxPool1dOptions {
+  std::optional<int64_t> stride = std::nullopt;  // default: kernel_size
+  int64_t padding = 0;                           // at most half the kernel
+  int64_t dilation = 1;
+  bool ceil_mode = false;
+};
+
+class MaxPool1d : public Module {
+ public:
+  using Options = MaxPool1dOptions;
+  explicit MaxPool1d(int64_t kernel_size, Options options = {});
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  std::string extra_repr() const override;
+
+  const int64_t kernel_size, stride;
+  const Options options;
+};
+
+struct AvgPool1dOptions {
+  std::optional<int64_t> stride = std::nullopt;  // default: kernel_size
+  int64_t padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+
+class AvgPool1d : public Module {
+ public:
+  using Options = AvgPool1dOptions;
+  explicit AvgPool1d(int64_t kernel_size, Options options = {});
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  std::string extra_repr() const override;
+
+  const int64_t kernel_size, stride;
+  const Options options;
 };
 
 // Flattens dims start_dim..end_dim into one.

@@ -72,6 +72,17 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opti
 Tensor rand_like(const Tensor& t, Generator* generator = nullptr);
 Tensor randn_like(const Tensor& t, Generator* generator = nullptr);
 
+// num_samples int64 category indices per row of probs [n] or [rows, n]
+// (finite non-negative weights, not necessarily summing to 1): with
+// replacement each draw is independent; without, the categories of a row are
+// distinct. Eager calls check the weights (and read them on the host to do so).
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* generator = nullptr);
+// 1 with probability p (per element of the tensor p, or the number p for
+// every element of x), else 0, in the tensor's floating dtype.
+Tensor bernoulli(const Tensor& p, Generator* generator = nullptr);
+Tensor bernoulli(const Tensor& x, double p, Generator* generator = nullptr);
+
 // Copies host values into a new CPU tensor; sizes default to {values.size()}.
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes = std::nullopt);

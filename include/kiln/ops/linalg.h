@@ -10,6 +10,9 @@
 // bfloat16); anything else throws DTypeError, a shape mismatch ShapeError.
 #pragma once
 
+#include <string_view>
+#include <vector>
+
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -27,6 +30,10 @@ Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar 
 // With beta = 0, self is ignored (NaNs in it do not propagate).
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1,
                Scalar alpha = 1);
+// Einstein summation, as torch.einsum: "ij,jk->ik", "bhqd,bhkd->bhqk",
+// "ii->i" (a diagonal), "...ij->...ji", or without "->" the labels used once
+// in alphabetical order. Floating operands (the products are matmuls).
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 // a [M] and b [N] -> [M, N], a[i] * b[j].
 Tensor outer(const Tensor& a, const Tensor& b);
 // input [..., in] @ weight[out, in]^T (+ bias [out]) -> [..., out].

@@ -1,7 +1,7 @@
-// Loss functions, as PyTorch's torch.nn.functional ones. cross_entropy, mse_loss
-// and binary_cross_entropy_with_logits are composites of kiln ops, so they run
-// on every backend (and, later, differentiate and trace) with no kernels of
-// their own; nll_loss (kiln/ops/nn.h) is an op.
+// Loss functions, as PyTorch's torch.nn.functional ones. cross_entropy, mse_loss,
+// binary_cross_entropy_with_logits, smooth_l1_loss, huber_loss and kl_div are
+// composites of kiln ops, so they run on every backend, differentiate and trace
+// with no kernels of their own; nll_loss (kiln/ops/nn.h) is an op.
 //
 //   namespace F = kiln::nn::functional;
 //   auto loss = F::cross_entropy(logits, labels, {.label_smoothing = 0.1});
@@ -34,5 +34,20 @@ struct BceWithLogitsOptions {
 };
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BceWithLogitsOptions& options = {});
+
+// 0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (beta 0: the L1 loss).
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target,
+                      const std::string& reduction = "mean", double beta = 1.0);
+
+// 0.5 d^2 where d = |input - target| < delta, else delta (d - 0.5 delta); delta > 0.
+Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+                  double delta = 1.0);
+
+// Kullback-Leibler divergence of target from input, both log-probabilities
+// when log_target, else input log-probabilities and target probabilities:
+// target (log target - input), 0 where target is 0. reduction "batchmean"
+// divides the sum by the batch size (input.size(0)); "mean" by the element count.
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+              bool log_target = false);
 
 }  // namespace kiln::nn::functional

@@ -3,6 +3,9 @@
 //
 //   namespace F = kiln::nn::functional;
 //   auto h = F::layer_norm(x, {512}, gamma, beta);
+//   auto r = F::rms_norm(x, {512}, gamma);
+//   auto [cos, sin] = F::rotary_embedding(arange(seq_len), head_dim);
+//   auto q_rotated = F::apply_rotary_emb(q, cos, sin);
 //   auto a = F::scaled_dot_product_attention(q, k, v, {.is_causal = true});
 //   auto y = F::interpolate(img, {.scale_factor = std::vector<double>{2}, .mode = "bilinear"});
 //   auto loss = F::nll_loss(log_probs, target, {.ignore_index = 0});
@@ -35,6 +38,35 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
 // Normalizes input [N, C, ...] over groups of C / num_groups channels; weight and bias are [C].
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
+
+// Divides by the root mean square over the trailing dims given by
+// normalized_shape, then multiplies by weight (that shape) when given. eps
+// defaults to the dtype's machine epsilon; half-precision inputs are
+// normalized in float32, as PyTorch's rms_norm.
+Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = {},
+                std::optional<double> eps = std::nullopt);
+
+// Normalizes each sample's channels of input [N, C, ...] over their spatial
+// dims (use_input_stats), updating running_mean/running_var when given with
+// the batch's mean of the per-instance statistics; without use_input_stats the
+// running statistics normalize, as batch_norm in eval mode.
+Tensor instance_norm(const Tensor& input, const Tensor& running_mean = {},
+                     const Tensor& running_var = {}, const Tensor& weight = {},
+                     const Tensor& bias = {}, bool use_input_stats = true, double momentum = 0.1,
+                     double eps = 1e-5);
+
+// Rotary position embeddings. rotary_embedding gives, for integer (or
+// float32) positions [...], the tables cos and sin [..., dim] (float32) of the
+// angles position * base^(-2i / dim), i < dim / 2, each repeated over both
+// halves; apply_rotary_emb(x, cos, sin) = x * cos + rotate_half(x) * sin with
+// the tables broadcast to x [..., dim] and cast to its dtype; rotate_half
+// turns the halves (a, b) of the last dim into (-b, a).
+struct RotaryTables {
+  Tensor cos, sin;
+};
+RotaryTables rotary_embedding(const Tensor& positions, int64_t dim, double base = 10000.0);
+Tensor rotate_half(const Tensor& x);
+Tensor apply_rotary_emb(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
 // Rows of weight [V, D] at the int32/int64 indices: [..., D]. padding_idx only
 // matters for gradients (as in PyTorch); negative values count from V.

@@ -66,6 +66,22 @@ Tensor any(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor all(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// The running product along dim (integers and bool give int64 unless a dtype
+// is given), composed of log2(n) products of shifted halves, so that its
+// gradient is exact where x has zeros.
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// The values along dim in ascending (descending) order and the indices they
+// came from, NaN above every number. The sort is always stable: equal values
+// keep their order (`stable` is PyTorch's argument, kept for ports).
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// sort's indices.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// The k largest (smallest) values along dim, in order, and their indices; of
+// equal values the first ones. Results are always sorted (`sorted` is
+// PyTorch's argument, kept for ports).
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                   bool sorted = true);
 // Over one dim of a floating tensor; a row of all -inf gives NaN, as PyTorch.
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

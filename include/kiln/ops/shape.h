@@ -68,6 +68,11 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts,
 // Each element of x repeated `repeats` times along dim, in place
 // ([a, b] -> [a, a, b, b]); over the flattened x when dim is absent.
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = {});
+// Slice i along dim repeated repeats[i] times (an int tensor of the dim's
+// size, or of one element for all); the output size is read from repeats on
+// the host (docs/ops.md, "Sizes that depend on data").
+Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim = {},
+                         std::source_location where = std::source_location::current());
 // The slices of x along dim named by a 1-D int64/int32 index (negative values are errors).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // out[i][j] = x[index[i][j]][j] for dim 0, and so on; index is int64 with x's rank.
@@ -80,6 +85,41 @@ Tensor& scatter_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src)
 // out[index[i][j]][j] += src[i][j] for dim 0. Floating and integer dtypes.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// x with source's slices added (copied) at the 1-D index along dim:
+// out.select(dim, index[i]) += alpha * source.select(dim, i). source has x's
+// shape but index.numel() along dim. index_copy keeps the last of repeated indices.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha = 1);
+Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                   Scalar alpha = 1);
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+Tensor& index_copy_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+
+// PyTorch's advanced indexing, x[i0, i1, ...]: indices[d] indexes dim d (an
+// undefined Tensor takes the whole dim, as ':'); int64/int32 indices broadcast
+// together (negative ones count from the end), a bool mask stands for the
+// dims it covers. The index shape replaces the indexed dims, in their place
+// when they are adjacent, else first. index_put writes values (broadcast to
+// x[indices]) there, or adds them with accumulate; of repeated indices the
+// last write wins.
+Tensor index(const Tensor& x, const std::vector<Tensor>& indices,
+             std::source_location where = std::source_location::current());
+Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values,
+                 bool accumulate = false,
+                 std::source_location where = std::source_location::current());
+Tensor& index_put_(Tensor& x, const std::vector<Tensor>& indices, const Tensor& values,
+                   bool accumulate = false,
+                   std::source_location where = std::source_location::current());
+
+// Ops whose output size depends on x's values, read on the host (in a
+// compiled function, a graph break at `where` that names the op):
+// nonzero's [count, x.dim()] int64 coordinates of the nonzero elements, in
+// row-major order; masked_select's 1-D elements of x where the bool mask
+// (broadcast with x) is true. A bool mask in index()/index_put() is nonzero's.
+Tensor nonzero(const Tensor& x, std::source_location where = std::source_location::current());
+Tensor masked_select(const Tensor& x, const Tensor& mask,
+                     std::source_location where = std::source_location::current());
+
 // x tiled repeats[i] times along each dim; extra leading repeats add new dims.
 Tensor repeat(const Tensor& x, const Shape& repeats);
 Tensor flip(const Tensor& x, const Shape& dims);

@@ -46,7 +46,23 @@ TensorList indexed_extremum_grad(const BackwardCtx& ctx, const TensorList& g) {
   return {scatter(zeros(sizes, {.dtype = g[0].dtype(), .device = g[0].device()}), dim, index, src)};
 }
 
+// The gradient of sort and topk: each value's to the index it came from.
+TensorList ordered_grad(const BackwardCtx& ctx, const TensorList& g, int64_t dim) {
+  if (!g[0].defined()) return {Tensor()};
+  const Shape& sizes = ctx.input_sizes(0);
+  if (sizes.empty()) return {g[0].reshape({})};
+  return {scatter(zeros(sizes, {.dtype = g[0].dtype(), .device = g[0].device()}), dim,
+                  ctx.result(1), g[0])};
+}
+
 }  // namespace
+
+TensorList grad_sort(const BackwardCtx& ctx, const TensorList& g) {
+  return ordered_grad(ctx, g, ctx.attrs().i(0));
+}
+TensorList grad_topk(const BackwardCtx& ctx, const TensorList& g) {
+  return ordered_grad(ctx, g, ctx.attrs().i(1));
+}
 
 TensorList grad_sum(const BackwardCtx& ctx, const TensorList& g) {
   return {expand_reduced(ctx, g[0], ctx.attrs().ints(0), ctx.attrs().b(1))};

@@ -106,6 +106,7 @@ void register_cpu_reduce_kernels(KernelTable& table) {
   cpu::register_cpu_extreme_kernels(table);
   cpu::register_cpu_scan_kernels(table);
   cpu::register_cpu_softmax_kernels(table);
+  cpu::register_cpu_sort_kernels(table);
 }
 
 }  // namespace kiln::backend

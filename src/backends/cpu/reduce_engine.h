@@ -418,5 +418,6 @@ void register_cpu_sum_kernels(KernelTable& table);     // reduce_sum.cpp
 void register_cpu_extreme_kernels(KernelTable& table); // reduce_extreme.cpp
 void register_cpu_scan_kernels(KernelTable& table);    // reduce_scan.cpp
 void register_cpu_softmax_kernels(KernelTable& table); // softmax.cpp
+void register_cpu_sort_kernels(KernelTable& table);    // sort.cpp
 
 }  // namespace kiln::backend::cpu

@@ -94,6 +94,7 @@ CudaBackend::CudaBackend() {
   register_cuda_factory_kernels(kernels_);
   register_cuda_reduce_kernels(kernels_);
   register_cuda_softmax_kernels(kernels_);
+  register_cuda_sort_kernels(kernels_);
   register_cuda_shape_kernels(kernels_);
   register_cuda_matmul_kernels(kernels_);
   register_cuda_norm_kernels(kernels_);

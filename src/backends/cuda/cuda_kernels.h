@@ -11,6 +11,7 @@ void register_cuda_misc_pointwise_kernels(KernelTable& table);
 void register_cuda_factory_kernels(KernelTable& table);
 void register_cuda_reduce_kernels(KernelTable& table);
 void register_cuda_softmax_kernels(KernelTable& table);
+void register_cuda_sort_kernels(KernelTable& table);
 void register_cuda_shape_kernels(KernelTable& table);
 void register_cuda_matmul_kernels(KernelTable& table);
 void register_cuda_norm_kernels(KernelTable& table);

@@ -284,7 +284,75 @@ void softmax(const KernelCall& c, bool log) {
   });
 }
 
+// Where each element of a line lands in its order: the number of elements
+// that come before it (by value, NaN above every number, or equal and at a
+// lower index). Counting, not sorting: it shares no code with the kernels.
+template <typename V>
+std::vector<int64_t> order_ranks(const std::vector<V>& v, bool descending) {
+  auto before = [&](size_t a, size_t b) {
+    if constexpr (std::is_floating_point_v<V>) {
+      const bool na = std::isnan(v[a]), nb = std::isnan(v[b]);
+      if (descending) return na ? !nb : (!nb && v[a] > v[b]);
+      return !na && (nb || v[a] < v[b]);
+    } else {
+      return descending ? v[a] > v[b] : v[a] < v[b];
+    }
+  };
+  std::vector<int64_t> rank(v.size(), 0);
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (j != i && (before(j, i) || (!before(i, j) && j < i))) ++rank[i];
+    }
+  }
+  return rank;
+}
+
+// sort (k = the line's length) and topk: the first k of each line's order,
+// values and indices, along dim of the outputs.
+template <typename V>
+void ordered(const KernelCall& c, int64_t dim, int64_t k, bool descending) {
+  const Tensor& x = c.in(0);
+  Shape outer = x.sizes();
+  if (x.dim() > 0) outer[dim] = 1;
+  const int64_t n = x.dim() > 0 ? x.sizes()[dim] : 1;
+  ref::for_each_index(outer, [&](std::vector<int64_t> index) {
+    std::vector<V> v;
+    for (int64_t i = 0; i < n; ++i) {
+      if (x.dim() > 0) index[dim] = i;
+      v.push_back(ref::read<V>(x, ref::offset_of(x, index)));
+    }
+    const std::vector<int64_t> rank = order_ranks(v, descending);
+    for (int64_t i = 0; i < n; ++i) {
+      if (rank[i] >= k) continue;
+      if (x.dim() > 0) index[dim] = rank[i];
+      ref::write(c.out(0), ref::offset_of(c.out(0), index), v[i]);
+      ref::write(c.out(1), ref::offset_of(c.out(1), index), i);
+    }
+  });
+}
+
+void sort(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const int64_t dim = c.attrs.i(0), n = x.dim() > 0 ? x.sizes()[dim] : 1;
+  if (is_floating(x.dtype()))
+    ordered<double>(c, dim, n, c.attrs.b(1));
+  else
+    ordered<int64_t>(c, dim, n, c.attrs.b(1));
+}
+
+// A 0-dim input is its own top value, for k 0 as for 1 (as PyTorch).
+void topk(const KernelCall& c) {
+  const Tensor& x = c.in(0);
+  const int64_t k = x.dim() == 0 ? 1 : c.attrs.i(0);
+  if (is_floating(x.dtype()))
+    ordered<double>(c, c.attrs.i(1), k, c.attrs.b(2));
+  else
+    ordered<int64_t>(c, c.attrs.i(1), k, c.attrs.b(2));
+}
+
 void register_scans(KernelTable& t) {
+  t.set(OpId::sort, sort);
+  t.set(OpId::topk, topk);
   t.set(OpId::cumsum, cumsum);
   t.set(OpId::softmax, [](const KernelCall& c) { softmax(c, false); });
   t.set(OpId::log_softmax, [](const KernelCall& c) { softmax(c, true); });

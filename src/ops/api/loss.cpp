@@ -17,6 +17,11 @@ void check_reduction(const char* op, const std::string& reduction) {
   }
 }
 
+// The elementwise losses take input and target of one shape or shapes that broadcast.
+void check_pair(const char* op, const Tensor& input, const Tensor& target) {
+  if (!input.same_sizes(target)) broadcast_shapes(input.sizes(), target.sizes(), op);
+}
+
 Tensor reduce(const Tensor& loss, const std::string& reduction) {
   if (reduction == "mean") return mean(loss);
   if (reduction == "sum") return sum(loss);
@@ -90,7 +95,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   check_reduction("mse_loss", reduction);
-  if (!input.same_sizes(target)) broadcast_shapes(input.sizes(), target.sizes(), "mse_loss");
+  check_pair("mse_loss", input, target);
   return reduce(square(input - target), reduction);
 }
 
@@ -112,6 +117,47 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   }
   if (o.weight.defined()) loss = loss * o.weight;
   return reduce(loss, o.reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction,
+                      double beta) {
+  check_reduction("smooth_l1_loss", reduction);
+  KILN_CHECK(beta >= 0, ValueError, "smooth_l1_loss: beta must be non-negative, got ", beta);
+  check_pair("smooth_l1_loss", input, target);
+  Tensor d = abs(input - target);
+  if (beta == 0) return reduce(d, reduction);
+  return reduce(where(d < beta, square(d) * (0.5 / beta), d - 0.5 * beta), reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& reduction,
+                  double delta) {
+  check_reduction("huber_loss", reduction);
+  KILN_CHECK(delta > 0, ValueError, "huber_loss: delta must be positive, got ", delta);
+  check_pair("huber_loss", input, target);
+  Tensor d = abs(input - target);
+  return reduce(where(d < delta, square(d) * 0.5, (d - 0.5 * delta) * delta), reduction);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction,
+              bool log_target) {
+  KILN_CHECK(
+      reduction == "none" || reduction == "mean" || reduction == "sum" || reduction == "batchmean",
+      ValueError, "kl_div: reduction must be 'none', 'batchmean', 'mean' or 'sum', got '",
+      reduction, "'");
+  check_pair("kl_div", input, target);
+  Tensor loss;
+  if (log_target) {
+    loss = exp(target) * (target - input);
+  } else {
+    // target log(target) is 0 at target 0; the log reads 1 there, so that its
+    // derivative stays finite where the branch is not taken.
+    const Tensor zero = target == 0;
+    loss = where(zero, 0.0, target * (log(masked_fill(target, zero, 1.0)) - input));
+  }
+  if (reduction == "batchmean") {
+    return input.dim() == 0 ? sum(loss) : sum(loss) / static_cast<double>(input.size(0));
+  }
+  return reduce(loss, reduction);
 }
 
 }  // namespace kiln::nn::functional

@@ -1,6 +1,8 @@
 // The public reductions, cumsum and softmax, and the Tensor methods that call them.
 #include "kiln/ops/reduce.h"
 
+#include "core/shape_util.h"
+#include "kiln/ops/shape.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -64,6 +66,32 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return dispatch1(OpId::argmin, {x}, arg_attrs(dim, keepdim));
 }
 
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
+  const DType t = dtype ? *dtype : is_integral(x.dtype(), true) ? kInt64 : x.dtype();
+  Tensor y = x.to(t);
+  const int64_t d = wrap_dim(dim, x.dim(), "cumprod");
+  const int64_t n = x.dim() == 0 ? 1 : y.size(d);
+  if (n <= 1) return y.clone();
+  // Hillis-Steele: after the step of shift s, element i holds the product of
+  // the 2s elements up to i (fewer at the start).
+  for (int64_t s = 1; s < n; s *= 2) {
+    y = cat({y.narrow(d, 0, s), y.narrow(d, s, n - s) * y.narrow(d, 0, n - s)}, d);
+  }
+  return y;
+}
+
+ValuesIndices sort(const Tensor& x, int64_t dim, bool descending, bool /*stable*/) {
+  TensorList out = ops::dispatch(OpId::sort, std::span<const Tensor>(&x, 1), {dim, descending});
+  return {std::move(out[0]), std::move(out[1])};
+}
+Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  return sort(x, dim, descending, stable).indices;
+}
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool /*sorted*/) {
+  TensorList out = ops::dispatch(OpId::topk, std::span<const Tensor>(&x, 1), {k, dim, largest});
+  return {std::move(out[0]), std::move(out[1])};
+}
+
 Tensor var(const Tensor& x, const Dims& dims, double correction, bool keepdim) {
   return dispatch1(OpId::var, {x}, {dims, correction, keepdim});
 }
@@ -113,6 +141,15 @@ ValuesIndices Tensor::max(int64_t dim, bool keepdim) const {
 }
 ValuesIndices Tensor::min(int64_t dim, bool keepdim) const {
   return kiln::min(*this, dim, keepdim);
+}
+ValuesIndices Tensor::sort(int64_t dim, bool descending, bool stable) const {
+  return kiln::sort(*this, dim, descending, stable);
+}
+Tensor Tensor::argsort(int64_t dim, bool descending, bool stable) const {
+  return kiln::argsort(*this, dim, descending, stable);
+}
+ValuesIndices Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+  return kiln::topk(*this, k, dim, largest, sorted);
 }
 Tensor Tensor::log_softmax(int64_t dim) const { return kiln::log_softmax(*this, dim); }
 

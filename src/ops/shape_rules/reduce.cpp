@@ -188,6 +188,32 @@ void infer_softmax(Ctx& ctx) {
   ctx.add_output(ctx.input(0).sizes(), ctx.input(0).dtype(), ctx.common_device());
 }
 
+// sort: dim, descending -> (values, int64 indices) of the input's shape.
+template <class Ctx>
+void infer_sort(Ctx& ctx) {
+  canonical_dim(ctx, 0);
+  const DType t = ctx.input(0).dtype();
+  ctx.add_output(ctx.input(0).sizes(), t, ctx.common_device());
+  ctx.add_output(ctx.input(0).sizes(), kInt64, ctx.common_device());
+}
+
+// topk: k, dim, largest -> (values, int64 indices) with k entries along dim.
+template <class Ctx>
+void infer_topk(Ctx& ctx) {
+  const int64_t dim = canonical_dim(ctx, 1);
+  const int64_t k = ctx.attrs.i(0);
+  auto sizes = ctx.input(0).sizes();
+  const bool scalar = sizes.empty();
+  if (!(k >= 0 && (scalar ? k <= 1 : sizes[dim] >= k))) {
+    throw IndexError(detail::str_cat(
+        ctx.name(), ": k (", k, ") must be in [0, ", scalar ? typename Ctx::Int(1) : sizes[dim],
+        "] (the size of dim ", dim, " of a tensor of shape ", sizes, ")"));
+  }
+  if (!scalar) sizes[dim] = k;
+  ctx.add_output(sizes, ctx.input(0).dtype(), ctx.common_device());
+  ctx.add_output(sizes, kInt64, ctx.common_device());
+}
+
 KILN_SHAPE_RULE_INSTANCES(infer_reduce_sum)
 KILN_SHAPE_RULE_INSTANCES(infer_reduce_float)
 KILN_SHAPE_RULE_INSTANCES(infer_reduce_same)
@@ -196,5 +222,7 @@ KILN_SHAPE_RULE_INSTANCES(infer_reduce_arg)
 KILN_SHAPE_RULE_INSTANCES(infer_reduce_bool)
 KILN_SHAPE_RULE_INSTANCES(infer_cumsum)
 KILN_SHAPE_RULE_INSTANCES(infer_softmax)
+KILN_SHAPE_RULE_INSTANCES(infer_sort)
+KILN_SHAPE_RULE_INSTANCES(infer_topk)
 
 }  // namespace kiln::ops
