@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 
 PACKAGES=(build-essential cmake ninja-build git libdnnl-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev libjs-chart.js
-          clang libclang-rt-14-dev ocl-icd-opencl-dev chromium)
+          clang libclang-rt-14-dev ocl-icd-opencl-dev chromium libicu-dev)
 JOBS=${KILN_JOBS:-$(nproc)}
 
 usage() {

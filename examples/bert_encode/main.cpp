@@ -1,17 +1,21 @@
-// Encodes a sequence of token ids with BERT and prints the embeddings: the
-// shape of last_hidden_state, the first values of the [CLS] vector and of the
-// pooler output. Without --config it builds a small random BERT (2 layers,
-// hidden 128); with a Hugging Face config.json and model.safetensors it runs
-// that checkpoint (token ids from its tokenizer, e.g. bert-base-uncased's
-// "101 7592 1010 2088 999 102" for "[CLS] hello, world! [SEP]").
+// Encodes a text, or a sequence of token ids, with BERT and prints the
+// embeddings: the shape of last_hidden_state, the first values of the [CLS]
+// vector and of the pooler output. Without --config it builds a small random
+// BERT (2 layers, hidden 128); with a Hugging Face config.json and
+// model.safetensors it runs that checkpoint. --text goes through the
+// checkpoint's tokenizer.json (kiln::text) and prints the tokens; --ids takes
+// the ids as they are (bert-base-uncased's "101 7592 1010 2088 999 102" for
+// "[CLS] hello, world! [SEP]").
 //
 //   bert_encode [--config config.json [--weights model.safetensors]]
+//               [--tokenizer tokenizer.json --text "Hello, world!"]
 //               [--ids "101 7592 2088 102"] [--mask "1 1 1 1"]
 //
-// Exits with 2 on bad arguments, 1 when a file cannot be read or the outputs
-// are not finite.
+// Exits with 2 on bad arguments, 1 when a file cannot be read, the text is not
+// UTF-8 or the outputs are not finite.
 #include <kiln/kiln.h>
 #include <kiln/models/bert.h>
+#include <kiln/text/tokenizer.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,15 +35,20 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: bert_encode [--config config.json [--weights model.safetensors]]\n"
+    "                   [--tokenizer tokenizer.json --text \"Hello, world!\"]\n"
     "                   [--ids \"101 7592 2088 102\"] [--mask \"1 1 1 1\"]\n"
-    "  --config   a Hugging Face BERT config.json (default: a small random BERT)\n"
-    "  --weights  its model.safetensors (needs --config)\n"
-    "  --ids      token ids separated by spaces\n"
-    "  --mask     1 (attend) / 0 (padding) per token\n";
+    "  --config     a Hugging Face BERT config.json (default: a small random BERT)\n"
+    "  --weights    its model.safetensors (needs --config)\n"
+    "  --tokenizer  its tokenizer.json (needed by --text)\n"
+    "  --text       a text to encode (instead of --ids)\n"
+    "  --ids        token ids separated by spaces\n"
+    "  --mask       1 (attend) / 0 (padding) per id\n";
 
 struct Args {
-  std::string config, weights;
+  std::string config, weights, tokenizer;
+  std::optional<std::string> text;
   std::vector<int64_t> ids = {101, 7592, 1010, 2088, 999, 102};
+  bool ids_given = false;
   std::optional<std::vector<int64_t>> mask;
 };
 
@@ -76,6 +85,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
       args.config = value;
     } else if (flag == "--weights") {
       args.weights = value;
+    } else if (flag == "--tokenizer") {
+      args.tokenizer = value;
+    } else if (flag == "--text") {
+      args.text = value;
     } else if (flag == "--ids" || flag == "--mask") {
       auto ints = parse_ints(value);
       if (!ints) {
@@ -84,6 +97,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
         return std::nullopt;
       }
       (flag == "--ids" ? args.ids : args.mask.emplace()) = *ints;
+      args.ids_given = args.ids_given || flag == "--ids";
     } else {
       std::fprintf(stderr, "bert_encode: unknown argument %s\n", argv[i - 1]);
       return std::nullopt;
@@ -91,6 +105,14 @@ std::optional<Args> parse_args(int argc, char** argv) {
   }
   if (!args.weights.empty() && args.config.empty()) {
     std::fprintf(stderr, "bert_encode: --weights needs --config\n");
+    return std::nullopt;
+  }
+  if (args.text && (args.tokenizer.empty() || args.ids_given || args.mask)) {
+    std::fprintf(stderr, "bert_encode: --text needs --tokenizer, and takes no --ids or --mask\n");
+    return std::nullopt;
+  }
+  if (!args.tokenizer.empty() && !args.text) {
+    std::fprintf(stderr, "bert_encode: --tokenizer needs --text\n");
     return std::nullopt;
   }
   if (args.mask && args.mask->size() != args.ids.size()) {
@@ -131,16 +153,33 @@ bool all_finite(const Tensor& t) {
   return true;
 }
 
+// The text's encoding, after printing its tokens and ids.
+text::Encoding encode_text(const Args& args) {
+  const text::Tokenizer tokenizer = text::Tokenizer::from_file(args.tokenizer);
+  text::Encoding encoding = tokenizer.encode(*args.text);
+  std::printf("tokens:");
+  for (const std::string& token : encoding.tokens) std::printf(" %s", token.c_str());
+  std::printf("\nids:");
+  for (int64_t id : encoding.ids) std::printf(" %lld", static_cast<long long>(id));
+  std::printf("\n");
+  return encoding;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::optional<Args> args = parse_args(argc, argv);
+  std::optional<Args> args = parse_args(argc, argv);
   if (!args) {
     std::fputs(kUsage, stderr);
     return 2;
   }
   std::optional<BertModel> model;
+  std::optional<text::Encoding> encoding;
   try {
+    if (args->text) {
+      encoding = encode_text(*args);
+      args->ids = encoding->ids;
+    }
     if (args->config.empty()) {
       manual_seed(0);
       model.emplace(small_random_config());
@@ -157,7 +196,7 @@ int main(int argc, char** argv) {
                        args->weights.c_str(), key.c_str());
       }
     }
-  } catch (const Error& e) {  // unreadable or malformed files
+  } catch (const Error& e) {  // unreadable or malformed files, text that is not UTF-8
     std::fprintf(stderr, "bert_encode: %s\n", e.what());
     return 1;
   }
@@ -178,10 +217,16 @@ int main(int argc, char** argv) {
 
   model->eval();
   InferenceModeGuard inference;
-  const Tensor ids = from_vector(args->ids, Shape{1, seq});
-  const Tensor mask = args->mask ? from_vector(*args->mask, Shape{1, seq}) : Tensor();
+  // The tensors BERT takes: from the text's encoding, or from --ids and --mask.
+  text::BertInputs in;
+  if (encoding) {
+    in = text::bert_inputs(*encoding);
+  } else {
+    in.input_ids = from_vector(args->ids, Shape{1, seq});
+    if (args->mask) in.attention_mask = from_vector(*args->mask, Shape{1, seq});
+  }
   const auto start = std::chrono::steady_clock::now();
-  const models::BertOutput out = (*model)(ids, mask);
+  const models::BertOutput out = (*model)(in.input_ids, in.attention_mask, in.token_type_ids);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
@@ -201,7 +246,7 @@ int main(int argc, char** argv) {
   bool padding_ok = true;
   const int64_t real = unpadded_length(*args);
   if (real > 0 && real < seq) {
-    const models::BertOutput alone = (*model)(ids.narrow(1, 0, real));
+    const models::BertOutput alone = (*model)(in.input_ids.narrow(1, 0, real));
     const float diff =
         std::max((alone.last_hidden_state - out.last_hidden_state.narrow(1, 0, real))
                      .abs()
