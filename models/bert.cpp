@@ -2,17 +2,14 @@
 // ops (linear, layer_norm, gelu, scaled_dot_product_attention).
 #include "kiln/models/bert.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 #include <utility>
 
-#include "core/state_dict_diff.h"
+#include "hf_checkpoint.h"
+#include "hf_config.h"
 #include "kiln/autograd.h"
 #include "kiln/error.h"
 #include "kiln/models/checkpoint.h"
@@ -373,31 +370,14 @@ std::string model_key(std::string_view key) {
 }  // namespace
 
 nn::LoadResult BertModel::load_hf_state_dict(const StateDict& dict, bool strict) {
-  const StateDict own = state_dict();
-  StateDict mapped;
-  nn::LoadResult result;
-  for (const auto& [key, tensor] : dict) {
-    std::string name = model_key(key);
-    if (name == "embeddings.position_ids") continue;  // a buffer transformers once saved
-    if (own.contains(name) && !mapped.contains(name))
-      mapped.set(std::move(name), tensor);
-    else
-      result.unexpected_keys.push_back(key);
-  }
-  // A checkpoint of another size differs in most tensors: it says which
-  // sizes it holds, and a few of the keys.
-  StateDictDiff diff = diff_state_dicts(mapped, own);
-  result.missing_keys = diff.missing_keys;
-  if (!strict) diff.missing_keys.clear();
-  if (!diff.empty()) {
-    const std::string holds = describe_checkpoint(dict), is = describe_checkpoint(own);
-    throw ValueError(str_cat(
-        "BertModel.load_hf_state_dict: ",
-        holds == is ? "" : str_cat("the state dict holds ", holds, ", this model is ", is, ": "),
-        diff.summary("the dict", holds == is ? 3 : 1)));
-  }
-  load_state_dict(mapped, /*strict=*/false);
-  return result;
+  return load_hf_checkpoint(
+      *this, dict, state_dict(), "BertModel.load_hf_state_dict", strict,
+      [](const std::string& key, const StateDict&) -> std::optional<std::string> {
+        std::string name = model_key(key);
+        // A buffer transformers once saved.
+        if (name == "embeddings.position_ids") return std::nullopt;
+        return name;
+      });
 }
 
 // --- BertConfig::from_state_dict ---------------------------------------------------
@@ -451,75 +431,9 @@ BertConfig BertConfig::from_state_dict(const StateDict& dict) {
 
 // --- BertConfig::from_json_file ----------------------------------------------------
 
-namespace {
-
-using Json = nlohmann::json;
-
-// Reads the JSON keys BertConfig knows; where names the file in errors.
-class ConfigReader {
- public:
-  ConfigReader(const Json& json, std::string where) : json_(json), where_(std::move(where)) {}
-
-  void integer(const char* key, int64_t& field) const {
-    const Json* v = find(key);
-    if (!v) return;
-    if (!v->is_number_integer()) throw bad_value(key, *v, "an integer");
-    field = v->get<int64_t>();
-  }
-  void number(const char* key, double& field) const {
-    const Json* v = find(key);
-    if (!v) return;
-    if (!v->is_number()) throw bad_value(key, *v, "a number");
-    field = v->get<double>();
-  }
-  void string(const char* key, std::string& field) const {
-    const Json* v = find(key);
-    if (!v) return;
-    if (!v->is_string()) throw bad_value(key, *v, "a string");
-    field = v->get<std::string>();
-  }
-  // null (no padding row) is stored as -1.
-  void optional_integer(const char* key, int64_t& field) const {
-    const Json* v = find(key);
-    if (v && v->is_null())
-      field = -1;
-    else
-      integer(key, field);
-  }
-  // A feature this model does not implement must not be silently ignored.
-  void reject_unless(const char* key, const Json& expected, std::string_view why) const {
-    const Json* v = find(key);
-    if (v && *v != expected && !v->is_null()) {
-      throw ValueError(str_cat(where_, ": ", key, " ", v->dump(), " is not supported (", why, ")"));
-    }
-  }
-
- private:
-  const Json* find(const char* key) const {
-    const auto it = json_.find(key);
-    return it == json_.end() ? nullptr : &*it;
-  }
-  ValueError bad_value(const char* key, const Json& v, std::string_view expected) const {
-    return ValueError(str_cat(where_, ": ", key, " must be ", expected, ", got ", v.dump()));
-  }
-
-  const Json& json_;
-  std::string where_;
-};
-
-}  // namespace
-
 BertConfig BertConfig::from_json_file(const std::string& path) {
   const std::string where = str_cat("BertConfig.from_json_file: ", path);
-  std::ifstream file(path);
-  if (!file) throw IOError(str_cat(where, ": cannot open: ", std::strerror(errno)));
-  Json json;
-  try {
-    json = Json::parse(file);
-  } catch (const Json::exception& e) {
-    throw ValueError(str_cat(where, ": not valid JSON: ", e.what()));
-  }
-  if (!json.is_object()) throw ValueError(str_cat(where, ": expected a JSON object"));
+  const Json json = read_config_json(path, where);
   const ConfigReader read(json, where);
   BertConfig c;
   read.integer("vocab_size", c.vocab_size);

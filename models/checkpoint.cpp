@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/state_dict_diff.h"
+#include "hf_checkpoint.h"
 #include "kiln/error.h"
 #include "kiln/models/bert.h"
 
@@ -51,6 +52,24 @@ std::optional<std::string> describe_bert(const StateDict& dict) {
   } catch (const ValueError&) {
     return "an incomplete BERT";
   }
+}
+
+std::optional<std::string> describe_llama(const StateDict& dict) {
+  const std::string prefix = dict.contains("model.embed_tokens.weight") ? "model." : "";
+  const Tensor* embed = find_2d(dict, prefix + "embed_tokens.weight");
+  if (!embed || !dict.contains(prefix + "norm.weight")) return std::nullopt;
+  const std::string layer0 = prefix + "layers.0.";
+  const int64_t layers = count_numbered(dict, prefix + "layers.", ".input_layernorm.weight");
+  const int64_t hidden = embed->size(1);
+  std::string details;
+  if (const Tensor* up = find_2d(dict, layer0 + "mlp.up_proj.weight"))
+    details += str_cat("intermediate ", up->size(0), ", ");
+  details += str_cat("vocab ", embed->size(0));
+  // Grouped-query attention shows as narrower keys and values.
+  if (const Tensor* k = find_2d(dict, layer0 + "self_attn.k_proj.weight");
+      k && k->size(0) != hidden)
+    details += str_cat(", keys and values ", k->size(0), " wide");
+  return str_cat(article(hidden), " ", hidden, "-wide, ", layers, "-layer Llama (", details, ")");
 }
 
 std::optional<std::string> describe_resnet(const StateDict& dict) {
@@ -101,13 +120,40 @@ std::optional<std::string> describe_lstm(const StateDict& dict) {
 }  // namespace
 
 std::string describe_checkpoint(const StateDict& dict) {
-  for (auto describe : {describe_bert, describe_resnet, describe_lstm}) {
+  for (auto describe : {describe_bert, describe_llama, describe_resnet, describe_lstm}) {
     if (std::optional<std::string> d = describe(dict)) return *d;
   }
   if (dict.empty()) return "no tensors";
   const std::vector<std::string> keys = dict.keys();
   return str_cat(keys.size(), keys.size() == 1 ? " tensor" : " tensors", " of no reference model (",
                  summarize_keys(keys), ")");
+}
+
+nn::LoadResult load_hf_checkpoint(nn::Module& model, const StateDict& dict, const StateDict& own,
+                                  std::string_view who, bool strict,
+                                  const CheckpointKeyName& name_of) {
+  StateDict mapped;
+  nn::LoadResult result;
+  for (const auto& [key, tensor] : dict) {
+    std::optional<std::string> name = name_of(key, own);
+    if (!name) continue;
+    if (own.contains(*name) && !mapped.contains(*name))
+      mapped.set(std::move(*name), tensor);
+    else
+      result.unexpected_keys.push_back(key);
+  }
+  StateDictDiff diff = diff_state_dicts(mapped, own);
+  result.missing_keys = diff.missing_keys;
+  if (!strict) diff.missing_keys.clear();
+  if (!diff.empty()) {
+    const std::string holds = describe_checkpoint(dict), is = describe_checkpoint(own);
+    throw ValueError(str_cat(
+        who, ": ",
+        holds == is ? "" : str_cat("the state dict holds ", holds, ", this model is ", is, ": "),
+        diff.summary("the dict", holds == is ? 3 : 1)));
+  }
+  model.load_state_dict(mapped, /*strict=*/false);
+  return result;
 }
 
 }  // namespace kiln::models

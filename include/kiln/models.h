@@ -7,5 +7,6 @@
 
 #include "kiln/models/bert.h"
 #include "kiln/models/checkpoint.h"
+#include "kiln/models/llama.h"
 #include "kiln/models/lstm.h"
 #include "kiln/models/resnet.h"
