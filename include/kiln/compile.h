@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -164,6 +165,8 @@ struct CompileStats {
   // Guard keys whose graphs the cache let go (least recently used first),
   // to stay within CompileOptions::cache_limit and cache_bytes_limit.
   int64_t evictions = 0;
+  // Of eager_calls, those the stance ran eagerly (compiler::set_stance).
+  int64_t stance_eager_calls = 0;
 };
 
 // What a compiled function recorded: its graphs with their ops and guards,
@@ -259,6 +262,9 @@ struct ExplainReport {
   // its program is compiled for all sizes, then the guards of the passes'
   // and the schedule's decisions ("s1 != 16  (the passes)").
   std::vector<std::string> symbolic_guards;
+  // The stance when the report was made, and what it did to calls
+  // ("force_eager: 3 calls ran eagerly"; empty under Default with none).
+  std::string stance;
   CompileStats stats;
 
   std::string to_string() const;
@@ -269,6 +275,37 @@ namespace compiler {
 
 // Forgets every compiled function's recorded graphs: the next call of each traces anew.
 void reset();
+
+// What compiled functions do when called (torch.compiler.set_stance):
+//   Default           trace new arguments, replay known ones;
+//   ForceEager        run every compiled function's function eagerly, so that
+//                     breakpoints and prints inside it work (KILN_COMPILE=0 in
+//                     the environment starts the process so);
+//   EagerOnRecompile  replay what is compiled, but run eagerly where a new
+//                     trace for new guards (a recompile) would be made;
+//   FailOnRecompile   throw a kiln::Error there instead, naming the guard.
+// Process-wide, as a debugging session is: it holds for every thread.
+// explain() and the recompile logs say which stance ran a call eagerly.
+enum class Stance { Default, ForceEager, EagerOnRecompile, FailOnRecompile };
+void set_stance(Stance stance);
+Stance stance();
+std::string_view stance_name(Stance stance);  // "force_eager", ...
+
+// Sets the stance for its lifetime, then restores the one before it.
+class StanceGuard {
+ public:
+  explicit StanceGuard(Stance stance) : previous_(compiler::stance()) { set_stance(stance); }
+  ~StanceGuard() { set_stance(previous_); }
+  StanceGuard(const StanceGuard&) = delete;
+  StanceGuard& operator=(const StanceGuard&) = delete;
+
+ private:
+  Stance previous_;
+};
+
+// While the returned guard lives, compiled functions run eagerly:
+//   { auto off = kiln::compiler::disable(); step(x); }
+[[nodiscard]] inline StanceGuard disable() { return StanceGuard(Stance::ForceEager); }
 
 // Marks dim `dim` of t dynamic (torch._dynamo.mark_dynamic): a compiled
 // function that misses its cache on a call with t as an argument leaves that

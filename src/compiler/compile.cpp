@@ -1,6 +1,7 @@
 // kiln::compile's cache: guard keys, traces (cut at graph breaks into the
 // segments of segment.h), replays and the recompile policy.
 #include "kiln/compile.h"
+#include <cstdlib>
 
 #include <algorithm>
 #include <atomic>
@@ -29,9 +30,36 @@ namespace {
 
 std::atomic<uint64_t> g_epoch{0};  // bumped by reset()
 
+// The process-wide stance (compile.h); KILN_COMPILE=0 starts it at ForceEager.
+std::atomic<int>& stance_cell() {
+  static std::atomic<int> cell{[] {
+    const char* env = std::getenv("KILN_COMPILE");
+    return static_cast<int>(env && std::string_view(env) == "0" ? Stance::ForceEager
+                                                                : Stance::Default);
+  }()};
+  return cell;
+}
+
 }  // namespace
 
 void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
+
+void set_stance(Stance s) { stance_cell().store(static_cast<int>(s), std::memory_order_relaxed); }
+
+Stance stance() { return static_cast<Stance>(stance_cell().load(std::memory_order_relaxed)); }
+
+std::string_view stance_name(Stance s) {
+  switch (s) {
+    case Stance::ForceEager:
+      return "force_eager";
+    case Stance::EagerOnRecompile:
+      return "eager_on_recompile";
+    case Stance::FailOnRecompile:
+      return "fail_on_recompile";
+    default:
+      return "default";
+  }
+}
 
 namespace internal {
 
@@ -814,6 +842,7 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
   std::vector<int64_t> key = build_key(args);
   std::shared_ptr<Entry> entry;
   std::shared_ptr<Segment> root;
+  bool forced_eager = false;
   {
     std::lock_guard lock(m.mutex);
     const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
@@ -833,7 +862,15 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       m.epoch = epoch;
     }
     ++m.stats.calls;
-    if (m.options.backend == CompileBackend::Eager) {
+    if (stance() == Stance::ForceEager) {
+      ++m.stats.eager_calls;
+      ++m.stats.stance_eager_calls;
+      if (m.stance_calls_logged++ == 0) {
+        log(LogChannel::kRecompiles,
+            detail::str_cat(m.options.name, ": runs eagerly (stance force_eager)"));
+      }
+      forced_eager = true;
+    } else if (m.options.backend == CompileBackend::Eager) {
       ++m.stats.eager_calls;
     } else if (const auto it = m.cache.find(key); it != m.cache.end()) {
       entry = it->second;
@@ -842,7 +879,9 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
       if (!root) ++m.stats.eager_calls;  // a graph break that cannot resume
     }
   }
-  if (m.options.backend == CompileBackend::Eager) return run(args.tensors, structure);
+  if (forced_eager || m.options.backend == CompileBackend::Eager) {
+    return run(args.tensors, structure);
+  }
   if (entry) {
     if (!root) return run(args.tensors, structure);
     std::vector<std::shared_ptr<Segment>> path;
@@ -889,13 +928,27 @@ TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64
           reason = first_difference(e->described, described);
         }
       }
-      if (!m.cache.empty()) {
-        m.recompiles.push_back(reason);
-        log(LogChannel::kRecompiles,
-            detail::str_cat("recompiling ", m.options.name, " (trace ", m.compiling_traces + 1,
-                            " of at most ", m.options.recompile_limit, "): ", reason));
+      const Stance now = stance();
+      if (!m.cache.empty() && now == Stance::FailOnRecompile) {
+        throw Error(detail::str_cat(m.options.name, ": a recompile under the stance ",
+                                    "fail_on_recompile: ", reason));
       }
-      entry = std::make_shared<Entry>();
+      if (!m.cache.empty() && now == Stance::EagerOnRecompile) {
+        // No entry: the call runs eagerly below, outside the lock.
+        ++m.stats.eager_calls;
+        ++m.stats.stance_eager_calls;
+        log(LogChannel::kRecompiles,
+            detail::str_cat(m.options.name, ": runs eagerly instead of recompiling (stance ",
+                            "eager_on_recompile): ", reason));
+      } else {
+        if (!m.cache.empty()) {
+          m.recompiles.push_back(reason);
+          log(LogChannel::kRecompiles,
+              detail::str_cat("recompiling ", m.options.name, " (trace ", m.compiling_traces + 1,
+                              " of at most ", m.options.recompile_limit, "): ", reason));
+        }
+        entry = std::make_shared<Entry>();
+      }
     }
     if (entry) entry->family = std::move(family);
   }

@@ -34,6 +34,10 @@ ExplainReport Core::explain() const {
   ExplainReport r;
   r.name = impl_->options.name;
   r.stats = impl_->current_stats();
+  if (stance() != Stance::Default || r.stats.stance_eager_calls > 0) {
+    r.stance = detail::str_cat(stance_name(stance()), ": ", r.stats.stance_eager_calls,
+                               " calls ran eagerly by a stance");
+  }
   r.recompiles = impl_->recompiles;
   r.graph_breaks = impl_->graph_breaks;
   r.dynamic_dims = impl_->dynamic_reasons;

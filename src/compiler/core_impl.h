@@ -63,6 +63,7 @@ struct Core::Impl {
   std::shared_ptr<Family> family_of(const FlatArgs& args, const std::vector<int64_t>& shapeless,
                                     const std::vector<std::string>& names, bool& known);
   CompileStats current_stats() const;  // under mutex
+  int64_t stance_calls_logged = 0;     // calls the stance ran eagerly, logged once (under mutex)
   uint64_t tick = 0;                   // counts lookups: an entry's last_used (under mutex)
   // Lets go of the least recently used keys (not `keep`) until the cache is
   // within its bounds. Under mutex.

@@ -18,6 +18,7 @@ std::string ExplainReport::to_string() const {
   if (stats.new_value_traces) os << "; " << stats.new_value_traces << " traces for new values read";
   if (stats.evictions) os << "; " << stats.evictions << " keys let go by the cache's bounds";
   os << "\n";
+  if (!stance.empty()) os << "stance: " << stance << "\n";
   for (const auto& d : dynamic_dims) os << "dynamic: " << d << "\n";
   if (!dynamic_sizes.empty()) os << "dynamic sizes: " << dynamic_sizes << "\n";
   if (!symbolic_graph.empty()) os << "symbolic shapes of the dynamic program:\n" << symbolic_graph;
@@ -84,6 +85,7 @@ std::string ExplainReport::to_string() const {
 std::string ExplainReport::to_json() const {
   nlohmann::json j;
   j["name"] = name;
+  j["stance"] = stance;
   j["stats"] = {{"calls", stats.calls},
                 {"replays", stats.replays},
                 {"traces", stats.traces},
@@ -98,6 +100,7 @@ std::string ExplainReport::to_json() const {
                 {"recompiles", stats.recompiles},
                 {"inlined_calls", stats.inlined_calls},
                 {"new_value_traces", stats.new_value_traces},
+                {"stance_eager_calls", stats.stance_eager_calls},
                 {"evictions", stats.evictions}};
   j["graphs"] = nlohmann::json::array();
   for (const Graph& g : graphs) {
