@@ -17,7 +17,13 @@ struct Totals {
   std::mutex mutex;
   std::vector<double> us = std::vector<double>(static_cast<size_t>(kNumOps), 0.0);
   std::vector<int64_t> calls = std::vector<int64_t>(static_cast<size_t>(kNumOps), 0);
+  // The names, copied now: the op table may be destroyed before this
+  // report, which prints at exit.
+  std::vector<std::string> names;
 
+  Totals() {
+    for (const OpSchema& schema : all_op_schemas()) names.emplace_back(schema.name);
+  }
   ~Totals() {
     std::vector<size_t> order;
     double all = 0;
@@ -33,7 +39,7 @@ struct Totals {
                  "op", "calls", "total ms", "us/call");
     for (size_t i : order) {
       std::fprintf(stderr, "%-32s %10lld %12.3f %10.2f\n",
-                   std::string(op_schema(static_cast<OpId>(i)).name).c_str(),
+                   names[i].c_str(),
                    static_cast<long long>(calls[i]), us[i] / 1000, us[i] / static_cast<double>(calls[i]));
     }
     std::fprintf(stderr, "%-32s %10lld %12.3f\n", "all", static_cast<long long>(all_calls), all / 1000);
