@@ -1,7 +1,6 @@
 // kiln::compile's cache: guard keys, traces (cut at graph breaks into the
 // segments of segment.h), replays and the recompile policy.
 #include "kiln/compile.h"
-#include <cstdlib>
 
 #include <algorithm>
 #include <atomic>
@@ -30,36 +29,9 @@ namespace {
 
 std::atomic<uint64_t> g_epoch{0};  // bumped by reset()
 
-// The process-wide stance (compile.h); KILN_COMPILE=0 starts it at ForceEager.
-std::atomic<int>& stance_cell() {
-  static std::atomic<int> cell{[] {
-    const char* env = std::getenv("KILN_COMPILE");
-    return static_cast<int>(env && std::string_view(env) == "0" ? Stance::ForceEager
-                                                                : Stance::Default);
-  }()};
-  return cell;
-}
-
 }  // namespace
 
 void reset() { g_epoch.fetch_add(1, std::memory_order_relaxed); }
-
-void set_stance(Stance s) { stance_cell().store(static_cast<int>(s), std::memory_order_relaxed); }
-
-Stance stance() { return static_cast<Stance>(stance_cell().load(std::memory_order_relaxed)); }
-
-std::string_view stance_name(Stance s) {
-  switch (s) {
-    case Stance::ForceEager:
-      return "force_eager";
-    case Stance::EagerOnRecompile:
-      return "eager_on_recompile";
-    case Stance::FailOnRecompile:
-      return "fail_on_recompile";
-    default:
-      return "default";
-  }
-}
 
 namespace internal {
 
