@@ -117,7 +117,8 @@ TEST(CudaFusion, WhatCudnnsFusedCallDoesNotTakeStaysApartWithItsReason) {
   for (const auto& [f, why] :
        std::vector<std::pair<std::function<Tensor(const Tensor&, const Tensor&)>, std::string>>{
            {add_alone, "takes a relu, after a residual add or alone, not add"},
-           {relu_first, "takes a relu, after a residual add or alone, not relu, add"}}) {
+           // The relu joins the convolution; the add after it stays apart.
+           {relu_first, "conv2d + relu (nodes 0-1): one conv2d call with epilogue relu"}}) {
     const auto fast = compile(f, {.name = "apart"});
     EXPECT_TRUE(testing::same(fast(x, r).to(Device::cpu()), f(x, r).to(Device::cpu())));
     const std::string text = fast.explain().to_string();
