@@ -12,8 +12,9 @@
 #include <iostream>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "kiln/kiln.h"
 #include "autograd_bench.h"
+#include "kiln/kiln.h"
+#include "kiln/library.h"
 #include "ratio_reporter.h"
 
 namespace {
@@ -82,8 +83,44 @@ void BM_DispatchAddOneElement(benchmark::State& state) {
     Tensor c = a + b;
     benchmark::DoNotOptimize(c.data_ptr());
   }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
 }
 BENCHMARK(BM_DispatchAddOneElement);
+
+// The same add as a custom op (include/kiln/library.h): the registry's
+// lookups, the user's shape rule and kernel through std::function. It should
+// cost no more than the built-in op.
+const library::Op& custom_add() {
+  static const library::Op op = [] {
+    library::OpDef d;
+    d.name = "bench::add";
+    d.inputs = {"a", "b"};
+    d.shape = [](library::ShapeContext& ctx) {
+      if (ctx.sizes(0) != ctx.sizes(1) || ctx.dtype(0) != kFloat32 || ctx.dtype(1) != kFloat32)
+        throw ShapeError("bench::add: two float32 tensors of one shape");
+      ctx.add_output_like(0);
+    };
+    d.cpu = [](const library::KernelContext& ctx) {
+      const auto* a = static_cast<const float*>(ctx.input(0).data_ptr());
+      const auto* b = static_cast<const float*>(ctx.input(1).data_ptr());
+      auto* c = static_cast<float*>(ctx.output(0).data_ptr());
+      for (int64_t i = 0; i < ctx.output(0).numel(); ++i) c[i] = a[i] + b[i];
+    };
+    return library::define_op(std::move(d));
+  }();
+  return op;
+}
+
+void BM_DispatchCustomAddOneElement(benchmark::State& state) {
+  Tensor a = ones({1}), b = ones({1});
+  const library::Op& add = custom_add();
+  for (auto _ : state) {
+    Tensor c = add.one({a, b});
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+BENCHMARK(BM_DispatchCustomAddOneElement);
 
 // --- softmax and layer_norm over 4096-wide rows, against memcpy of the same bytes -----
 constexpr int64_t kRowWidth = 4096;
@@ -260,6 +297,8 @@ std::vector<kiln::bench::RatioPair> ratio_pairs() {
       {"gelu+tanh chain 1M: generated vs eager",
        "BM_HeavyChainCompiled/1048576/repeats:3/real_time",
        "BM_HeavyChainEager/1048576/repeats:3/real_time", "items_per_second", 1.05},
+      {"custom op dispatch vs built-in add, 1 element", "BM_DispatchCustomAddOneElement",
+       "BM_DispatchAddOneElement", "items_per_second", 0.9},
       {"matmul 1024^3 fp32 vs dnnl_sgemm", "BM_MatmulKiln/1024/repeats:3/real_time",
        "BM_MatmulSgemm/1024/repeats:3/real_time", "FLOPS", 0.9},
   };

@@ -1,4 +1,5 @@
 // The derivative table: derivatives.def read against the op table.
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <string_view>
@@ -29,7 +30,7 @@ Derivative make_derivative(ops::OpId op, BackwardRule rule, std::string_view inp
   Derivative d;
   d.rule = rule;
   d.save_inputs.assign(schema.inputs.size(), false);
-  d.save_results.assign(static_cast<size_t>(schema.num_outputs), false);
+  d.save_results.assign(static_cast<size_t>(std::max(schema.num_outputs, 0)), false);
   for (auto name : split_names(inputs)) {
     bool found = false;
     for (size_t i = 0; i < schema.inputs.size(); ++i) {
@@ -38,6 +39,10 @@ Derivative make_derivative(ops::OpId op, BackwardRule rule, std::string_view inp
     assert(found && "derivatives.def names an input the op does not have");
   }
   for (auto name : split_names(results)) {
+    if (name == "result*") {  // every output, however many there are
+      d.save_every_result = true;
+      continue;
+    }
     const size_t index = name == "result" ? 0 : static_cast<size_t>(name.back() - '0');
     assert(name.starts_with("result") && index < d.save_results.size() &&
            "derivatives.def names an output the op does not have");
@@ -51,7 +56,7 @@ std::array<Derivative, ops::kNumOps> build_table() {
   for (const auto& schema : ops::all_op_schemas()) {
     auto& d = table[static_cast<size_t>(schema.id)];
     d.save_inputs.assign(schema.inputs.size(), false);
-    d.save_results.assign(static_cast<size_t>(schema.num_outputs), false);
+    d.save_results.assign(static_cast<size_t>(std::max(schema.num_outputs, 0)), false);
   }
 #define KILN_GRAD(op, inputs, results) \
   table[static_cast<size_t>(ops::OpId::op)] = make_derivative(ops::OpId::op, &grad_##op, inputs, results);

@@ -83,7 +83,7 @@ void OpNode::save_results(std::span<const Tensor> results) {
   saved_results_.resize(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     outputs_.push_back({results[i].sizes(), results[i].dtype(), results[i].device()});
-    if (d.save_results[i]) saved_results_[i] = SavedTensor(results[i], true);
+    if (d.save_every_result || d.save_results[i]) saved_results_[i] = SavedTensor(results[i], true);
   }
 }
 

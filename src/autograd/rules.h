@@ -44,6 +44,9 @@ class BackwardCtx {
   // An input or output that derivatives.def lists as saved (undefined otherwise).
   const Tensor& input(size_t i) const { return inputs_[i]; }
   const Tensor& result(size_t i = 0) const { return results_[i]; }
+  std::span<const Tensor> inputs() const noexcept { return inputs_; }
+  std::span<const Tensor> results() const noexcept { return results_; }
+  const std::vector<bool>& needs_grad() const noexcept { return needs_grad_; }
 
  private:
   const ops::OpSchema& schema_;
@@ -61,6 +64,7 @@ struct Derivative {
   BackwardRule rule = nullptr;
   std::vector<bool> save_inputs;   // per schema input (a variadic input: one flag for all)
   std::vector<bool> save_results;  // per output
+  bool save_every_result = false;  // "result*": all outputs, however many
 };
 
 // The derivative of op; rule is null for kNoGrad ops.

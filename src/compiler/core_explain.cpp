@@ -91,7 +91,7 @@ ExplainReport Core::explain() const {
         g.channels_last += channels_last_layout(sym::hints(v.sizes), sym::hints(v.strides)) &&
                            !ops::op_schema(n.op).has_flag(ops::kView);
       }
-      const std::string name(ops::op_schema(n.op).name);
+      const std::string name(op_name(n));
       const std::string op = n.inplace() ? name + "_" : name;
       auto it =
           std::find_if(g.ops.begin(), g.ops.end(), [&](const auto& p) { return p.first == op; });

@@ -124,10 +124,14 @@ class SymInt {
  public:
   SymInt(int64_t value = 0) noexcept : hint_(value) {}  // NOLINT(google-explicit-constructor)
   SymInt(int64_t hint, Expr expr);
+  // A value made from another's parts (hint() and expr_ptr()).
+  SymInt(int64_t hint, std::shared_ptr<const Expr> expr) noexcept
+      : hint_(hint), expr_(std::move(expr)) {}
 
   int64_t hint() const noexcept { return hint_; }
   bool is_symbolic() const noexcept { return expr_ != nullptr; }
   Expr expr() const { return expr_ ? *expr_ : Expr(hint_); }
+  const std::shared_ptr<const Expr>& expr_ptr() const noexcept { return expr_; }
   // The hint, guarding that the expression equals it (the caller needs a
   // plain number: the graph is specialized to this value).
   int64_t specialize() const;

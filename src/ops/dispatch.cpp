@@ -43,11 +43,14 @@ void check_arity(const OpSchema& schema, std::span<const Tensor> inputs) {
 
 ShapeCtx run_shape_rule(const OpSchema& schema, std::span<const Tensor> inputs, Attrs& attrs) {
   check_arity(schema, inputs);
-  assert(attrs.size() == schema.attrs.size() && "attribute count differs from the op table");
+  // A custom op's own attributes follow the table's (ops/custom.h).
+  assert((schema.id == OpId::custom ? attrs.size() >= schema.attrs.size()
+                                    : attrs.size() == schema.attrs.size()) &&
+         "attribute count differs from the op table");
   if (!schema.shape_rule) throw Error(detail::str_cat(schema.name, ": op has no shape rule"));
   ShapeCtx ctx{schema, inputs, attrs, {}, {}};
   schema.shape_rule(ctx);
-  assert(static_cast<int>(ctx.outputs.size()) == schema.num_outputs);
+  assert(schema.num_outputs < 0 || static_cast<int>(ctx.outputs.size()) == schema.num_outputs);
   // Every output's count fits, and a new tensor's bytes too (core/checked_size.h).
   for (const TensorMeta& out : ctx.outputs) {
     if (schema.has_flag(kView)) {
@@ -142,6 +145,13 @@ bool ReferenceModeGuard::enabled() noexcept { return t_reference_mode; }
 
 Shape contiguous_strides(const Shape& sizes) { return kiln::contiguous_strides(sizes); }
 
+Device kernel_device(std::span<const TensorMeta> outputs, std::span<const Tensor> inputs) {
+  if (!outputs.empty()) return outputs[0].device;
+  for (const Tensor& t : inputs)
+    if (t.defined()) return t.device();
+  return Device::cpu();
+}
+
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, bool meta) {
   const size_t nbytes = checked_nbytes(sizes, dtype, "empty");
   return make_tensor(meta ? std::make_shared<Storage>(nbytes, device)
@@ -210,7 +220,7 @@ TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
     if (!meta && !backend::writes_nothing(outputs, inputs)) {
       TensorList cast_storage;
       auto kernel_inputs = cast_inputs(ctx, inputs, cast_storage);
-      const Device device = ctx.outputs.empty() ? Device::cpu() : ctx.outputs[0].device;
+      const Device device = kernel_device(ctx.outputs, inputs);
       detail::count_kernel_launch();
       find_kernel(schema, device)(backend::KernelCall{schema, kernel_inputs, outputs, attrs});
     }

@@ -36,6 +36,10 @@ Inferred infer(OpId op, std::span<const Tensor> inputs, Attrs attrs);
 // under ReferenceModeGuard); kiln::Error when there is none.
 const backend::KernelFn& kernel_for(OpId op, Device device);
 
+// The device an op's kernel runs on: its first output's, or (an op without
+// outputs, kSideEffect) its first input's.
+Device kernel_device(std::span<const TensorMeta> outputs, std::span<const Tensor> inputs);
+
 // While alive on a thread, CPU ops on that thread run their reference kernels.
 class ReferenceModeGuard {
  public:

@@ -39,6 +39,9 @@ enum OpFlags : uint32_t {
   // No derivative: the outputs are integers or bools, or do not depend on the
   // inputs' values. Every other op has a backward rule (src/autograd/derivatives.def).
   kNoGrad = 1u << 4,
+  // Run for what they do on the host (print, check): no pass removes,
+  // merges or folds them, and a compiled graph runs them at every call.
+  kSideEffect = 1u << 5,
 };
 
 // What a shape rule produces for one output: sizes of type Sizes (Shape in

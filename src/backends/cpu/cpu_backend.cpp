@@ -5,6 +5,8 @@
 #include "backends/cpu/cpu_allocator.h"
 #include "backends/cpu/weight_cache.h"
 #include "backends/reference/reference.h"
+#include "ops/custom.h"
+#include "ops/debug.h"
 #ifdef KILN_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -23,6 +25,8 @@ CpuBackend::CpuBackend() {
   register_cpu_conv_pool_kernels(kernels_);
   register_cpu_nn_kernels(kernels_);
   register_cpu_backward_kernels(kernels_);
+  kernels_.set(ops::OpId::custom, ops::run_custom_kernel);
+  kernels_.set(ops::OpId::debug_tensor, ops::run_debug_tensor);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t nbytes, Device device) {
@@ -63,6 +67,8 @@ const KernelTable& reference_kernels() {
     register_reference_conv_pool_kernels(t);
     register_reference_nn_kernels(t);
     register_reference_backward_kernels(t);
+    t.set(ops::OpId::custom, ops::run_custom_kernel);  // the op's own CPU kernel
+    t.set(ops::OpId::debug_tensor, ops::run_debug_tensor);
     return t;
   }();
   return table;

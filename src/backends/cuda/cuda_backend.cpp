@@ -16,6 +16,8 @@
 #include "backends/cuda/host_allocator.h"
 #include "backends/cuda/kernel_compiler.h"
 #include "kiln/cuda.h"
+#include "ops/custom.h"
+#include "ops/debug.h"
 
 namespace kiln::backend::cuda {
 namespace {
@@ -95,6 +97,8 @@ CudaBackend::CudaBackend() {
   register_cuda_reduce_kernels(kernels_);
   register_cuda_softmax_kernels(kernels_);
   register_cuda_sort_kernels(kernels_);
+  kernels_.set(ops::OpId::custom, ops::run_custom_kernel);
+  kernels_.set(ops::OpId::debug_tensor, ops::run_debug_tensor);
   register_cuda_shape_kernels(kernels_);
   register_cuda_matmul_kernels(kernels_);
   register_cuda_norm_kernels(kernels_);

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kiln/autograd.h"
+#include "ops/custom.h"
 #include "ops/dispatch.h"
 
 namespace kiln::compiler {
@@ -65,13 +66,21 @@ void print_attr(std::ostream& os, const ops::AttrValue& a) {
       a);
 }
 
+}  // namespace
+
+std::string_view op_name(const Node& n) noexcept {
+  return n.op == ops::OpId::custom ? ops::custom_op_name(n.attrs) : ops::op_schema(n.op).name;
+}
+
+namespace {
+
 void print_node(std::ostream& os, const Graph& g, const Node& n, const LayoutText& layout) {
   const ops::OpSchema& schema = ops::op_schema(n.op);
   os << "  ";
   for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << "%" << n.outputs[i];
   os << " = ";
   if (n.inplace()) os << "%" << n.target << ".";
-  os << schema.name << (n.inplace() ? "_" : "") << "(";
+  os << op_name(n) << (n.inplace() ? "_" : "") << "(";
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     os << (i ? ", " : "");
     if (n.inputs[i] == kNoValue) {
@@ -84,7 +93,11 @@ void print_node(std::ostream& os, const Graph& g, const Node& n, const LayoutTex
   if (n.attrs.size() > 0) {
     os << " {";
     for (size_t i = 0; i < n.attrs.size(); ++i) {
-      os << (i ? ", " : "") << (i < schema.attrs.size() ? schema.attrs[i].name : "?") << "=";
+      os << (i ? ", " : "")
+         << (i < schema.attrs.size()     ? schema.attrs[i].name
+             : n.op == ops::OpId::custom ? ops::custom_attr_name(n.attrs, i)
+                                         : "?")
+         << "=";
       print_attr(os, n.attrs[i]);
     }
     os << "}";
@@ -189,8 +202,7 @@ struct Hasher {
 };
 
 [[noreturn]] void fail(size_t node, const Node& n, const std::string& what) {
-  throw Error(detail::str_cat("compiler: verify: node ", node, " (", ops::op_schema(n.op).name,
-                              "): ", what));
+  throw Error(detail::str_cat("compiler: verify: node ", node, " (", op_name(n), "): ", what));
 }
 
 }  // namespace
@@ -393,7 +405,7 @@ void verify(const Graph& g) {
       if (n.target < 0 || static_cast<size_t>(n.target) >= values.size() || !defined[n.target])
         fail(i, n, detail::str_cat("in-place target %", n.target, " is used before it is defined"));
     }
-    if (n.outputs.size() != static_cast<size_t>(schema.num_outputs))
+    if (schema.num_outputs >= 0 && n.outputs.size() != static_cast<size_t>(schema.num_outputs))
       fail(i, n, detail::str_cat(n.outputs.size(), " outputs, the op has ", schema.num_outputs));
     TensorList expected;
     try {
@@ -491,8 +503,7 @@ std::string to_dot(const Graph& g, const LayoutText& layout) {
   }
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    os << "  n" << i << " [shape=box, label=\"" << ops::op_schema(n.op).name
-       << (n.inplace() ? "_" : "") << "\""
+    os << "  n" << i << " [shape=box, label=\"" << op_name(n) << (n.inplace() ? "_" : "") << "\""
        << (n.inplace() ? ", style=filled, fillcolor=\"#f4d6a0\"" : "") << "];\n";
     for (ValueId in : n.inputs) {
       if (in == kNoValue) continue;

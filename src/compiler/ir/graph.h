@@ -83,6 +83,10 @@ struct Node {
   bool inplace() const noexcept { return target != kNoValue; }
 };
 
+// The node's op as explain(), logs and errors name it: a custom op by the
+// name it was defined with (ops/custom.h).
+std::string_view op_name(const Node& n) noexcept;
+
 // A storage the graph knows: its size in bytes and where it comes from.
 struct StorageInfo {
   SymInt nbytes = 0;

@@ -189,6 +189,13 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
         l.offset = v.offset;
         continue;
       }
+      // Nodes without outputs (kSideEffect) before it: their rules run for
+      // the guards their checks make.
+      while (next < g.nodes().size() && g.nodes()[next].outputs.empty()) {
+        const Node& z = g.nodes()[next++];
+        scope.set_origin(std::string(op_name(z)));
+        if (!rule_layouts(g, z, out.values, false, why)) return std::nullopt;
+      }
       // A node's outputs: made when its first output comes.
       const Node& n = g.nodes().at(next);
       if (static_cast<size_t>(v.producer) != next) {
@@ -196,7 +203,7 @@ std::optional<SymbolicShapes> symbolize_once(const Trace& trace, std::span<const
         return std::nullopt;
       }
       ++next;
-      scope.set_origin(detail::str_cat(ops::op_schema(n.op).name, " (%", n.outputs.at(0), ")"));
+      scope.set_origin(detail::str_cat(op_name(n), " (%", n.outputs.at(0), ")"));
       if (!rule_layouts(g, n, out.values, false, why)) return std::nullopt;
       // The node's other outputs come in later iterations; skip them there.
       id += n.outputs.size() - 1;

@@ -42,7 +42,7 @@ Trace eliminate_common_subexpressions(const Trace& trace) {
       ++version[static_cast<size_t>(g.value(n.target).storage)];
       continue;
     }
-    bool eligible = n.draw_count < 0;
+    bool eligible = n.draw_count < 0 && !ops::op_schema(n.op).has_flag(ops::kSideEffect);
     const bool view = ops::op_schema(n.op).has_flag(ops::kView);
     for (ValueId out : n.outputs) {
       const auto storage = static_cast<size_t>(g.value(out).storage);

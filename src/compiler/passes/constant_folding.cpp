@@ -20,8 +20,11 @@ Trace fold_constants(const Trace& trace) {
   NoGradGuard no_grad;
   Rewriter r(trace);
   for (const Node& n : g.nodes()) {
-    // Random ops draw at each call, or reuse a draw of the call.
-    bool foldable = !n.inplace() && !ops::op_schema(n.op).has_flag(ops::kRandom);
+    // Random ops draw at each call, or reuse a draw of the call; a debug
+    // print prints at each call.
+    const ops::OpSchema& schema = ops::op_schema(n.op);
+    bool foldable =
+        !n.inplace() && !schema.has_flag(ops::kRandom) && !schema.has_flag(ops::kSideEffect);
     for (ValueId in : n.inputs) foldable = foldable && (in == kNoValue || r.is_constant(in));
     for (ValueId out : n.outputs) {
       const Value& v = g.value(out);

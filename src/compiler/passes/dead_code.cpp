@@ -1,6 +1,7 @@
 // Dead-code elimination: a node stays when it writes a storage, draws random
-// numbers (removing it would shift every later draw), or has an output that a
-// kept node or the graph's results use.
+// numbers (removing it would shift every later draw), acts on the host
+// (kSideEffect: a debug print), or has an output that a kept node or the
+// graph's results use.
 #include "compiler/passes/pass.h"
 
 namespace kiln::compiler {
@@ -11,7 +12,8 @@ Trace eliminate_dead_code(const Trace& trace) {
   for (ValueId id : g.outputs()) live[static_cast<size_t>(id)] = true;
   for (size_t i = g.nodes().size(); i-- > 0;) {
     const Node& n = g.nodes()[i];
-    bool needed = n.inplace() || n.draw_count >= 0;
+    bool needed =
+        n.inplace() || n.draw_count >= 0 || ops::op_schema(n.op).has_flag(ops::kSideEffect);
     for (ValueId out : n.outputs) needed = needed || live[static_cast<size_t>(out)];
     if (!needed) continue;
     keep[i] = true;

@@ -99,7 +99,7 @@ std::string first_divergence(const std::vector<std::shared_ptr<Segment>>& path,
                   : std::string();
           found = detail::str_cat(
               path.size() > 1 ? detail::str_cat("graph ", seg.order, " ") : std::string(), "node ",
-              node, " (", ops::op_schema(n.op).name, n.inplace() ? "_" : "", group, ") output ", i,
+              node, " (", op_name(n), n.inplace() ? "_" : "", group, ") output ", i,
               " is the first to differ from eager dispatch: ", d);
         }
       });

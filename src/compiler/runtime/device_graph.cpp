@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/launch_count.h"
+#include "ops/custom.h"
 
 namespace kiln::compiler {
 namespace {
@@ -72,6 +73,16 @@ std::vector<std::string> GraphedExecutable::obstacles(const Executable& exe) {
     return n.inplace() || !ops::op_schema(n.op).has_flag(ops::kView);
   });
   if (!launches) out.push_back("it launches no kernels (nothing to record)");
+  for (const Node& n : g.nodes()) {
+    if (n.op == ops::OpId::debug_tensor) {
+      out.push_back(detail::str_cat("debug::", n.attrs.b(1) ? "check_finite" : "print", "(\"",
+                                    n.attrs.str(0), "\") reads values on the host"));
+    }
+    if (n.op == ops::OpId::custom && !ops::custom_op(n.attrs).def.cuda_graph_safe) {
+      out.push_back(detail::str_cat("custom op ", ops::custom_op_name(n.attrs),
+                                    " is not defined cuda_graph_safe"));
+    }
+  }
   const std::vector<bool> written = written_storages(g);
   std::vector<int32_t> input_of_storage(g.storages().size(), -1);
   for (size_t i = 0; i < g.inputs().size(); ++i) {

@@ -166,7 +166,7 @@ void Executable::build_steps() {
       s.attrs = std::move(inferred.attrs);
       s.input_casts = std::move(inferred.input_casts);
       s.outputs = std::move(inferred.outputs);
-      s.device = s.outputs.empty() ? Device::cpu() : s.outputs[0].device;
+      s.device = ops::kernel_device(s.outputs, metas);
       s.kernel = &ops::kernel_for(n.op, s.device);
     }
     if (s.kind == Step::Kind::kKernel || s.kind == Step::Kind::kFused) {

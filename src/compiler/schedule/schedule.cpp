@@ -196,7 +196,7 @@ std::string node_list(const Graph& g, const std::vector<int32_t>& nodes) {
   for (int32_t i : nodes) {
     const Node& n = g.nodes()[static_cast<size_t>(i)];
     if (!s.empty()) s += " + ";
-    s += ops::op_schema(n.op).name;
+    s += op_name(n);
     if (n.inplace()) s += "_";
   }
   return detail::str_cat(s, " (node", nodes.size() > 1 ? "s " : " ", nodes.front(),
@@ -801,8 +801,8 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
     } else {
       lowering = backend::epilogue_lowering(y.device.kind(), n.op);
       if (!lowering)
-        why = detail::str_cat("the ", y.device, " backend runs no ", ops::op_schema(n.op).name,
-                              " with an epilogue");
+        why =
+            detail::str_cat("the ", y.device, " backend runs no ", op_name(n), " with an epilogue");
     }
     for (size_t k = 0; k < 3 && why.empty(); ++k) {
       const ValueId in = cand.inputs[k];
@@ -837,8 +837,8 @@ Schedule schedule_graph(const Graph& g, const ScheduleOptions& options) {
       continue;
     }
     for (int32_t k : cand.nodes) taken[static_cast<size_t>(k)] = true;
-    s.fused.push_back(detail::str_cat(what, ": one ", ops::op_schema(n.op).name,
-                                      " call with epilogue ", cand.epilogue.describe()));
+    s.fused.push_back(detail::str_cat(what, ": one ", op_name(n), " call with epilogue ",
+                                      cand.epilogue.describe()));
     cand.lowering = lowering;
     groups.push_back(std::move(cand));
   }
