@@ -193,12 +193,14 @@ std::shared_ptr<Segment> Core::Impl::compile_segment(
     std::lock_guard lock(mutex);
     function_folds = folded;
   }
-  seg->trace =
-      std::make_shared<const Trace>(options.backend == CompileBackend::Replay
-                                        ? std::move(traced)
-                                        : run_passes(traced, {.freeze = options.freeze,
-                                                              .strict = options.strict,
-                                                              .folded = function_folds.get()}));
+  if (dump_root()) seg->dump = std::make_shared<GraphDump>();
+  seg->trace = std::make_shared<const Trace>(
+      options.backend == CompileBackend::Replay
+          ? std::move(traced)
+          : run_passes(traced, {.freeze = options.freeze,
+                                .strict = options.strict,
+                                .folded = function_folds.get(),
+                                .snapshots = seg->dump ? &seg->dump->passes : nullptr}));
   seg->passes_ms = ms_since(passes_start);
   for (const Tensor& t : seg->trace->captured)
     seg->captured.push_back(layout_of(t, grad_at_start(t), seg->trace->captured));
@@ -241,8 +243,14 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
   if (options.backend == CompileBackend::Default && !records_autograd) {
     ScheduleOptions schedule_options;
     schedule_options.strict = options.strict;
+    std::optional<KernelSourceCollector> sources;
+    if (dump_root()) sources.emplace();
     seg.executable = symbolic ? symbolic->executable(seg.trace)
                               : std::make_shared<const Executable>(seg.trace, schedule_options);
+    if (sources) {
+      if (!seg.dump) seg.dump = std::make_shared<GraphDump>();
+      seg.dump->kernels = std::move(sources->sources);
+    }
     if (log_enabled(LogChannel::kFusion)) {
       const Schedule& schedule = seg.executable->schedule();
       log(LogChannel::kFusion, detail::str_cat(options.name, ": ", seg.trace->graph.nodes().size(),
@@ -286,6 +294,12 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
   }
   log(LogChannel::kGraphs,
       detail::str_cat(options.name, ", graph ", seg.order, ":\n", to_text(seg.trace->graph)));
+  if (const auto root = dump_root()) {
+    if (!seg.dump) seg.dump = std::make_shared<GraphDump>();
+    write_graph_dump(function_dump_dir(*root, options.name), seg.order, *seg.trace, *seg.dump);
+    seg.dump.reset();
+    dump_pending = true;
+  }
 }
 
 namespace {
@@ -800,7 +814,17 @@ Core::~Core() = default;
 const CompileOptions& Core::options() const { return impl_->options; }
 
 TensorList Core::call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure) {
-  Impl& m = *impl_;
+  TensorList results = impl_->call(args, run, structure);
+  if (impl_->dump_pending.exchange(false)) {
+    if (const auto root = dump_root())
+      write_explain_dump(function_dump_dir(*root, impl_->options.name), explain());
+  }
+  return results;
+}
+
+TensorList Core::Impl::call(const FlatArgs& args, const Runner& run,
+                            std::vector<int64_t>& structure) {
+  Impl& m = *this;
   if (Tracer::active() != nullptr) {
     // Called by a function being traced: inlined, as torch.compile does;
     // its ops go into the caller's graph.

@@ -2,6 +2,7 @@
 // cache and calls (compile.cpp) and its report (core_explain.cpp).
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -44,6 +45,8 @@ struct Core::Impl {
   std::vector<std::string> recompiles, graph_breaks;
   bool warned_limit = false;
   bool said_autograd = false;  // the slower path for autograd was logged
+  // A graph was dumped (KILN_DUMP_DIR) since the function's explain() was.
+  std::atomic<bool> dump_pending{false};
   uint64_t epoch = 0;
   // The constants its graphs' passes folded, shared by them all (a frozen
   // model's weights at its several sizes); made anew by compiler::reset().
@@ -91,6 +94,9 @@ struct Core::Impl {
         options.name.c_str(), options.recompile_limit);
   }
 
+  // A call: served by the cache, traced, or run eagerly (Core::call, which
+  // then writes the dumps of KILN_DUMP_DIR).
+  TensorList call(const FlatArgs& args, const Runner& run, std::vector<int64_t>& structure);
   std::shared_ptr<Segment> compile_segment(
       Trace traced, TraceSignature signature, double trace_ms, bool keep,
       const std::function<Tensor(const Tensor&)>& grad_at_start);

@@ -10,6 +10,7 @@
 #include "backends/device_codegen.h"
 #include "compiler/codegen/cuda_source.h"
 #include "compiler/codegen/row_reduction.h"
+#include "compiler/dump.h"
 #include "core/shape_util.h"
 #include "io/atomic_file.h"
 
@@ -22,9 +23,13 @@ namespace {
 void dump_source(const std::string& source, const std::string& symbol, const char* extension) {
   const char* dir = std::getenv("KILN_DUMP_DIR");
   if (!dir || !*dir) return;
+  const std::string name = "kiln_kernels_" + symbol.substr(symbol.rfind('_') + 1) + extension;
+  if (KernelSourceCollector* collector = KernelSourceCollector::active()) {
+    collector->add(name, source);  // into the graph's folder (compiler/dump.h)
+    return;
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string name = "kiln_kernels_" + symbol.substr(symbol.rfind('_') + 1) + extension;
   io::AtomicFileWriter file((std::filesystem::path(dir) / name).string(), "KILN_DUMP_DIR");
   file.write(source.data(), source.size());
   file.commit();

@@ -131,6 +131,9 @@ struct PassContext {
   // The function's folds, shared by its graphs (passes/folded_constants.h);
   // null: each graph folds its own.
   FoldedConstants* folded = nullptr;
+  // KILN_DUMP_DIR: the graph's text as traced and after each pass that
+  // changed it (pass name, text); null: none kept.
+  std::vector<std::pair<std::string, std::string>>* snapshots = nullptr;
 };
 
 struct PassReport {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compiler/capture/capture.h"
+#include "compiler/dump.h"
 #include "compiler/ir/symbolic_shapes.h"
 #include "compiler/runtime/device_graph.h"
 #include "compiler/runtime/executable.h"
@@ -102,6 +103,9 @@ struct Segment {
   std::vector<HostGuard> host_guards;
   std::unordered_map<std::string, Link> next;  // by the bytes read (under Impl::mutex)
   int64_t order = 0;                           // the graph's number in its function, from 1
+  // KILN_DUMP_DIR: what the graph's folder gets beside the graph (written
+  // when it is lowered, then let go).
+  std::shared_ptr<GraphDump> dump;
   int64_t resumes = 0;  // the number of the graph whose read it follows (0: a first graph)
   int64_t instance_of =
       0;  // compiled for new sizes of dynamic dims: the graph whose program it repeats
