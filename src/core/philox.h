@@ -141,6 +141,12 @@ inline void u32s(uint64_t seed, uint64_t first, int64_t n, uint32_t* out) {
   while (i < n) {
     const uint64_t counter = first + static_cast<uint64_t>(i);
     const auto lane = static_cast<int64_t>(counter & 3);
+    // The last span of the index space: blocks() would count past its last
+    // block where the stream's indices wrap to 0, so value by value there.
+    if ((counter >> 2) > (~uint64_t{0} >> 2) - kBlocks) {
+      out[i++] = block(seed, counter >> 2).v[lane];
+      continue;
+    }
     if (lane == 0 && n - i >= kSpan) {
       blocks<kBlocks>(seed, counter >> 2, out + i);
       i += kSpan;

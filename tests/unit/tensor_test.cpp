@@ -123,6 +123,19 @@ TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
   EXPECT_EQ(x.view({-1, 1, 2}).sizes(), (Shape{3, 1, 2}));
 }
 
+// The stream's values in bulk (the dropout kernels' u32s) are its values one
+// by one (u32), at any start: aligned or not, and where the indices wrap
+// past 2^64 - 1 to 0.
+TEST(Random, PhiloxValuesInBulkAreTheValuesOneByOne) {
+  for (uint64_t first : {uint64_t{0}, uint64_t{3}, uint64_t{1} << 40, ~uint64_t{0} - 100,
+                         ~uint64_t{0}}) {
+    std::vector<uint32_t> bulk(300);
+    philox::u32s(7, first, static_cast<int64_t>(bulk.size()), bulk.data());
+    for (size_t i = 0; i < bulk.size(); ++i)
+      ASSERT_EQ(bulk[i], philox::u32(7, first + i)) << "first " << first << " value " << i;
+  }
+}
+
 // Philox 4x32-10 against the published known answers (Salmon et al., SC 2011):
 // counter 0 under key 0. kiln's counters fill the low 64 bits.
 TEST(Random, PhiloxMatchesThePublishedKnownAnswer) {
