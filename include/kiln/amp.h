@@ -1,0 +1,91 @@
+// Mixed-precision training: dynamic loss scaling (torch.amp.GradScaler), so
+// that float16 gradients neither underflow nor, when they overflow, update
+// the parameters (docs/optim.md, "Loss scaling").
+//
+//   amp::GradScaler scaler;
+//   for (...) {
+//     opt.zero_grad();
+//     scaler.scale(loss(net, x, y)).backward();
+//     scaler.unscale_(opt);                           // optional: to clip true gradients
+//     optim::clip_grad_norm_(net.parameters(), 1.0);
+//     scaler.step(opt);                               // skipped when a gradient is inf or NaN
+//     scaler.update();                                // halves the scale then, grows it after 2000
+//     clean steps
+//   }
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "kiln/optim.h"
+#include "kiln/state_dict.h"
+#include "kiln/tensor.h"
+
+namespace kiln::amp {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;     // > 0
+  double growth_factor = 2.0;      // > 1
+  double backoff_factor = 0.5;     // in (0, 1)
+  int64_t growth_interval = 2000;  // clean steps before the scale grows, >= 1
+  bool enabled = true;             // false: every call passes through
+};
+
+class GradScaler {
+ public:
+  // ValueError naming the option for values outside the ranges above.
+  //
+  // scale() may be called inside a compiled function; unscale_, step and
+  // update decide on the host and throw a ValueError there (call them after
+  // the compiled forward and backward).
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale. The scale is a float32 0-dim tensor on loss's device, made
+  // at the first call (and read where it is by compiled functions, so a
+  // change of scale needs no recompile).
+  Tensor scale(const Tensor& loss);
+
+  // Divides the gradients of opt's parameters by the scale, in place, and
+  // notes whether any holds an inf or a NaN. Once per optimizer between
+  // update()s (ValueError otherwise); step() calls it where it was not.
+  void unscale_(optim::Optimizer& opt);
+
+  // opt.step(), unless a gradient of opt's held an inf or a NaN; returns
+  // whether it stepped. The check is read on the host.
+  bool step(optim::Optimizer& opt);
+
+  // After the iteration's step()s: the scale times backoff_factor where a
+  // step was skipped, times growth_factor after growth_interval steps in a
+  // row that were not. ValueError where no step() came since the last update.
+  void update();
+  // Sets the scale (> 0).
+  void update(double new_scale);
+
+  double get_scale() const;  // 1 while disabled; init_scale before the first scale()
+  bool is_enabled() const noexcept { return options_.enabled; }
+  int64_t skipped_steps() const noexcept { return skipped_; }
+
+  // PyTorch's keys: scale (float32), growth_factor, backoff_factor
+  // (float64), growth_interval, _growth_tracker (int64), all 0-dim.
+  StateDict state_dict() const;
+  // ValueError naming a key that is absent or out of range.
+  void load_state_dict(const StateDict& state);
+
+ private:
+  struct PerOptimizer {
+    bool unscaled = false;
+    bool stepped = false;
+    bool found_inf = false;  // read by step()
+    Tensor found;            // any inf or NaN, on the scale's device (bool, 0-dim)
+  };
+  void check_scaled(const char* op) const;
+
+  GradScalerOptions options_;
+  Tensor scale_;          // float32, 0-dim; undefined before the first scale()
+  double pending_scale_;  // the scale to make at the first scale() (init, or loaded)
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_ = 0;
+  std::unordered_map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
+};
+
+}  // namespace kiln::amp
