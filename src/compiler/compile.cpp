@@ -247,9 +247,9 @@ void Core::Impl::lower(Segment& seg, const TensorList& inputs,
     if (dump_root()) sources.emplace();
     seg.executable = symbolic ? symbolic->executable(seg.trace)
                               : std::make_shared<const Executable>(seg.trace, schedule_options);
-    if (sources) {
+    if (sources && !sources->sources.empty()) {
       if (!seg.dump) seg.dump = std::make_shared<GraphDump>();
-      seg.dump->kernels = std::move(sources->sources);
+      for (auto& source : sources->sources) seg.dump->kernels.push_back(std::move(source));
     }
     if (log_enabled(LogChannel::kFusion)) {
       const Schedule& schedule = seg.executable->schedule();
@@ -335,10 +335,19 @@ std::shared_ptr<const SymbolicProgram> Core::Impl::program_of(const Family::Gene
   }
   ScheduleOptions schedule_options;
   schedule_options.strict = options.strict;
-  generic.program = build_program(
-      *generic.traced, *generic.shapes,
-      {.freeze = options.freeze, .strict = options.strict, .folded = function_folds.get()},
-      schedule_options, generic.program_why);
+  std::optional<KernelSourceCollector> sources;
+  if (dump_root()) {
+    generic.program_dump = std::make_shared<GraphDump>();
+    sources.emplace();
+  }
+  generic.program =
+      build_program(*generic.traced, *generic.shapes,
+                    {.freeze = options.freeze,
+                     .strict = options.strict,
+                     .folded = function_folds.get(),
+                     .snapshots = generic.program_dump ? &generic.program_dump->passes : nullptr},
+                    schedule_options, generic.program_why);
+  if (sources) generic.program_dump->kernels = std::move(sources->sources);
   build_ms = ms_since(start);
   if (generic.program) {
     {
@@ -388,6 +397,10 @@ std::shared_ptr<Segment> Core::Impl::bound_segment(const Family::Generic& generi
   seg->slots = slot_guards(seg->trace->captured);
   make_instance(*seg, generic, values, inputs.size());
   seg->bound = true;
+  {
+    std::lock_guard lock(generic.program_mutex);
+    seg->dump = std::move(generic.program_dump);  // where this call made the program
+  }
   lower(*seg, inputs, family, program_hash(traced.graph), program.get());
   return seg;
 }

@@ -100,6 +100,15 @@ TEST(Dump, AnUnnamedFunctionAndADynamicProgramsInstances) {
   for (int g = 1; g <= 3; ++g)
     EXPECT_TRUE(fs::exists(function / ("graph" + std::to_string(g)) / "graph.txt")) << g;
   EXPECT_TRUE(fs::exists(function / "explain.json"));
+  // Graph 2's call made the program for all sizes: its passes and kernels
+  // are in graph 2's folder (graph 3, an instance, has none of its own), and
+  // nothing lies outside the function's folder.
+  EXPECT_NE(read(function / "graph2" / "passes" / "00_traced.txt").find("exp("), std::string::npos);
+  EXPECT_FALSE(fs::exists(function / "graph3" / "passes"));
+  for (const auto& e : fs::directory_iterator(dump.path()))
+    EXPECT_EQ(e.path().filename(), "compiled_function");
+  if (fast.explain().graphs[1].generated_kernels > 0)
+    EXPECT_FALSE(fs::is_empty(function / "graph2" / "kernels"));
 }
 
 }  // namespace

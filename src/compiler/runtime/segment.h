@@ -162,6 +162,9 @@ struct Family {
     mutable bool program_tried = false;
     mutable std::shared_ptr<const SymbolicProgram> program;
     mutable std::string program_why;
+    // KILN_DUMP_DIR: the program's passes and kernels, for the dump of the
+    // graph whose call made it (taken by that graph).
+    mutable std::shared_ptr<GraphDump> program_dump;
   };
   static constexpr size_t kMaxGenerics = 4;
   std::vector<std::shared_ptr<const Generic>> generics;
