@@ -1,4 +1,4 @@
-// Debugging helpers that survive kiln::compile (docs/compile.md, "Debugging"):
+// Debugging helpers that survive kiln::compile (docs/debugging.md):
 // each call is a node of the compiled graph that runs at every replay, so
 // prints and checks inside a compiled function fire as they do eagerly,
 // without a graph break.

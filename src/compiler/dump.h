@@ -1,4 +1,4 @@
-// KILN_DUMP_DIR=dir (docs/compile.md, "Dumps"): each compiled function
+// KILN_DUMP_DIR=dir (docs/debugging.md, "Dumps"): each compiled function
 // writes what it compiled into dir/<function>/: per graph (graph<N>/) its
 // text and Graphviz, the graph after each pass that changed it, and the
 // generated kernels' sources; for the function, explain()'s text and JSON

@@ -1,5 +1,5 @@
-// The compile stance (compiler::set_stance, docs/compile.md "Debugging: the
-// stance"): one process-wide setting that Core::call reads on every call.
+// The compile stance (compiler::set_stance, docs/debugging.md "The stance"):
+// one process-wide setting that Core::call reads on every call.
 #include <atomic>
 #include <cstdlib>
 #include <string_view>

@@ -1,4 +1,4 @@
-// KILN_DUMP_DIR (compiler/dump.h, docs/compile.md "Dumps"): each compiled
+// KILN_DUMP_DIR (compiler/dump.h, docs/debugging.md "Dumps"): each compiled
 // function writes its graphs (text and Graphviz), the graph after each pass
 // that changed it, the generated kernels' sources, its guards and explain()
 // into one folder per function and graph.
