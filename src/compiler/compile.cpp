@@ -43,7 +43,6 @@ ProfilingScope::ProfilingScope() noexcept : outer_(t_profiling) { t_profiling = 
 ProfilingScope::~ProfilingScope() { t_profiling = outer_; }
 bool profiling() noexcept { return t_profiling; }
 
-
 // A traced graph made ready to run: verified, rewritten by the passes and
 // lowered (or, when it is not kept, run as traced through dispatch).
 std::shared_ptr<Segment> Core::Impl::compile_segment(

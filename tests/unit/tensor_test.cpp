@@ -127,8 +127,8 @@ TEST(Tensor, ReshapeCopiesOnlyWhenItMust) {
 // by one (u32), at any start: aligned or not, and where the indices wrap
 // past 2^64 - 1 to 0.
 TEST(Random, PhiloxValuesInBulkAreTheValuesOneByOne) {
-  for (uint64_t first : {uint64_t{0}, uint64_t{3}, uint64_t{1} << 40, ~uint64_t{0} - 100,
-                         ~uint64_t{0}}) {
+  for (uint64_t first :
+       {uint64_t{0}, uint64_t{3}, uint64_t{1} << 40, ~uint64_t{0} - 100, ~uint64_t{0}}) {
     std::vector<uint32_t> bulk(300);
     philox::u32s(7, first, static_cast<int64_t>(bulk.size()), bulk.data());
     for (size_t i = 0; i < bulk.size(); ++i)
