@@ -3,6 +3,7 @@
 // or a static key/value cache (docs/decoder.md).
 #include "kiln/models/llama.h"
 
+#include <numbers>
 #include <string_view>
 #include <utility>
 
@@ -51,14 +52,61 @@ void check_config(const LlamaConfig& c, std::string_view who) {
     throw ValueError(str_cat(who, ": the head size ", c.head_size(),
                              " must be even (the rotary embedding turns pairs of features)"));
   }
-  const std::pair<const char*, double> positive_reals[] = {{"rms_norm_eps", c.rms_norm_eps},
-                                                           {"rope_theta", c.rope_theta}};
+  const std::pair<const char*, double> positive_reals[] = {
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope factor", c.rope_scaling.factor},
+      {"rope low_freq_factor", c.rope_scaling.low_freq_factor},
+      {"rope original_max_position_embeddings",
+       static_cast<double>(c.rope_scaling.original_max_position_embeddings)}};
   for (const auto& [key, value] : positive_reals) {
     if (!(value > 0)) throw ValueError(str_cat(who, ": ", key, " must be positive, got ", value));
+  }
+  const LlamaConfig::RopeScaling& rope = c.rope_scaling;
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3") {
+    throw ValueError(str_cat(who, ": rope_type '", rope.type,
+                             "' is not implemented (default, linear and llama3 are)"));
+  }
+  if (rope.type == "llama3" && !(rope.high_freq_factor > rope.low_freq_factor)) {
+    throw ValueError(str_cat(who, ": rope high_freq_factor ", rope.high_freq_factor,
+                             " must exceed low_freq_factor ", rope.low_freq_factor));
   }
   if (!(c.initializer_range >= 0)) {
     throw ValueError(str_cat(who, ": initializer_range must be >= 0, got ", c.initializer_range));
   }
+}
+
+// The rotary embedding's inverse frequencies, in float32 as transformers'
+// rope initializers compute them (default, linear and llama3).
+Tensor inverse_frequency(const LlamaConfig& c, Device device) {
+  const int64_t dim = c.head_size();
+  const Tensor exponents = arange(0, dim, 2, {.dtype = kInt64, .device = device}).to(kFloat32) /
+                           static_cast<double>(dim);
+  const Tensor inv = reciprocal(pow(c.rope_theta, exponents));
+  const LlamaConfig::RopeScaling& r = c.rope_scaling;
+  if (r.type == "linear") return inv / r.factor;
+  if (r.type != "llama3") return inv;
+  const auto context = static_cast<double>(r.original_max_position_embeddings);
+  const double low_wavelength = context / r.low_freq_factor;
+  const double high_wavelength = context / r.high_freq_factor;
+  const Tensor wavelength = (2 * std::numbers::pi) / inv;
+  // Long wavelengths slowed by factor, short ones kept, those between blended.
+  const Tensor scaled = where(wavelength > low_wavelength, inv / r.factor, inv);
+  const Tensor smooth =
+      (context / wavelength - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const Tensor blended = (1 - smooth) * scaled / r.factor + smooth * scaled;
+  const Tensor medium = logical_and(wavelength >= high_wavelength, wavelength <= low_wavelength);
+  return where(medium, blended, scaled);
+}
+
+// cos and sin of positions times the inverse frequencies, both halves.
+F::RotaryTables rotary_tables(const Tensor& positions, const LlamaConfig& c) {
+  if (c.rope_scaling.type == "default")
+    return F::rotary_embedding(positions, c.head_size(), c.rope_theta);
+  const Tensor angles =
+      positions.to(kFloat32).unsqueeze(-1) * inverse_frequency(c, positions.device());
+  const Tensor both_halves = cat({angles, angles}, -1);
+  return {cos(both_halves), sin(both_halves)};
 }
 
 // transformers' _init_weights: N(0, initializer_range) weights, zero biases.
@@ -268,7 +316,7 @@ LlamaAttentionContext make_context(const LlamaConfig& c, const Tensor& ids,
   } else {
     positions = query_slots.unsqueeze(0);
   }
-  const auto [cos, sin] = F::rotary_embedding(positions, c.head_size(), c.rope_theta);
+  const auto [cos, sin] = rotary_tables(positions, c);
   ctx.cos = cos.unsqueeze(1);
   ctx.sin = sin.unsqueeze(1);
 
@@ -408,12 +456,20 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   read.integer_list("eos_token_id", c.eos_token_ids);
   if (c.num_key_value_heads == -1) c.num_key_value_heads = 0;  // null: one per query head
   if (c.head_dim == -1) c.head_dim = 0;
-  // transformers 5 keeps rope_theta in rope_parameters.
-  if (const std::optional<ConfigReader> rope = read.object("rope_parameters")) {
+  // transformers 5 keeps rope_theta and the rope type in rope_parameters,
+  // transformers 4 the type (as rope_type or type) in rope_scaling.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const std::optional<ConfigReader> rope = read.object(key);
+    if (!rope) continue;
     rope->number("rope_theta", c.rope_theta);
-    rope->reject_unless("rope_type", "default", "only the original rotary embedding");
+    rope->string("type", c.rope_scaling.type);
+    rope->string("rope_type", c.rope_scaling.type);
+    rope->number("factor", c.rope_scaling.factor);
+    rope->number("low_freq_factor", c.rope_scaling.low_freq_factor);
+    rope->number("high_freq_factor", c.rope_scaling.high_freq_factor);
+    rope->integer("original_max_position_embeddings",
+                  c.rope_scaling.original_max_position_embeddings);
   }
-  read.reject_unless("rope_scaling", Json::object(), "only the original rotary embedding");
   read.reject_unless("hidden_act", "silu", "the MLP is SwiGLU");
   check_config(c, where);
   return c;

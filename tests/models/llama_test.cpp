@@ -111,8 +111,15 @@ TEST(Llama, ConfigErrorsNameTheFileAndTheField) {
       {"vocab_size", "\"big\"", {"vocab_size must be an integer", "\"big\""}},
       {"hidden_act", "\"gelu\"", {"hidden_act \"gelu\" is not supported"}},
       {"rope_parameters",
-       "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0}",
-       {"rope_parameters: rope_type \"llama3\" is not supported"}},
+       "{\"rope_type\": \"yarn\", \"rope_theta\": 500000.0}",
+       {"rope_type 'yarn' is not implemented (default, linear and llama3 are)"}},
+      {"rope_scaling",
+       "{\"type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0, "
+       "\"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 64}",
+       {"rope high_freq_factor 1 must exceed low_freq_factor 4"}},
+      {"rope_scaling",
+       "{\"rope_type\": \"linear\", \"factor\": 0}",
+       {"rope factor must be positive, got 0"}},
       {"rms_norm_eps", "0", {"rms_norm_eps must be positive, got 0"}},
       {"tie_word_embeddings", "1", {"tie_word_embeddings must be true or false"}},
   };
@@ -125,6 +132,47 @@ TEST(Llama, ConfigErrorsNameTheFileAndTheField) {
   }
   expect_error_with<IOError>([] { (void)LlamaConfig::from_json_file("/no/such/config.json"); },
                              {"LlamaConfig.from_json_file: /no/such/config.json", "cannot open"});
+}
+
+// Llama 3's rope scaling (tests/parity/make_llama3_rope_reference.py): its
+// frequencies in all three bands, and the logits of 48 positions.
+TEST(LlamaParity, Llama3RopeScalingMatchesTransformers) {
+  const std::string dir = testing::test_data_dir() + "/parity/llama_rope_llama3";
+  const LlamaConfig c = LlamaConfig::from_json_file(dir + "/config.json");
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 64);
+  Llama model(c);
+  model.load_hf_state_dict(load_safetensors(dir + "/model.safetensors"));
+  const StateDict io =
+      load_safetensors(testing::test_data_dir() + "/parity/llama_rope_llama3.io.safetensors");
+  NoGradGuard no_grad;
+  EXPECT_TRUE(within_scaled_bound(model(io.at("prompt.ids")), io.at("forward.logits"), 1e-5));
+  // The same weights with the original embedding differ from transformers'.
+  LlamaConfig unscaled = c;
+  unscaled.rope_scaling = {};
+  Llama plain(unscaled);
+  plain.load_hf_state_dict(load_safetensors(dir + "/model.safetensors"));
+  EXPECT_FALSE(within_scaled_bound(plain(io.at("prompt.ids")), io.at("forward.logits"), 1e-3));
+}
+
+// Linear scaling divides the frequencies by factor: position p of a model
+// scaled by 4 is position p / 4 of the unscaled one.
+TEST(Llama, LinearRopeScalingStretchesThePositions) {
+  LlamaConfig c = tiny_config();
+  Llama plain(c);
+  randomize(plain);
+  c.rope_scaling.type = "linear";
+  c.rope_scaling.factor = 4;
+  Llama stretched(c);
+  stretched.load_state_dict(plain.state_dict());
+  const Tensor ids = from_vector<int64_t>({5, 9, 13, 2}).unsqueeze(0);
+  NoGradGuard no_grad;
+  const Tensor got =
+      stretched.forward(ids, {}, {.position_ids = from_vector<int64_t>({0, 4, 8, 12})}).logits;
+  const Tensor want =
+      plain.forward(ids, {}, {.position_ids = from_vector<int64_t>({0, 1, 2, 3})}).logits;
+  EXPECT_TRUE(within_scaled_bound(got, want, 1e-6));
 }
 
 TEST(LlamaParity, LogitsMatchTransformers) {

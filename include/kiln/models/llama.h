@@ -48,13 +48,24 @@ struct LlamaConfig {
   bool tie_word_embeddings = false, attention_bias = false, mlp_bias = false;
   int64_t bos_token_id = 1;               // negative: none (JSON null)
   std::vector<int64_t> eos_token_ids{2};  // eos_token_id: a number, a list, or null (none)
+  // The rotary embedding's frequencies, as transformers' rope_type says:
+  // "default" (rope_theta^(-2i/d)), "linear" (those divided by factor: the
+  // positions stretched) or "llama3" (Llama 3.1's bands: wavelengths longer
+  // than original_max_position_embeddings / low_freq_factor divided by
+  // factor, shorter than ... / high_freq_factor kept, those between blended).
+  struct RopeScaling {
+    std::string type = "default";
+    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    int64_t original_max_position_embeddings = 8192;
+  } rope_scaling;
 
   // Reads a Hugging Face config.json: rope_theta at the top level or in
-  // rope_parameters (transformers 5). Unknown keys are ignored; IOError when
-  // the file cannot be read, ValueError naming the file and key for a value
-  // of the wrong type or range, or for a variant this model does not
-  // implement (hidden_act other than "silu", a rope_type other than
-  // "default", rope_scaling).
+  // rope_parameters (transformers 5), the rope type and its values in
+  // rope_parameters or rope_scaling (transformers 4). Unknown keys are
+  // ignored; IOError when the file cannot be read, ValueError naming the
+  // file and key for a value of the wrong type or range, or for a variant
+  // this model does not implement (hidden_act other than "silu", a
+  // rope_type other than "default", "linear" and "llama3").
   static LlamaConfig from_json_file(const std::string& path);
 
   int64_t kv_heads() const noexcept {
