@@ -1,6 +1,15 @@
-// Mixed-precision training: dynamic loss scaling (torch.amp.GradScaler), so
-// that float16 gradients neither underflow nor, when they overflow, update
-// the parameters (docs/optim.md, "Loss scaling").
+// Mixed precision (docs/optim.md, "Mixed precision"): autocast regions
+// (torch.autocast), which run matrix products and convolutions in float16 or
+// bfloat16 and the ops that need range in float32, and dynamic loss scaling
+// (torch.amp.GradScaler), so that float16 gradients neither underflow nor,
+// when they overflow, update the parameters.
+//
+//   {
+//     amp::Autocast bf16(Device::cpu(), kBFloat16);
+//     logits = net.forward(x);                       // linear and conv in bfloat16
+//     loss = F::cross_entropy(logits, y);            // log_softmax and nll_loss in float32
+//   }
+//   loss.backward();                                 // outside: each op's backward in its forward's dtype
 //
 //   amp::GradScaler scaler;
 //   for (...) {
@@ -22,6 +31,33 @@
 #include "kiln/tensor.h"
 
 namespace kiln::amp {
+
+// While alive, out-of-place ops on this thread whose inputs are on `device`'s
+// kind of device cast their floating inputs (not float64) by PyTorch's
+// lists: matmul, linear, convolutions and attention to `dtype`; the ops
+// that need range (softmax, norms, exp and log, sums, losses) to float32
+// (on the CPU only prod and the losses, as PyTorch); scatter_add's two
+// floating inputs to the wider (CUDA). Others run as they are. Scopes nest; enabled = false turns it off inside another. A
+// compiled function's graphs are kept per autocast state (a guard).
+// ValueError for a dtype other than float16 and bfloat16.
+class Autocast {
+ public:
+  explicit Autocast(Device device, DType dtype, bool enabled = true);
+  // The device's usual dtype: float16 on CUDA, bfloat16 on the CPU.
+  explicit Autocast(Device device, bool enabled = true);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  DeviceKind kind_;
+  bool was_enabled_;
+  DType was_dtype_;
+};
+
+// Whether autocast is on for the device's kind on this thread, and its dtype.
+bool is_autocast_enabled(Device device) noexcept;
+DType autocast_dtype(Device device) noexcept;
 
 struct GradScalerOptions {
   double init_scale = 65536.0;     // > 0

@@ -9,6 +9,7 @@
 #include "autograd/rules/common.h"
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
+#include "ops/autocast.h"
 #include "ops/tracing.h"
 
 namespace kiln::autograd {
@@ -134,6 +135,8 @@ void GraphRun::run_node(Node& node, TensorList& captured) {
 }
 
 TensorList GraphRun::run(size_t num_captures) {
+  // Each op's backward runs in its forward's dtypes, autocast or not.
+  ops::autocast::Suspend no_autocast;
   count_dependencies();
   mark_needed();
   TensorList captured(num_captures);

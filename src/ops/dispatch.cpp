@@ -11,6 +11,7 @@
 #include "core/checked_size.h"
 #include "core/launch_count.h"
 #include "kiln/autograd.h"
+#include "ops/autocast.h"
 #include "ops/op_profile.h"
 #include "ops/tracing.h"
 
@@ -198,6 +199,11 @@ const backend::KernelFn& kernel_for(OpId op, Device device) {
 }
 
 TensorList dispatch(OpId op, std::span<const Tensor> inputs, Attrs attrs) {
+  // Autocast's casts first, so that a trace records them as ops.
+  if (autocast::active()) {
+    TensorList cast;
+    if (autocast::cast_inputs(op, inputs, cast)) return dispatch(op, cast, std::move(attrs));
+  }
   if (ops::TraceRecorder* tracer = ops::TraceRecorder::active())
     return tracer->record(op, inputs, std::move(attrs));
   OpProfileScope profile(op);

@@ -12,6 +12,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/runtime.h"
+#include "ops/autocast.h"
 
 namespace kiln::compiler {
 
@@ -105,6 +106,7 @@ std::vector<int64_t> build_key(const internal::FlatArgs& args,
   append_sharing(args.tensors, key);
   const Tf32Policy tf32 = allow_tf32();
   key.push_back(is_grad_enabled());
+  ops::autocast::append_key(key);
   key.push_back(tf32.matmul);
   key.push_back(tf32.conv);
   return key;
@@ -254,6 +256,7 @@ std::vector<std::pair<std::string, std::string>> describe(const internal::FlatAr
   out.emplace_back("memory shared by arguments", shared.empty() ? "none" : shared);
   const Tf32Policy tf32 = allow_tf32();
   out.emplace_back("grad mode", is_grad_enabled() ? "enabled" : "disabled");
+  out.emplace_back("autocast", ops::autocast::describe());
   out.emplace_back("TF32 policy", std::string("matmul ") + (tf32.matmul ? "on" : "off") +
                                       ", conv " + (tf32.conv ? "on" : "off"));
   return out;

@@ -116,7 +116,9 @@ Tensor conv_transpose_nd(const char* op, size_t dims, const Tensor& input, const
   if (bias.defined()) {
     Shape channel_shape(dims + 1, 1);
     channel_shape[0] = out_channels;
-    y = y + bias.reshape(channel_shape);
+    // In the convolution's dtype, as a convolution's own bias (under autocast
+    // the convolution may run in a lower one).
+    y = y + bias.reshape(channel_shape).to(y.dtype());
   }
   return batched ? y : y.squeeze(0);
 }

@@ -6,6 +6,7 @@
 #include "kiln/ops/pointwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape.h"
+#include "ops/autocast.h"
 
 namespace kiln::nn::functional {
 namespace {
@@ -54,6 +55,7 @@ Tensor cross_entropy_probabilities(const Tensor& logp, const Tensor& target, int
 }  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& o) {
+  if (Tensor a, b; ops::autocast::to_float32(input, target, a, b)) return cross_entropy(a, b, o);
   check_reduction("cross_entropy", o.reduction);
   if (o.label_smoothing < 0 || o.label_smoothing > 1) {
     throw ValueError(detail::str_cat("cross_entropy: label_smoothing must be in [0, 1], got ",
@@ -94,6 +96,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  if (Tensor a, b; ops::autocast::to_float32(input, target, a, b)) return mse_loss(a, b, reduction);
   check_reduction("mse_loss", reduction);
   check_pair("mse_loss", input, target);
   return reduce(square(input - target), reduction);
@@ -101,6 +104,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& re
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BceWithLogitsOptions& o) {
+  if (Tensor a, b; ops::autocast::to_float32(input, target, a, b))
+    return binary_cross_entropy_with_logits(a, b, o);
   check_reduction("binary_cross_entropy_with_logits", o.reduction);
   if (!input.same_sizes(target)) {
     throw ShapeError(detail::str_cat("binary_cross_entropy_with_logits: target shape ", target.sizes(),
@@ -121,6 +126,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction,
                       double beta) {
+  if (Tensor a, b; ops::autocast::to_float32(input, target, a, b))
+    return smooth_l1_loss(a, b, reduction, beta);
   check_reduction("smooth_l1_loss", reduction);
   KILN_CHECK(beta >= 0, ValueError, "smooth_l1_loss: beta must be non-negative, got ", beta);
   check_pair("smooth_l1_loss", input, target);
@@ -131,6 +138,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::stri
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& reduction,
                   double delta) {
+  if (Tensor a, b; ops::autocast::to_float32(input, target, a, b))
+    return huber_loss(a, b, reduction, delta);
   check_reduction("huber_loss", reduction);
   KILN_CHECK(delta > 0, ValueError, "huber_loss: delta must be positive, got ", delta);
   check_pair("huber_loss", input, target);
@@ -140,6 +149,8 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, const std::string& 
 
 Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction,
               bool log_target) {
+  if (Tensor a, b; ops::autocast::to_float32(input, target, a, b))
+    return kl_div(a, b, reduction, log_target);
   KILN_CHECK(
       reduction == "none" || reduction == "mean" || reduction == "sum" || reduction == "batchmean",
       ValueError, "kl_div: reduction must be 'none', 'batchmean', 'mean' or 'sum', got '",
