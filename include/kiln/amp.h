@@ -9,7 +9,7 @@
 //     logits = net.forward(x);                       // linear and conv in bfloat16
 //     loss = F::cross_entropy(logits, y);            // log_softmax and nll_loss in float32
 //   }
-//   loss.backward();                                 // outside: each op's backward in its forward's dtype
+//   loss.backward();  // each op's backward in its forward's dtype
 //
 //   amp::GradScaler scaler;
 //   for (...) {
@@ -37,9 +37,10 @@ namespace kiln::amp {
 // lists: matmul, linear, convolutions and attention to `dtype`; the ops
 // that need range (softmax, norms, exp and log, sums, losses) to float32
 // (on the CPU only prod and the losses, as PyTorch); scatter_add's two
-// floating inputs to the wider (CUDA). Others run as they are. Scopes nest; enabled = false turns it off inside another. A
-// compiled function's graphs are kept per autocast state (a guard).
-// ValueError for a dtype other than float16 and bfloat16.
+// floating inputs to the wider (CUDA). Others run as they are. Scopes
+// nest; enabled = false turns it off inside another. A compiled function's
+// graphs are kept per autocast state (a guard). ValueError for a dtype
+// other than float16 and bfloat16.
 class Autocast {
  public:
   explicit Autocast(Device device, DType dtype, bool enabled = true);

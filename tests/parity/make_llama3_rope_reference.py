@@ -21,6 +21,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from make_llama_reference import draw_weights  # the same scales as llama_small's
+
 
 def build():
     torch.manual_seed(3)
@@ -33,14 +35,7 @@ def build():
                                           "original_max_position_embeddings": 64},
                          tie_word_embeddings=False, attn_implementation="eager")
     model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
-                p.uniform_(0.5, 1.5)
-            elif "embed_tokens" in name:
-                p.normal_(0, 1)
-            else:
-                p.normal_(0, p.shape[1] ** -0.5)
+    draw_weights(model)
     model.eval()
     return model
 

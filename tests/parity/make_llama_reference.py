@@ -35,13 +35,8 @@ MIN_MARGIN = 1e-3
 PROMPT_LENGTHS = [8, 5, 3, 6]
 
 
-def build():
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=176,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
-                         tie_word_embeddings=False, attn_implementation="eager")
-    model = LlamaForCausalLM(config)
+def draw_weights(model):
+    """Linear weights N(0, 1 / in_features), embeddings N(0, 1), RMSNorm weights U(0.5, 1.5)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("layernorm.weight") or name == "model.norm.weight":
@@ -50,6 +45,16 @@ def build():
                 p.normal_(0, 1)
             else:
                 p.normal_(0, p.shape[1] ** -0.5)
+
+
+def build():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=176,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+                         tie_word_embeddings=False, attn_implementation="eager")
+    model = LlamaForCausalLM(config)
+    draw_weights(model)
     model.eval()
     # No EOS unless a case asks for one: random weights emit token 2 as any other.
     model.generation_config.eos_token_id = None
