@@ -457,8 +457,14 @@ namespace kiln::ops {
 const library::OpEntry& custom_op(const Attrs& attrs) {
   if (attrs.size() == 0 || !std::holds_alternative<std::string>(attrs[0]))
     throw ValueError("custom: the attributes name no op");
-  const library::OpEntry* e = library::lookup(attrs.str(0));
-  if (!e) throw ValueError(detail::str_cat("custom: no op is defined as '", attrs.str(0), "'"));
+  // The op this thread called last, without the registry's lock and hash
+  // (entries live as long as the process).
+  thread_local const library::OpEntry* t_last = nullptr;
+  const std::string& name = attrs.str(0);
+  if (t_last && t_last->def.name == name) return *t_last;
+  const library::OpEntry* e = library::lookup(name);
+  if (!e) throw ValueError(detail::str_cat("custom: no op is defined as '", name, "'"));
+  t_last = e;
   return *e;
 }
 
@@ -485,22 +491,33 @@ void run_custom_kernel(const backend::KernelCall& call) {
   const library::KernelFn& kernel = device.is_cuda() ? e.def.cuda : e.def.cpu;
   if (!kernel) throw DeviceError(detail::str_cat(e.def.name, ": no kernel for ", device));
   NoGradGuard no_grad;
-  TensorList inputs(call.inputs.begin(), call.inputs.end());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].device() != device) {
-      throw DeviceError(detail::str_cat(e.def.name, ": input ", i, " is on ", inputs[i].device(),
+  // The call's own tensors where they are as the kernel takes them; copies
+  // only where one is not (the common call allocates nothing here).
+  std::span<const Tensor> inputs = call.inputs;
+  TensorList input_copies;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const Tensor& t = call.inputs[i];
+    if (t.device() != device) {
+      throw DeviceError(detail::str_cat(e.def.name, ": input ", i, " is on ", t.device(),
                                         ", the kernel runs on ", device));
     }
-    if (e.def.contiguous_inputs && !inputs[i].is_contiguous()) inputs[i] = inputs[i].contiguous();
+    if (e.def.contiguous_inputs && !t.is_contiguous()) {
+      if (input_copies.empty()) input_copies.assign(call.inputs.begin(), call.inputs.end());
+      input_copies[i] = t.contiguous();
+      inputs = input_copies;
+    }
   }
   // Outputs laid out otherwise (a compiled program's choice) are written through contiguous ones.
-  TensorList outputs(call.outputs.begin(), call.outputs.end());
+  std::span<Tensor> outputs = call.outputs;
+  TensorList output_copies;
   bool copy_back = false;
-  for (Tensor& t : outputs) {
-    if (!t.is_contiguous()) {
-      t = make_tensor(t.sizes(), t.dtype(), t.device());
-      copy_back = true;
-    }
+  for (size_t k = 0; k < call.outputs.size(); ++k) {
+    const Tensor& t = call.outputs[k];
+    if (t.is_contiguous()) continue;
+    if (output_copies.empty()) output_copies.assign(call.outputs.begin(), call.outputs.end());
+    output_copies[k] = make_tensor(t.sizes(), t.dtype(), t.device());
+    outputs = output_copies;
+    copy_back = true;
   }
   void* stream = device.is_cuda() ? cuda::Stream::current(device.index()).handle() : nullptr;
   try {
