@@ -8,6 +8,7 @@
 //            [--prompt-ids "1 2 3"] [--max-new-tokens 32] [--batch 1]
 //            [--greedy | --top-k K --temperature T --seed S] [--eos "2" | --eos none]
 //            [--cache growing|static] [--compile] [--bench [--runs 5]]
+//            [--device cpu|cuda] [--mode default|reduce-overhead|max-autotune]
 //
 // --compile generates with the decode step compiled (kiln::compile), then
 // eagerly, and checks that the tokens agree. --bench times eager and compiled
@@ -43,6 +44,7 @@ constexpr const char* kUsage =
     "                [--prompt-ids \"1 2 3\"] [--max-new-tokens 32] [--batch 1]\n"
     "                [--greedy | --top-k K --temperature T --seed S] [--eos \"2\" | --eos none]\n"
     "                [--cache growing|static] [--compile] [--bench [--runs 5]]\n"
+    "                [--device cpu|cuda] [--mode default|reduce-overhead|max-autotune]\n"
     "  --config          a Hugging Face Llama config.json (default: a random model)\n"
     "  --weights         its model.safetensors (needs --config)\n"
     "  --random          the random model's size: tiny (hidden 64) or medium (hidden 512)\n"
@@ -53,7 +55,10 @@ constexpr const char* kUsage =
     "                    for a random model)\n"
     "  --cache           growing (cat at each step, the default) or static (preallocated)\n"
     "  --compile         compile the decode step, and check it against eager generation\n"
-    "  --bench           median tokens/s of eager and compiled generation, both caches\n";
+    "  --bench           median tokens/s of eager and compiled generation, both caches\n"
+    "  --device          where the model runs (default: cpu)\n"
+    "  --mode            kiln::compile's mode for --compile and --bench (default: default;\n"
+    "                    reduce-overhead replays each decode step as one CUDA graph)\n";
 
 struct Args {
   std::string config, weights, random = "tiny";
@@ -64,6 +69,8 @@ struct Args {
   bool sample = false, greedy_flag = false, compile = false, bench = false;
   std::optional<std::vector<int64_t>> eos;
   KVCacheKind cache = KVCacheKind::Growing;
+  Device device = Device::cpu();
+  Mode mode = Mode::Default;
 };
 
 // Whitespace-separated integers; nullopt when a word is not one.
@@ -124,6 +131,19 @@ std::optional<Args> parse_args(int argc, char** argv) {
     } else if (flag == "--cache") {
       if (value != "growing" && value != "static") return bad(argv[i - 1], value);
       a.cache = value == "static" ? KVCacheKind::Static : KVCacheKind::Growing;
+    } else if (flag == "--device") {
+      if (value != "cpu" && value != "cuda") return bad(argv[i - 1], value);
+      a.device = value == "cuda" ? Device::cuda() : Device::cpu();
+    } else if (flag == "--mode") {
+      if (value == "default") {
+        a.mode = Mode::Default;
+      } else if (value == "reduce-overhead") {
+        a.mode = Mode::ReduceOverhead;
+      } else if (value == "max-autotune") {
+        a.mode = Mode::MaxAutotune;
+      } else {
+        return bad(argv[i - 1], value);
+      }
     } else if (flag == "--prompt-ids" || flag == "--eos") {
       auto ints = flag == "--eos" && value == "none" ? std::vector<int64_t>{} : parse_ints(value);
       if (!ints || (flag == "--prompt-ids" && ints->empty())) return bad(argv[i - 1], value);
@@ -188,6 +208,8 @@ template <typename F>
 Timed timed(F&& run) {
   const auto start = std::chrono::steady_clock::now();
   GenerateResult r = run();
+  // CUDA work is queued: the time is the time until the device is done.
+  if (r.sequences.device().is_cuda()) cuda::synchronize(r.sequences.device().index());
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   return {std::move(r), took.count()};
 }
@@ -201,7 +223,8 @@ double median(std::vector<double> values) {
 
 // Median tokens/s of eager and compiled generation with each cache. The runs
 // alternate, so that a load that comes and goes slows both alike.
-void bench(Llama& model, const Tensor& prompt, GenerateOptions options, int64_t runs) {
+void bench(Llama& model, const Tensor& prompt, GenerateOptions options, int64_t runs,
+           const CompileOptions& compile_options) {
   std::printf(
       "tokens/s, median of %lld runs after a warm-up (batch %lld, %lld-token prompt, up to %lld "
       "new tokens, %s, prompt's forward included):\n",
@@ -211,7 +234,7 @@ void bench(Llama& model, const Tensor& prompt, GenerateOptions options, int64_t 
   std::printf("%-8s %10s %10s %16s\n", "cache", "eager", "compiled", "compiled/eager");
   for (KVCacheKind kind : {KVCacheKind::Growing, KVCacheKind::Static}) {
     options.cache = kind;
-    CompiledGenerate fast(model);
+    CompiledGenerate fast(model, compile_options);
     const auto eager = [&] { return models::generate(model, prompt, options); };
     const auto compiled = [&] { return fast(prompt, options); };
     (void)eager();
@@ -265,14 +288,18 @@ int main(int argc, char** argv) {
       }
       std::printf("%s (%s)\n", args->config.c_str(), describe(model->config()).c_str());
     }
-  } catch (const Error& e) {  // unreadable or malformed files
+    model->to(args->device);
+  } catch (const Error& e) {  // unreadable or malformed files, or no CUDA device
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 1;
   }
   if (args->eos) eos = *args->eos;
 
   const auto length = static_cast<int64_t>(args->prompt.size());
-  const Tensor prompt = from_vector(args->prompt, Shape{1, length}).expand({args->batch, length});
+  const Tensor prompt =
+      from_vector(args->prompt, Shape{1, length}).expand({args->batch, length}).to(args->device);
+  CompileOptions compile_options;
+  compile_options.mode = args->mode;
   const GenerateOptions options{.max_new_tokens = args->max_new_tokens,
                                 .greedy = !args->sample,
                                 .temperature = args->temperature,
@@ -282,10 +309,10 @@ int main(int argc, char** argv) {
                                 .cache = args->cache};
   try {
     if (args->bench) {
-      bench(*model, prompt, options, args->runs);
+      bench(*model, prompt, options, args->runs, compile_options);
       return 0;
     }
-    CompiledGenerate fast(*model);
+    CompiledGenerate fast(*model, compile_options);
     const Timed run = timed([&] {
       return args->compile ? fast(prompt, options) : models::generate(*model, prompt, options);
     });
@@ -302,9 +329,10 @@ int main(int argc, char** argv) {
       }
       const CompileStats decode = fast.decode_stats(args->cache);
       std::printf(
-          "compiled tokens equal eager's; decode step: calls %lld, traces %lld, graphs %lld\n",
+          "compiled tokens equal eager's; decode step: calls %lld, traces %lld, graphs %lld, "
+          "CUDA graph launches %lld\n",
           static_cast<long long>(decode.calls), static_cast<long long>(decode.traces),
-          static_cast<long long>(decode.graphs));
+          static_cast<long long>(decode.graphs), static_cast<long long>(decode.graph_launches));
     }
   } catch (const Error& e) {  // ids outside the vocabulary: the message names generate
     std::fprintf(stderr, "%s\n%s", e.what(), kUsage);
