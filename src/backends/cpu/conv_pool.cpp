@@ -1,8 +1,10 @@
 // CPU kernels of convolution and pooling. float32 convolution runs oneDNN's
-// primitive (cached per shape and layout) on NCHW tensors or on channels-last
-// ones (NHWC in memory, which the compiler keeps between convolutions when it
-// freezes: docs/architecture.md, "Layouts"); float64 is im2col + our float64
-// GEMM; the 16-bit floats convert to float32 around oneDNN. Pools are direct
+// primitive (cached per shape, layout and dtype) on NCHW tensors or on
+// channels-last ones (NHWC in memory, which the compiler keeps between
+// convolutions when it freezes: docs/architecture.md, "Layouts"); float64 is
+// im2col + our float64 GEMM; the 16-bit floats run oneDNN's primitive on
+// them where the CPU has instructions for them (bfloat16 with AVX-512 BF16
+// or AMX: sums in float32, rounded once), else convert to float32 around it. Pools are direct
 // loops over the N*C planes, parallel across planes, or over channels-last
 // pixels with the channels innermost.
 #include <algorithm>
@@ -49,12 +51,14 @@ void visit_float(DType t, F&& f) {
 struct ForwardGeometry : ConvGeometry {
   bool has_bias;
   bool src_nhwc = false, dst_nhwc = false;
+  dnnl::memory::data_type type = dnnl::memory::data_type::f32;  // of x, w, bias and y
 
   std::vector<int64_t> key() const {
     std::vector<int64_t> k = ConvGeometry::key();
     k.push_back(has_bias);
     k.push_back(src_nhwc);
     k.push_back(dst_nhwc);
+    k.push_back(static_cast<int64_t>(type));
     return k;
   }
 };
@@ -69,6 +73,8 @@ ForwardGeometry forward_geometry(const KernelCall& call) {
     g.src_nhwc = channels_last(call.in(0));
     g.dst_nhwc = channels_last(call.out());
   }
+  if (call.out().dtype() == kBFloat16) g.type = dnnl::memory::data_type::bf16;
+  if (call.out().dtype() == kFloat16) g.type = dnnl::memory::data_type::f16;
   return g;
 }
 
@@ -84,12 +90,13 @@ struct ConvPrimitive {
   dnnl::memory::desc src, weights, bias, dst, scratchpad;
   dnnl::memory::desc src_run, weights_run, dst_run;
   std::optional<dnnl::reorder> src_in, weights_in, dst_out;
+  bool reference = false;  // oneDNN has only its reference loops for it (slow)
 };
 
 ConvPrimitive make_conv_primitive(const ForwardGeometry& g) {
   using dnnl::memory;
   using tag = memory::format_tag;
-  const auto f32 = memory::data_type::f32;
+  const auto f32 = g.type;  // the tensors' type: float32, or a 16-bit float
   const memory::desc src({g.n, g.c, g.h, g.w}, f32, g.src_nhwc ? tag::nhwc : tag::nchw);
   const memory::desc dst({g.n, g.o, g.oh, g.ow}, f32, g.dst_nhwc ? tag::nhwc : tag::nchw);
   const memory::desc weights =
@@ -116,7 +123,17 @@ ConvPrimitive make_conv_primitive(const ForwardGeometry& g) {
   };
   // A channels-last tensor runs the primitive on NHWC, unless oneDNN has only
   // its reference loops for that: then the NCHW way, with reorders.
-  dnnl::convolution_forward::primitive_desc pd = primitive_desc(g.src_nhwc || g.dst_nhwc);
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = primitive_desc(g.src_nhwc || g.dst_nhwc);
+  } catch (const dnnl::error&) {
+    // A 16-bit float this CPU has no instructions for may have no
+    // implementation at all: the caller converts to float32 instead.
+    if (g.type == memory::data_type::f32) throw;
+    ConvPrimitive none;
+    none.reference = true;
+    return none;
+  }
   if ((g.src_nhwc || g.dst_nhwc) && std::string_view(pd.impl_info_str()).starts_with("ref"))
     pd = primitive_desc(false);
   ConvPrimitive p{dnnl::convolution_forward(pd), src, weights, bias, dst, pd.scratchpad_desc(),
@@ -128,26 +145,37 @@ ConvPrimitive make_conv_primitive(const ForwardGeometry& g) {
   if (p.src_run != src) p.src_in = reorder(src, p.src_run);
   if (p.weights_run != weights) p.weights_in = reorder(weights, p.weights_run);
   if (p.dst_run != dst) p.dst_out = reorder(p.dst_run, dst);
+  p.reference = std::string_view(pd.impl_info_str()).starts_with("ref");
   return p;
 }
 
-// The registry of float32 convolution primitives, keyed by ForwardGeometry::key().
+// The registry of convolution primitives, keyed by ForwardGeometry::key().
 OnednnPrimitiveCache<ConvPrimitive>& conv_primitive_cache() {
   static OnednnPrimitiveCache<ConvPrimitive> cache;
   return cache;
 }
 
 // The weights in the primitive's layout, owned by oneDNN.
-dnnl::memory reorder_weights(const ConvPrimitive& conv, const float* w) {
+dnnl::memory reorder_weights(const ConvPrimitive& conv, const void* w) {
   return reordered_copy(*conv.weights_in, conv.weights, w, conv.weights_run);
 }
 
-// weight: the float32 tensor w points into, or undefined when w is a temporary.
-// prepared: the weights as prepare_conv_weights made them (then w is null).
-void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const float* bias, float* y,
-              const Tensor& weight, const dnnl::memory* prepared = nullptr) {
+// The cached primitive of g.
+std::shared_ptr<const ConvPrimitive> conv_primitive(const ForwardGeometry& g) {
   try {
-    auto conv = conv_primitive_cache().get(g.key(), [&] { return make_conv_primitive(g); });
+    return conv_primitive_cache().get(g.key(), [&] { return make_conv_primitive(g); });
+  } catch (const dnnl::error& e) {
+    throw Error(detail::str_cat("conv: oneDNN convolution failed: ", e.what()));
+  }
+}
+
+// x, w, bias, y of g.type. weight: the tensor w points into, or undefined
+// when w is a temporary. prepared: the weights as prepare_conv_weights made
+// them (then w is null).
+void conv_onednn(const ForwardGeometry& g, const void* x, const void* w, const void* bias, void* y,
+                 const Tensor& weight, const dnnl::memory* prepared = nullptr) {
+  try {
+    const auto conv = conv_primitive(g);
     const dnnl::engine& engine = onednn_engine();
     // One thread-local block holds the scratchpad and the reordered source and result.
     constexpr size_t kAlign = 64;
@@ -157,7 +185,7 @@ void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const fl
     const size_t dst_bytes = conv->dst_out ? aligned(conv->dst_run.get_size()) : 0;
     char* block = static_cast<char*>(onednn_scratchpad(scratch + src_bytes + dst_bytes + 1));
     dnnl::stream& stream = onednn_stream();
-    dnnl::memory src(conv->src, engine, const_cast<float*>(x));
+    dnnl::memory src(conv->src, engine, const_cast<void*>(x));
     if (conv->src_in) {
       dnnl::memory run(conv->src_run, engine, block + scratch);
       conv->src_in->execute(stream, src, run);
@@ -169,7 +197,7 @@ void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const fl
         throw Error("conv: the prepared weights are not in the layout the primitive reads");
       weights = *prepared;
     } else if (!conv->weights_in) {
-      weights = dnnl::memory(conv->weights, engine, const_cast<float*>(w));
+      weights = dnnl::memory(conv->weights, engine, const_cast<void*>(w));
     } else {
       std::shared_ptr<const void> cached;
       if (weight.defined() && !is_grad_enabled()) {
@@ -187,7 +215,7 @@ void conv_f32(const ForwardGeometry& g, const float* x, const float* w, const fl
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst_run}};
     if (g.has_bias) {
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(conv->bias, engine, const_cast<float*>(bias)));
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(conv->bias, engine, const_cast<void*>(bias)));
     }
     if (scratch > 0) {
       args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(conv->scratchpad, engine, block));
@@ -270,20 +298,25 @@ void conv_kernel(const KernelCall& call) {
     return;
   }
   const DType t = y.dtype();
+  const auto bias = [&] { return g.has_bias ? b.data_ptr() : nullptr; };
   if (t == kFloat32) {
-    conv_f32(g, x.data<float>(), prepared ? nullptr : w.data<float>(),
-             g.has_bias ? b.data<float>() : nullptr, y.data<float>(), w, prepared);
+    conv_onednn(g, x.data_ptr(), prepared ? nullptr : w.data_ptr(), bias(), y.data_ptr(), w,
+                prepared);
   } else if (prepared) {
     throw Error(detail::str_cat("conv: weights prepared for float32, called on ", t));
   } else if (t == kFloat64) {
     conv_f64(g, x.data<double>(), w.data<double>(), g.has_bias ? b.data<double>() : nullptr,
              y.data<double>());
+  } else if (!conv_primitive(g)->reference) {  // the 16-bit float itself
+    conv_onednn(g, x.data_ptr(), w.data_ptr(), bias(), y.data_ptr(), w);
   } else {
     const Tensor x32 = x.to(kFloat32), w32 = w.to(kFloat32);
     const Tensor b32 = g.has_bias ? b.to(kFloat32) : Tensor();
     Tensor y32 = empty(y.sizes(), {.dtype = kFloat32});
-    conv_f32(g, x32.data<float>(), w32.data<float>(), g.has_bias ? b32.data<float>() : nullptr,
-             y32.data<float>(), Tensor());
+    ForwardGeometry g32 = g;
+    g32.type = dnnl::memory::data_type::f32;
+    conv_onednn(g32, x32.data_ptr(), w32.data_ptr(), g.has_bias ? b32.data_ptr() : nullptr,
+                y32.data_ptr(), Tensor());
     y.copy_(y32);
   }
 }
