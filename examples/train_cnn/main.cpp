@@ -1,11 +1,18 @@
 // Trains a small CNN to recognize which of four strokes (horizontal,
 // vertical, diagonal, anti-diagonal) is drawn in a noisy 16x16 image.
 //
-//   train_cnn [steps]     exits with status 1 when the final loss is not below 0.05
+//   train_cnn [steps] [--bf16]   exits with status 1 when the final loss is not below 0.05
+//
+// --bf16 trains under bfloat16 autocast (docs/optim.md, "Autocast"): the
+// convolutions and the linear layer in bfloat16, the loss and the batch norms'
+// statistics in float32, the parameters and their updates in float32.
+#include <kiln/amp.h>
 #include <kiln/kiln.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
@@ -49,7 +56,16 @@ std::pair<Tensor, Tensor> strokes(int64_t batch, Generator& gen) {
 }
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 150;
+  int steps = 150;
+  bool bf16 = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--bf16") {
+      bf16 = true;
+    } else if ((steps = std::atoi(argv[i])) <= 0) {
+      std::fprintf(stderr, "usage: train_cnn [steps] [--bf16]\n");
+      return 2;
+    }
+  }
   manual_seed(11);
   Generator gen(5);
   Cnn net;
@@ -58,7 +74,12 @@ int main(int argc, char** argv) {
   for (int step = 1; step <= steps; ++step) {
     auto [images, labels] = strokes(32, gen);
     opt.zero_grad();
-    Tensor loss = F::cross_entropy(net.forward(images), labels);
+    Tensor loss;
+    {
+      std::optional<amp::Autocast> region;
+      if (bf16) region.emplace(Device::cpu(), kBFloat16);
+      loss = F::cross_entropy(net.forward(images), labels);
+    }
     loss.backward();
     opt.step();
     const double value = loss.item<double>();
@@ -74,6 +95,7 @@ int main(int argc, char** argv) {
     eval_loss = F::cross_entropy(logits, labels).item<double>();
     eval_acc = (argmax(logits, 1) == labels).to(kFloat64).mean().item<double>();
   }
-  std::printf("held-out loss %.4f (target < 0.05), accuracy %.1f%%\n", eval_loss, 100 * eval_acc);
+  std::printf("held-out loss %.4f (target < 0.05), accuracy %.1f%%%s\n", eval_loss, 100 * eval_acc,
+              bf16 ? " (trained under bfloat16 autocast, evaluated in float32)" : "");
   return eval_loss < 0.05 ? 0 : 1;
 }
