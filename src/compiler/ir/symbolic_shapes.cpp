@@ -317,6 +317,13 @@ void SymbolicShapes::apply(Graph& graph) const {
   set_storage_bytes(graph);
 }
 
+std::string symbolic_graph_text(const Graph& graph) {
+  return to_text(graph, [&](ValueId id) {
+    const Value& v = graph.value(id);
+    return layout_text({v.sizes, v.strides, v.offset});
+  });
+}
+
 bool derive_layouts(Graph& graph, std::string& why) {
   std::vector<SymbolicShapes::Layout> layouts(graph.values().size());
   for (size_t id = 0; id < layouts.size(); ++id) {

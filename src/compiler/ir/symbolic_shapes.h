@@ -70,6 +70,10 @@ struct SymbolicShapes {
   std::string dot(const Graph& graph) const;
 };
 
+// A symbolic graph's text (to_text's format) with each value's own layout
+// as expressions ("[s0, 64]"): its passes' snapshots (KILN_DUMP_DIR).
+std::string symbolic_graph_text(const Graph& graph);
+
 // "s0 = 4, s1 = 9": the values of a guard's symbols, for messages.
 std::string symbol_values(const sym::Guard& g, std::span<const int64_t> values);
 

@@ -170,7 +170,9 @@ Trace run_passes(const Trace& trace, const PassContext& context, std::vector<Pas
   pipeline.emplace_back("hoist_reductions", hoist_reductions);
   Trace current = trace;
   const bool symbolic = trace.graph.symbolic();
-  if (context.snapshots) context.snapshots->emplace_back("traced", to_text(trace.graph));
+  // A symbolic graph's snapshots show its sizes as expressions.
+  const auto text = [&](const Graph& g) { return symbolic ? symbolic_graph_text(g) : to_text(g); };
+  if (context.snapshots) context.snapshots->emplace_back("traced", text(trace.graph));
   for (const auto& [name, pass] : pipeline) {
     const auto start = std::chrono::steady_clock::now();
     const size_t before = current.graph.nodes().size();
@@ -181,7 +183,7 @@ Trace run_passes(const Trace& trace, const PassContext& context, std::vector<Pas
       // A symbolic graph's new nodes were made over hints: their layouts
       // follow from the inputs' expressions (docs/architecture.md, "Symbolic sizes").
       if (symbolic) keep_symbolic(current.graph, next.graph, name);
-      if (context.snapshots) context.snapshots->emplace_back(name, to_text(next.graph));
+      if (context.snapshots) context.snapshots->emplace_back(name, text(next.graph));
     }
     current = std::move(next);
     PassReport r{name, before, current.graph.nodes().size(),
