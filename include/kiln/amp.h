@@ -72,9 +72,12 @@ class GradScaler {
  public:
   // ValueError naming the option for values outside the ranges above.
   //
-  // scale() may be called inside a compiled function; unscale_, step and
-  // update decide on the host and throw a ValueError there (call them after
-  // the compiled forward and backward).
+  // The whole iteration may be one compiled function: scale, backward,
+  // unscale_, step and update inside it. There a step is skipped on the
+  // device (Optimizer::step_unless) and the scale and its growth tracker
+  // change on the device, so that a replay decides as eager code would.
+  // unscale_/step and update must then be in the same compiled function
+  // (a ValueError says so where they are not).
   explicit GradScaler(GradScalerOptions options = {});
 
   // loss * scale. The scale is a float32 0-dim tensor on loss's device, made
@@ -88,7 +91,9 @@ class GradScaler {
   void unscale_(optim::Optimizer& opt);
 
   // opt.step(), unless a gradient of opt's held an inf or a NaN; returns
-  // whether it stepped. The check is read on the host.
+  // whether it stepped. Eagerly the check is read on the host; inside a
+  // compiled function the step is undone on the device where it holds one,
+  // and it returns true.
   bool step(optim::Optimizer& opt);
 
   // After the iteration's step()s: the scale times backoff_factor where a
@@ -100,7 +105,8 @@ class GradScaler {
 
   double get_scale() const;  // 1 while disabled; init_scale before the first scale()
   bool is_enabled() const noexcept { return options_.enabled; }
-  int64_t skipped_steps() const noexcept { return skipped_; }
+  // Steps skipped, eagerly and in compiled steps (read from the device).
+  int64_t skipped_steps() const;
 
   // PyTorch's keys: scale (float32), growth_factor, backoff_factor
   // (float64), growth_interval, _growth_tracker (int64), all 0-dim.
@@ -113,6 +119,7 @@ class GradScaler {
     bool unscaled = false;
     bool stepped = false;
     bool found_inf = false;  // read by step()
+    bool traced = false;     // unscale_ ran inside a compiled function
     Tensor found;            // any inf or NaN, on the scale's device (bool, 0-dim)
   };
   void check_scaled(const char* op) const;
@@ -120,8 +127,12 @@ class GradScaler {
   GradScalerOptions options_;
   Tensor scale_;          // float32, 0-dim; undefined before the first scale()
   double pending_scale_;  // the scale to make at the first scale() (init, or loaded)
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_ = 0;
+  // Clean steps in a row (int64, 0-dim, beside the scale), made with it;
+  // before, the value to make it with.
+  Tensor growth_tracker_;
+  int64_t pending_tracker_ = 0;
+  int64_t skipped_ = 0;    // skips decided on the host
+  Tensor skipped_device_;  // skips decided in compiled steps (int64, 0-dim)
   std::unordered_map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
 };
 

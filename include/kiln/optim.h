@@ -88,6 +88,15 @@ class Optimizer {
 
   // One update of every parameter that has a gradient.
   void step();
+  // The same update, undone where `skip` (a 0-dim bool tensor) is true;
+  // returns whether it stepped. Eagerly the flag is read on the host, and
+  // the step runs or not. Inside kiln::compile, where a replay cannot ask the
+  // host, the step is recorded and every tensor it changed (parameters,
+  // their state, the device step counts) takes its old value back on the
+  // device where skip is true, so that one graph serves both outcomes (it
+  // returns true there). State a first step made is zeros where it was
+  // skipped, which the optimizers read as no state (amp::GradScaler's step).
+  bool step_unless(const Tensor& skip);
   // Drops the gradients (set_to_none) or zeroes them in place.
   void zero_grad(bool set_to_none = true);
   // Appends a group; its unset options take the optimizer's. Its parameters

@@ -49,25 +49,25 @@ Tensor GradScaler::scale(const Tensor& loss) {
                                      ", expected a floating dtype"));
   }
   if (!scale_.defined() || scale_.device() != loss.device()) {
-    // A real tensor even while a compiled function is traced: the graph
-    // reads it where it is, so later scales need no new trace.
+    // Real tensors even while a compiled function is traced: the graph
+    // reads and writes them where they are, so later scales need no new trace.
     ops::TracePause real;
     NoGradGuard no_grad;
-    scale_ = scale_.defined()
-                 ? scale_.to(loss.device())
-                 : full({}, pending_scale_, {.dtype = kFloat32, .device = loss.device()});
+    const Device d = loss.device();
+    if (scale_.defined()) {
+      scale_ = scale_.to(d);
+      growth_tracker_ = growth_tracker_.to(d);
+      skipped_device_ = skipped_device_.to(d);
+    } else {
+      scale_ = full({}, pending_scale_, {.dtype = kFloat32, .device = d});
+      growth_tracker_ = full({}, pending_tracker_, {.dtype = kInt64, .device = d});
+      skipped_device_ = zeros({}, {.dtype = kInt64, .device = d});
+    }
   }
   return loss * scale_;
 }
 
 void GradScaler::check_scaled(const char* op) const {
-  if (ops::TraceRecorder::active()) {
-    throw ValueError(detail::str_cat(
-        "GradScaler.", op,
-        ": called inside a compiled function; its decisions are the host's, "
-        "which a replay does not repeat: call unscale_, step and update outside it (scale "
-        "may be inside)"));
-  }
   if (!scale_.defined()) {
     throw ValueError(
         detail::str_cat("GradScaler.", op, ": no loss was scaled yet (call scale(loss) first)"));
@@ -98,6 +98,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   }
   s.found = found;
   s.unscaled = true;
+  s.traced = ops::TraceRecorder::active() != nullptr;
 }
 
 bool GradScaler::step(optim::Optimizer& opt) {
@@ -109,9 +110,22 @@ bool GradScaler::step(optim::Optimizer& opt) {
   PerOptimizer& s = per_optimizer_[&opt];
   if (s.stepped)
     throw ValueError("GradScaler.step: called again for this optimizer since update()");
+  const bool traced = ops::TraceRecorder::active() != nullptr;
+  if (s.unscaled && s.traced != traced) {
+    throw ValueError(
+        detail::str_cat("GradScaler.step: unscale_ ran ", s.traced ? "inside" : "outside",
+                        " a compiled function and step ", traced ? "inside" : "outside",
+                        " one: call them (and update) all inside it or all outside it"));
+  }
   if (!s.unscaled) unscale_(opt);
-  s.found_inf = s.found.item<bool>();
   s.stepped = true;
+  if (traced) {  // decided on the device at each replay
+    NoGradGuard no_grad;
+    opt.step_unless(s.found);
+    skipped_device_.add_(s.found.to(kInt64));
+    return true;
+  }
+  s.found_inf = s.found.item<bool>();
   if (s.found_inf) {
     ++skipped_;
     return false;
@@ -123,20 +137,29 @@ bool GradScaler::step(optim::Optimizer& opt) {
 void GradScaler::update() {
   if (!options_.enabled) return;
   check_scaled("update");
-  bool any_step = false, found_inf = false;
+  const bool traced = ops::TraceRecorder::active() != nullptr;
+  bool any_step = false;
+  Tensor found;
   for (const auto& [opt, s] : per_optimizer_) {
+    if (s.traced != traced) {
+      throw ValueError(detail::str_cat("GradScaler.update: called ", traced ? "inside" : "outside",
+                                       " a compiled function after unscale_/step ",
+                                       s.traced ? "inside" : "outside",
+                                       " one: call them all inside it or all outside it"));
+    }
     any_step = any_step || s.stepped;
-    found_inf = found_inf || (s.stepped ? s.found_inf : s.found.item<bool>());
+    found = found.defined() ? logical_or(found, s.found) : s.found;
   }
   if (!any_step) throw ValueError("GradScaler.update: no step() since the last update()");
   NoGradGuard no_grad;
-  if (found_inf) {
-    scale_.mul_(options_.backoff_factor);
-    growth_tracker_ = 0;
-  } else if (++growth_tracker_ == options_.growth_interval) {
-    scale_.mul_(options_.growth_factor);
-    growth_tracker_ = 0;
-  }
+  // On the device, eagerly and in compiled steps alike: after an inf, the
+  // scale backs off and the count of clean steps restarts; after
+  // growth_interval clean steps in a row, it grows.
+  const Tensor clean = where(found, zeros_like(growth_tracker_), growth_tracker_ + 1);
+  const Tensor grow = clean == options_.growth_interval;
+  scale_.mul_(where(found, full_like(scale_, options_.backoff_factor),
+                    where(grow, full_like(scale_, options_.growth_factor), ones_like(scale_))));
+  growth_tracker_.copy_(where(grow, zeros_like(clean), clean));
   per_optimizer_.clear();
 }
 
@@ -149,11 +172,17 @@ void GradScaler::update(double new_scale) {
   if (scale_.defined()) {
     NoGradGuard no_grad;
     scale_.fill_(new_scale);
+    growth_tracker_.zero_();
   } else {
     pending_scale_ = new_scale;
+    pending_tracker_ = 0;
   }
-  growth_tracker_ = 0;
   per_optimizer_.clear();
+}
+
+int64_t GradScaler::skipped_steps() const {
+  if (!skipped_device_.defined()) return skipped_;
+  return skipped_ + skipped_device_.to(Device::cpu()).item<int64_t>();
 }
 
 double GradScaler::get_scale() const {
@@ -169,7 +198,10 @@ StateDict GradScaler::state_dict() const {
   sd.set("growth_factor", full({}, options_.growth_factor, {.dtype = kFloat64}));
   sd.set("backoff_factor", full({}, options_.backoff_factor, {.dtype = kFloat64}));
   sd.set("growth_interval", full({}, options_.growth_interval, {.dtype = kInt64}));
-  sd.set("_growth_tracker", full({}, growth_tracker_, {.dtype = kInt64}));
+  const int64_t tracker = growth_tracker_.defined()
+                              ? growth_tracker_.to(Device::cpu()).item<int64_t>()
+                              : pending_tracker_;
+  sd.set("_growth_tracker", full({}, tracker, {.dtype = kInt64}));
   return sd;
 }
 
@@ -193,12 +225,13 @@ void GradScaler::load_state_dict(const StateDict& state) {
   options_.growth_factor = o.growth_factor;
   options_.backoff_factor = o.backoff_factor;
   options_.growth_interval = o.growth_interval;
-  growth_tracker_ = tracker;
   if (scale_.defined()) {
     NoGradGuard no_grad;
     scale_.fill_(o.init_scale);
+    growth_tracker_.fill_(tracker);
   } else {
     pending_scale_ = o.init_scale;
+    pending_tracker_ = tracker;
   }
   per_optimizer_.clear();
 }

@@ -6,6 +6,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/ops/factory.h"
+#include "kiln/ops/pointwise.h"
 #include "kiln/optim.h"
 #include "ops/tracing.h"
 #include "optim/options.h"
@@ -137,6 +138,57 @@ void Optimizer::step() {
     }
   }
   for (size_t g = 0; g < groups_.size(); ++g) update_group(groups_[g], state_[g]);
+}
+
+bool Optimizer::step_unless(const Tensor& skip) {
+  if (!skip.defined() || skip.numel() != 1 || skip.dtype() != kBool) {
+    throw ValueError(detail::str_cat(name_, ".step_unless: skip must be one bool, got ",
+                                     skip.defined() ? detail::str_cat(skip.dtype(), skip.sizes())
+                                                    : std::string("an undefined tensor")));
+  }
+  if (!ops::TraceRecorder::active()) {
+    if (skip.item<bool>()) return false;
+    step();
+    return true;
+  }
+  NoGradGuard no_grad;
+  // What the step may change, as it was: the stepped parameters and their
+  // state tensors (by name: a step may add some) and device counts.
+  struct Before {
+    size_t group, index;
+    Tensor param;
+    std::vector<std::pair<std::string, Tensor>> state;
+    Tensor count;
+  };
+  std::vector<Before> before;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      if (!p.grad().defined()) continue;
+      Before b{g, i, p.clone(), {}, {}};
+      for (const auto& [name, t] : state_[g][i].tensors) b.state.emplace_back(name, t.clone());
+      if (state_[g][i].step_count.defined()) b.count = state_[g][i].step_count.clone();
+      before.push_back(std::move(b));
+    }
+  }
+  step();
+  for (const Before& b : before) {
+    Tensor p = groups_[b.group].params[b.index];
+    const Tensor skip_here = skip.to(p.device()).reshape({});
+    p.copy_(where(skip_here, b.param, p));
+    ParamState& st = state_[b.group][b.index];
+    for (auto& [name, t] : st.tensors) {
+      const auto old = std::find_if(b.state.begin(), b.state.end(),
+                                    [&](const auto& e) { return e.first == name; });
+      t.copy_(where(skip_here, old != b.state.end() ? old->second : zeros_like(t), t));
+    }
+    // A count the step made began one below what it holds now.
+    if (st.step_count.defined()) {
+      const Tensor old = b.count.defined() ? b.count : st.step_count - 1;
+      st.step_count.copy_(where(skip_here, old, st.step_count));
+    }
+  }
+  return true;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -1,9 +1,11 @@
 // amp::GradScaler (include/kiln/amp.h): scaled losses give the unscaled
 // gradients and steps of SGD, Adam and AdamW; a planted inf skips the step
 // and backs the scale off; clean steps grow it; its state dict; its errors;
-// a compiled forward and backward with the scale inside.
+// a compiled forward and backward with the scale inside; the whole
+// iteration compiled, skipping steps on the device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
 
@@ -181,16 +183,82 @@ TEST(GradScaler, ACompiledForwardAndBackwardScaleInsideStepsOutside) {
   const auto p = net->parameters(), q = eager_net->parameters();
   for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(equal(p[i], q[i])) << i;
   EXPECT_EQ(fast.explain().stats.graph_breaks, 0);
-  // Steps inside a compiled function are refused: a replay would not repeat them.
+}
+
+// Equal values, NaN equal to NaN (a loss an inf made NaN).
+bool same(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (a.sizes() != b.sizes()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
+  return true;
+}
+
+// The whole iteration as one compiled function: scale, backward, step and
+// update inside. A scale so large that the gradients overflow, and a planted
+// inf later, skip steps on the device where eager code skips them on the
+// host: parameters, the optimizer's state, the scale and the skip count
+// equal eager's after every call, for AdamW and for SGD with momentum and
+// dampening (whose first step differs from the others).
+TEST(GradScaler, TheWholeIterationCompiledSkipsStepsOnTheDeviceAsEagerSkipsThem) {
+  for (int kind = 0; kind < 2; ++kind) {
+    auto net = net_with_seed(7), eager_net = net_with_seed(7);
+    const auto make = [&](Net& n) -> std::unique_ptr<optim::Optimizer> {
+      if (kind == 0)
+        return std::make_unique<optim::AdamW>(n.parameters(), optim::AdamWOptions{.lr = 1e-2});
+      return std::make_unique<optim::SGD>(
+          n.parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.5});
+    };
+    const auto opt = make(*net), eager_opt = make(*eager_net);
+    const amp::GradScalerOptions options{.init_scale = 0x1p126, .growth_interval = 3};
+    amp::GradScaler scaler(options), eager_scaler(options);
+    const auto iteration = [](Net& n, optim::Optimizer& o, amp::GradScaler& s, const Tensor& x) {
+      o.zero_grad();
+      Tensor loss = n.forward(x).square().mean();
+      s.scale(loss).backward();
+      s.step(o);
+      s.update();
+      return loss;
+    };
+    const auto fast =
+        compile([&](const Tensor& x) { return iteration(*net, *opt, scaler, x); }, {.name = "it"});
+    Generator gen(8);
+    for (int i = 0; i < 12; ++i) {
+      Tensor x = randn({8, 4}, {}, &gen);
+      if (i == 8) x = x * std::numeric_limits<double>::infinity();
+      const std::string what = detail::str_cat(kind == 0 ? "AdamW" : "SGD", " call ", i);
+      EXPECT_TRUE(same(fast(x), iteration(*eager_net, *eager_opt, eager_scaler, x))) << what;
+      EXPECT_EQ(scaler.get_scale(), eager_scaler.get_scale()) << what;
+      EXPECT_EQ(scaler.skipped_steps(), eager_scaler.skipped_steps()) << what;
+      const auto p = net->parameters(), q = eager_net->parameters();
+      for (size_t j = 0; j < p.size(); ++j)
+        EXPECT_TRUE(equal(p[j], q[j])) << what << " param " << j;
+    }
+    // The overflowing scale backed off some steps, the planted inf one more.
+    EXPECT_GE(eager_scaler.skipped_steps(), 3);
+    EXPECT_EQ(fast.stats().graph_breaks, 0);
+    // The second call traces again (its parameters hold gradients now, a
+    // guard); that graph then serves taken steps and skipped ones.
+    EXPECT_EQ(fast.stats().traces, 2);
+    const StateDict a = opt->state_dict(), b = eager_opt->state_dict();
+    for (const auto& [key, value] : b) EXPECT_TRUE(same(a.at(key), value)) << key;
+  }
+}
+
+TEST(GradScaler, UnscaleAndStepInsideACompiledFunctionNeedUpdateInsideItToo) {
+  auto net = net_with_seed(7);
+  optim::SGD opt(net->parameters(), {.lr = 0.1});
+  amp::GradScaler scaler;
   const auto inside = compile([&](const Tensor& x) {
-    forward_backward(*net, opt, scaler, x);
-    return Tensor(scaler.step(opt) ? ones({1}) : zeros({1}));
+    opt.zero_grad();
+    Tensor loss = net->forward(x).square().mean();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    return loss;
   });
-  expect_error<ValueError>(
-      [&] {
-        inside(randn({8, 4}));
-      },
-      "GradScaler.step", "inside a compiled function");
+  (void)inside(randn({8, 4}));
+  expect_error<ValueError>([&] { scaler.update(); }, "GradScaler.update",
+                           "outside a compiled function after unscale_/step inside one");
 }
 
 }  // namespace
