@@ -259,6 +259,10 @@ TEST(GradScaler, UnscaleAndStepInsideACompiledFunctionNeedUpdateInsideItToo) {
   (void)inside(randn({8, 4}));
   expect_error<ValueError>([&] { scaler.update(); }, "GradScaler.update",
                            "outside a compiled function after unscale_/step inside one");
+  // step_unless takes one bool.
+  expect_error<ValueError>([&] { opt.step_unless(zeros({})); }, "SGD.step_unless",
+                           "one bool, got float32");
+  expect_error<ValueError>([&] { opt.step_unless(Tensor()); }, "SGD.step_unless", "undefined");
 }
 
 }  // namespace
