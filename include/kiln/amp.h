@@ -18,14 +18,21 @@
 //     scaler.unscale_(opt);                           // optional: to clip true gradients
 //     optim::clip_grad_norm_(net.parameters(), 1.0);
 //     scaler.step(opt);                               // skipped when a gradient is inf or NaN
-//     scaler.update();                                // halves the scale then, grows it after 2000
-//     clean steps
+//     scaler.update();                                // backoff then; growth after 2000 clean
 //   }
+//
+// autocast_check (below) runs a step both ways and names the first layer
+// whose activations or gradients autocast moved past a threshold.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "kiln/nn/module.h"
 #include "kiln/optim.h"
 #include "kiln/state_dict.h"
 #include "kiln/tensor.h"
@@ -59,6 +66,47 @@ class Autocast {
 // Whether autocast is on for the device's kind on this thread, and its dtype.
 bool is_autocast_enabled(Device device) noexcept;
 DType autocast_dtype(Device device) noexcept;
+
+// --- autocast_check ------------------------------------------------------
+// Where mixed precision goes wrong, layer by layer: runs `step` (a forward
+// and its loss, returning the loss) twice from the same state, in float32
+// and under Autocast(device, dtype), backpropagates each loss, and compares
+// per layer (each module owning parameters, by its dotted name) the relative
+// error of its activation (the last result of an op that read its
+// parameters in the forward) and of its parameters' gradients: max |autocast
+// - float32| / max |float32|. The parameters' gradients and the default
+// generator are as they were afterwards (the step may hold dropout); nothing
+// is updated.
+//
+//   amp::AutocastCheckReport r = amp::autocast_check(net, [&] {
+//     return F::cross_entropy(net.forward(x), y);
+//   }, Device::cpu());
+//   std::cout << r.to_string();   // each layer, and the first above the threshold
+struct LayerCheck {
+  std::string layer;        // "layer1.0.conv1"; "" for the model's own parameters
+  double activation_error;  // NaN where autocast's run did not use the layer
+  double gradient_error;    // the largest of its parameters'; NaN where one got none
+  bool above;               // either is above the threshold (or NaN)
+};
+struct AutocastCheckReport {
+  Device device;
+  DType dtype;
+  double threshold;
+  double loss_float32, loss_autocast;
+  std::vector<LayerCheck> layers;  // in the order the float32 forward first used them
+  // Where autocast went wrong first: the forward's first layer whose
+  // activation is above the threshold, else the backward's first (the
+  // forward's last) whose gradient is; the layers before it in the forward
+  // inherit its error in their gradients.
+  std::optional<std::string> first_above;
+  std::string to_string() const;
+};
+// dtype: autocast's default for the device when unset (float16 on CUDA,
+// bfloat16 on the CPU). ValueError for threshold <= 0, a step that returns
+// no single value, or a call inside a compiled function.
+AutocastCheckReport autocast_check(nn::Module& model, const std::function<Tensor()>& step,
+                                   Device device, std::optional<DType> dtype = std::nullopt,
+                                   double threshold = 0.05);
 
 struct GradScalerOptions {
   double init_scale = 65536.0;     // > 0
