@@ -1,6 +1,7 @@
 // CUDA fusions whose tests have not run on a GPU yet (CI has none): generated
-// row reductions (compiler/codegen/cuda_source.h) and cuDNN's fused
-// convolution (backends/cuda/conv.cpp). They stay off, and CUDA programs run
+// row reductions and 32-bit index arithmetic in generated pointwise kernels
+// (compiler/codegen/cuda_source.h), and cuDNN's fused convolution through
+// its graph API (backends/cuda/conv.cpp). They stay off, and CUDA programs run
 // as before, unless KILN_CUDA_PREVIEW=1 is set; the GPU tests set it. Each
 // goes on by default once its tests have passed on a GPU.
 #pragma once

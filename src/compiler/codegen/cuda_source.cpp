@@ -1,5 +1,6 @@
 #include "compiler/codegen/cuda_source.h"
 
+#include "backends/cuda_preview.h"
 #include "backends/device_codegen.h"
 #include "backends/kernel_cache.h"
 #include "compiler/codegen/source_text.h"
@@ -13,20 +14,32 @@ namespace {
 
 constexpr int kDims = backend::DeviceCodegen::kMaxDims;
 
-// Statements setting q[k], for operands [first, n_ops), to their element e
-// of the loop: the dims unrolled, innermost first, so that the arguments are
-// read at fixed offsets (no copy to local memory).
-std::string element_addresses(size_t first, size_t n_ops, const std::string& indent) {
+// Statements setting q[k] (declared here), for operands [first, n_ops), to
+// their element `index` of the loop: the dims unrolled, innermost first, so
+// that the arguments are read at fixed offsets (no copy to local memory).
+// Where every index fits 32 bits (nearly always) and `narrow`, the divisions
+// are 32-bit ones, several times cheaper on the device than 64-bit ones.
+std::string element_addresses(size_t first, size_t n_ops, const std::string& indent, bool narrow,
+                              const std::string& index = "e", const std::string& q = "q") {
   std::string s =
-      detail::str_cat(indent, "char* q[", n_ops, "];\n", indent, "#pragma unroll\n", indent,
-                      "for (int k = ", first, "; k < ", n_ops, "; ++k) q[k] = a.p[k];\n");
-  s += detail::str_cat(indent, "long long rem = e;\n", indent, "#pragma unroll\n", indent,
-                       "for (int d = ", kDims - 1, "; d >= 0; --d) {\n");
-  s += detail::str_cat(indent, "  if (d >= a.ndim) continue;\n", indent,
-                       "  const long long i = d == 0 ? rem : rem % a.size[d];\n", indent,
-                       "  rem = d == 0 ? 0 : rem / a.size[d];\n", indent, "#pragma unroll\n",
-                       indent, "  for (int k = ", first, "; k < ", n_ops,
-                       "; ++k) q[k] += i * a.stride[d][k];\n", indent, "}\n");
+      detail::str_cat(indent, "char* ", q, "[", n_ops, "];\n", indent, "#pragma unroll\n", indent,
+                      "for (int k = ", first, "; k < ", n_ops, "; ++k) ", q, "[k] = a.p[k];\n");
+  const auto walk = [&](const char* type, const std::string& in) {
+    std::string w =
+        detail::str_cat(in, type, " rem = static_cast<", type, ">(", index, ");\n", in,
+                        "#pragma unroll\n", in, "for (int d = ", kDims - 1, "; d >= 0; --d) {\n");
+    w += detail::str_cat(in, "  if (d >= a.ndim) continue;\n", in, "  const ", type,
+                         " size = static_cast<", type, ">(a.size[d]);\n", in, "  const ", type,
+                         " i = d == 0 ? rem : rem % size;\n", in,
+                         "  rem = d == 0 ? 0 : rem / size;\n", in, "#pragma unroll\n", in,
+                         "  for (int k = ", first, "; k < ", n_ops, "; ++k) ", q,
+                         "[k] += static_cast<long long>(i) * a.stride[d][k];\n", in, "}\n");
+    return w;
+  };
+  if (!narrow) return s + walk("long long", indent);
+  s += detail::str_cat(indent, "if (a.numel <= 0xffffffffLL) {\n",
+                       walk("unsigned int", indent + "  "), indent, "} else {\n",
+                       walk("long long", indent + "  "), indent, "}\n");
   return s;
 }
 
@@ -62,7 +75,9 @@ void emit_pointwise(std::string& s, const PointwiseKernel& k) {
   s += "  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;\n";
   s += "  for (long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;\n"
        "       e < a.numel; e += step) {\n";
-  s += element_addresses(0, n_ops, "    ");
+  // The 32-bit divisions are a preview until they have run on a GPU
+  // (backends/cuda_preview.h); row kernels are one as a whole.
+  s += element_addresses(0, n_ops, "    ", backend::cuda_preview_off("").empty());
   s += element_values(k, outputs, true, "    ");
   s += "  }\n}\n";
 }
@@ -83,9 +98,21 @@ void emit_rows(std::string& s, const PointwiseKernel& k) {
        "  const bool valid = row < ra.rows;\n"
        "  const long long first = (valid ? row : 0) * ra.n;\n";
   s += detail::str_cat("  ", type, "* const y = reinterpret_cast<", type, "*>(a.p[0]) + first;\n");
+  // The inputs' addresses of the row's first element, once per row. Where
+  // the innermost dim is a whole number of rows (softmax or layer_norm over
+  // the last dim, or rows that collapse into it), element r of the row is r
+  // innermost steps further; else each element walks the dims.
+  s += element_addresses(outputs, n_ops, "  ", true, "first", "row0");
+  s += "  const int inner = static_cast<int>(a.ndim) - 1;\n"
+       "  const bool along_inner = inner >= 0 && ra.n > 0 && a.size[inner] % ra.n == 0;\n";
   s += detail::str_cat("  const auto load = [&](long long r, bool first_pass) -> ", type, " {\n");
-  s += "    const long long e = first + r;\n";
-  s += element_addresses(outputs, n_ops, "    ");
+  s += detail::str_cat("    const long long e = first + r;\n    char* q[", n_ops, "];\n",
+                       "    if (along_inner) {\n      #pragma unroll\n      for (int k = ", outputs,
+                       "; k < ", n_ops, "; ++k) q[k] = row0[k] + r * a.stride[inner][k];\n",
+                       "    } else {\n");
+  s += element_addresses(outputs, n_ops, "      ", true, "e", "qe");
+  s += detail::str_cat("      #pragma unroll\n      for (int k = ", outputs, "; k < ", n_ops,
+                       "; ++k) q[k] = qe[k];\n    }\n");
   s += element_values(k, outputs, false, "    ");
   const size_t last = k.body.size() - 1;
   if (rk.stores_input)
