@@ -175,7 +175,7 @@ const Plan& plan_for(DeviceState& state, Pass pass, const ConvGeometry& g, DType
 // cuDNN has no plan for it or refused to run it: the legacy path runs instead.
 // Called with state.mutex held, the device current and the stream set.
 bool run_graph(DeviceState& state, ConvPass pass, const ConvGeometry& g, DType dtype, int device,
-               Device on, void* x, void* w, void* y) {
+               Device on, void* x, void* w, void* y, void* bias = nullptr, void* z = nullptr) {
   static const bool legacy_only = [] {  // KILN_CUDNN_CONV=legacy: the legacy calls only
     const char* v = std::getenv("KILN_CUDNN_CONV");
     return v && std::string_view(v) == "legacy";
@@ -187,15 +187,16 @@ bool run_graph(DeviceState& state, ConvPass pass, const ConvGeometry& g, DType d
   const auto time = [&](const ConvGraphCache::Plan& candidate) {
     Tensor scratch = ops::make_tensor({std::max<int64_t>(candidate.workspace, 1)}, kUInt8, on, false);
     return time_device_ms(device, [&] {
-      return execute_conv_plan(state.handle, candidate, x, w, y, scratch.data_ptr()) == CUDNN_STATUS_SUCCESS;
+      return execute_conv_plan(state.handle, candidate, x, w, y, scratch.data_ptr(), bias, z) ==
+             CUDNN_STATUS_SUCCESS;
     });
   };
-  const ConvGraphCache::Plan& plan =
-      state.graphs.plan(state.handle, pass, g, dtype, tf32, common_alignment({x, w, y}),
-                        [device] { return workspace_limit(device); }, time, device_name(device));
+  const ConvGraphCache::Plan& plan = state.graphs.plan(
+      state.handle, pass, g, dtype, tf32, common_alignment({x, w, y, bias, z}),
+      [device] { return workspace_limit(device); }, time, device_name(device));
   if (!plan.plan) return false;
   Tensor workspace = ops::make_workspace(std::max<size_t>(plan.workspace, 1), on);
-  return execute_conv_plan(state.handle, plan, x, w, y, workspace.data_ptr()) ==
+  return execute_conv_plan(state.handle, plan, x, w, y, workspace.data_ptr(), bias, z) ==
          CUDNN_STATUS_SUCCESS;
 }
 
@@ -405,17 +406,29 @@ void conv_epilogue_run(const KernelCall& c, const Epilogue& epilogue) {
     apply_epilogue(c, add);
     return;
   }
-  const Symmetric s = symmetric(g0);
-  const ConvGeometry& g = s.g;
-  const Tensor x = explicitly_padded(c.in(0), s);
   const Tensor w = c.in(1).contiguous();
   const Tensor bias = conv_inputs.size() > 2 && conv_inputs[2].defined()
                           ? conv_inputs[2].contiguous()
-                          : zeros({g.o}, TensorOptions{.dtype = kFloat32, .device = out.device()});
+                          : zeros({g0.o}, TensorOptions{.dtype = kFloat32, .device = out.device()});
   const Tensor r = add ? c.inputs.back().contiguous() : Tensor();
   const int device = out.device().index();
   DeviceState& state = state_for(device);
   DeviceGuard guard(device);
+  {
+    // First the graph API's plan, made once per geometry: a call binds its
+    // pointers and runs. It takes the padding as it is.
+    const Tensor x0 = c.in(0).contiguous();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    set_stream(state, device);
+    if (run_graph(state, add ? ConvPass::ForwardAddBiasRelu : ConvPass::ForwardBiasRelu, g0,
+                  kFloat32, device, out.device(), x0.data_ptr(), w.data_ptr(), out.data_ptr(),
+                  bias.data_ptr(), add ? r.data_ptr() : nullptr))
+      return;
+  }
+  // Else the legacy fused call, which builds its state on every call.
+  const Symmetric s = symmetric(g0);
+  const ConvGeometry& g = s.g;
+  const Tensor x = explicitly_padded(c.in(0), s);
   cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(state.mutex);

@@ -35,8 +35,10 @@ class Desc {
   cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
 };
 
-// The unique ids of the three tensors of a convolution.
-constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
+// The unique ids of the three tensors of a convolution, of the epilogue's
+// bias and residual, and of its virtual (never stored) intermediates.
+constexpr int64_t kX = 'x', kW = 'w', kY = 'y', kBias = 'b', kZ = 'z', kSums = 's', kWithZ = 'r',
+                  kWithBias = 'p';
 
 #define KILN_DNN_TRY(call)                                       \
   do {                                                           \
@@ -49,9 +51,10 @@ cudnnStatus_t set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
   return cudnnBackendSetAttribute(d, name, type, count, value);
 }
 
-// A packed 4-D tensor of dims.
+// A packed 4-D tensor of dims; a virtual one is an intermediate of a graph,
+// never stored.
 cudnnStatus_t make_tensor(Desc& t, int64_t uid, cudnnDataType_t type, const int64_t (&dims)[4],
-                          int64_t alignment) {
+                          int64_t alignment, bool is_virtual = false) {
   KILN_DNN_TRY(t.status());
   const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
   KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
@@ -59,7 +62,35 @@ cudnnStatus_t make_tensor(Desc& t, int64_t uid, cudnnDataType_t type, const int6
   KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
   KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
   KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment));
+  if (is_virtual)
+    KILN_DNN_TRY(set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual));
   return cudnnBackendFinalize(t.get());
+}
+
+// A pointwise operation of the graph, y = mode(x[, b]) in float; its
+// descriptors are kept in `keep` until the graph is finalized.
+cudnnStatus_t pointwise(std::vector<Desc>& keep, cudnnPointwiseMode_t mode,
+                        cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                        cudnnBackendDescriptor_t y) {
+  Desc& pw = keep.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  KILN_DNN_TRY(pw.status());
+  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+  KILN_DNN_TRY(set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+  KILN_DNN_TRY(set(pw.get(), CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
+  KILN_DNN_TRY(cudnnBackendFinalize(pw.get()));
+  cudnnBackendDescriptor_t pd = pw.get();
+  Desc& op = keep.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  KILN_DNN_TRY(op.status());
+  KILN_DNN_TRY(set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pd));
+  KILN_DNN_TRY(
+      set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  if (b)
+    KILN_DNN_TRY(
+        set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+  KILN_DNN_TRY(
+      set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  return cudnnBackendFinalize(op.get());
 }
 
 // Whether an engine's numerical notes rule it out: inputs converted down
@@ -140,11 +171,14 @@ cudnnStatus_t build(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, 
                     std::vector<ConvGraphCache::Plan>& out) {
   const cudnnDataType_t type = dnn_type(dtype);
   const cudnnDataType_t compute = dtype == kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const bool fused = pass == ConvPass::ForwardBiasRelu || pass == ConvPass::ForwardAddBiasRelu;
   Desc x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR),
       y(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   KILN_DNN_TRY(make_tensor(x, kX, type, {g.n, g.c, g.h, g.w}, alignment));
   KILN_DNN_TRY(make_tensor(w, kW, type, {g.o, g.c / g.groups, g.kh, g.kw}, alignment));
-  KILN_DNN_TRY(make_tensor(y, kY, type, {g.n, g.o, g.oh, g.ow}, alignment));
+  // With an epilogue, the convolution's result is the virtual sums.
+  KILN_DNN_TRY(make_tensor(y, fused ? kSums : kY, fused ? compute : type, {g.n, g.o, g.oh, g.ow},
+                           alignment, fused));
 
   Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   KILN_DNN_TRY(conv.status());
@@ -164,29 +198,29 @@ cudnnStatus_t build(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, 
     cudnnBackendDescriptorType_t type;
     cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
   };
-  const Names names =
-      pass == ConvPass::Forward
-          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
-      : pass == ConvPass::BackwardData
-          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA}
-          : Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  const Names names = pass == ConvPass::Forward || fused
+                          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
+                      : pass == ConvPass::BackwardData
+                          ? Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA}
+                          : Names{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
   Desc op(names.type);
   KILN_DNN_TRY(op.status());
   cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(), cd = conv.get();
@@ -205,10 +239,44 @@ cudnnStatus_t build(cudnnHandle_t handle, ConvPass pass, const ConvGeometry& g, 
   }
   KILN_DNN_TRY(cudnnBackendFinalize(op.get()));
 
+  // The epilogue: (+ z) + bias, relu, in float, the last stored as y.
+  std::vector<Desc> keep;
+  keep.reserve(16);
+  std::vector<cudnnBackendDescriptor_t> ops = {op.get()};
+  if (fused) {
+    const int64_t out_dims[4] = {g.n, g.o, g.oh, g.ow};
+    cudnnBackendDescriptor_t sums = y.get();
+    const auto tensor = [&](int64_t uid, const int64_t(&dims)[4], bool is_virtual,
+                            cudnnBackendDescriptor_t& made) {
+      Desc& t = keep.emplace_back(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+      made = t.get();
+      return make_tensor(t, uid, is_virtual ? compute : type, dims, alignment, is_virtual);
+    };
+    const auto step = [&](cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t a,
+                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
+      KILN_DNN_TRY(pointwise(keep, mode, a, b, out));
+      ops.push_back(keep.back().get());
+      return CUDNN_STATUS_SUCCESS;
+    };
+    if (pass == ConvPass::ForwardAddBiasRelu) {
+      cudnnBackendDescriptor_t z = nullptr, with_z = nullptr;
+      KILN_DNN_TRY(tensor(kZ, out_dims, false, z));
+      KILN_DNN_TRY(tensor(kWithZ, out_dims, true, with_z));
+      KILN_DNN_TRY(step(CUDNN_POINTWISE_ADD, sums, z, with_z));
+      sums = with_z;
+    }
+    cudnnBackendDescriptor_t bias = nullptr, with_bias = nullptr, out = nullptr;
+    KILN_DNN_TRY(tensor(kBias, {1, g.o, 1, 1}, false, bias));
+    KILN_DNN_TRY(tensor(kWithBias, out_dims, true, with_bias));
+    KILN_DNN_TRY(tensor(kY, out_dims, false, out));
+    KILN_DNN_TRY(step(CUDNN_POINTWISE_ADD, sums, bias, with_bias));
+    KILN_DNN_TRY(step(CUDNN_POINTWISE_RELU_FWD, with_bias, nullptr, out));
+  }
+
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   KILN_DNN_TRY(graph.status());
-  cudnnBackendDescriptor_t od = op.get();
-  KILN_DNN_TRY(set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od));
+  KILN_DNN_TRY(set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                   static_cast<int64_t>(ops.size()), ops.data()));
   KILN_DNN_TRY(set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
   KILN_DNN_TRY(cudnnBackendFinalize(graph.get()));
 
@@ -271,6 +339,7 @@ const ConvGraphCache::Plan& ConvGraphCache::plan(cudnnHandle_t handle, ConvPass 
     }
   }
   chosen.tuned = tune;
+  chosen.pass = pass;
   if (it != plans_.end()) {  // a plan taken from the heuristics before: the tuned one replaces it
     if (it->second.plan) cudnnBackendDestroyDescriptor(it->second.plan);
     it->second = chosen;
@@ -280,13 +349,17 @@ const ConvGraphCache::Plan& ConvGraphCache::plan(cudnnHandle_t handle, ConvPass 
 }
 
 cudnnStatus_t execute_conv_plan(cudnnHandle_t handle, const ConvGraphCache::Plan& plan, void* x,
-                                void* w, void* y, void* workspace) {
+                                void* w, void* y, void* workspace, void* bias, void* z) {
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   KILN_DNN_TRY(pack.status());
-  const int64_t uids[3] = {kX, kW, kY};
-  void* pointers[3] = {x, w, y};
-  KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
-  KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers));
+  const int64_t uids[5] = {kX, kW, kY, kBias, kZ};
+  void* pointers[5] = {x, w, y, bias, z};
+  const int64_t n = plan.pass == ConvPass::ForwardAddBiasRelu ? 5
+                    : plan.pass == ConvPass::ForwardBiasRelu  ? 4
+                                                              : 3;
+  KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids));
+  KILN_DNN_TRY(
+      set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers));
   KILN_DNN_TRY(set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
   KILN_DNN_TRY(cudnnBackendFinalize(pack.get()));
   return cudnnBackendExecute(handle, plan.plan, pack.get());

@@ -19,7 +19,10 @@
 
 namespace kiln::backend::cuda {
 
-enum class ConvPass { Forward, BackwardData, BackwardFilter };
+// The forward passes with an epilogue are one cuDNN graph each: the
+// convolution's sums (never stored), plus a residual z (ForwardAddBiasRelu),
+// plus the bias [1, o, 1, 1], then relu, stored as y.
+enum class ConvPass { Forward, BackwardData, BackwardFilter, ForwardBiasRelu, ForwardAddBiasRelu };
 
 class ConvGraphCache {
  public:
@@ -32,6 +35,7 @@ class ConvGraphCache {
     cudnnBackendDescriptor_t plan = nullptr;  // null: cuDNN offered no usable plan
     int64_t workspace = 0;
     bool tuned = false;  // chosen by timing the candidates (autotune::Scope)
+    ConvPass pass = ConvPass::Forward;
   };
 
   // The plan of a convolution pass (x [n, c, h, w], w [o, c / groups, kh, kw],
@@ -50,10 +54,12 @@ class ConvGraphCache {
 };
 
 // Executes a plan on the handle's stream: x, w, y as in ConvGraphCache::plan
-// (the pass writes y, x or w respectively), workspace of plan.workspace bytes.
+// (the pass writes y, x or w respectively), workspace of plan.workspace bytes;
+// bias and z for the passes with an epilogue (z only for ForwardAddBiasRelu).
 // Returns cuDNN's status.
 cudnnStatus_t execute_conv_plan(cudnnHandle_t handle, const ConvGraphCache::Plan& plan, void* x,
-                                void* w, void* y, void* workspace);
+                                void* w, void* y, void* workspace, void* bias = nullptr,
+                                void* z = nullptr);
 
 // The largest power of two up to 16 that divides every pointer.
 int64_t common_alignment(std::initializer_list<const void*> pointers);
