@@ -11,7 +11,11 @@
 //   - scaled_dot_product_attention at BERT-base's shapes (12 heads, 128
 //     tokens, head dim 64, an additive padding mask [N, 1, 1, 128]) for
 //     batches 1, 8 and 32,
-//   - batch_norm in eval mode at ResNet-50's largest and smallest maps.
+//   - batch_norm in eval mode at ResNet-50's largest and smallest maps,
+//   - a compiled default-mode conv2d + bias + residual add + relu at
+//     ResNet-50's first stage (batch 1, 64 channels, 56 x 56, 3 x 3), its
+//     ops apart and as cuDNN's fused call (KILN_CUDA_PREVIEW): host time
+//     per call in bursts, and device time.
 // Device times come from CUDA events around the timed calls (medians of runs).
 //
 //   kiln_bench_cuda [--iters 20]
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -84,7 +89,8 @@ int run(int iters) {
     const auto compiled = compile([](const Tensor& x, const Tensor& y) { return (x + y) * 2.0; },
                                   {.mode = Mode::ReduceOverhead});
     emit("host_us_per_compiled_call", host_us([&] { (void)compiled(a, b); }), "us");
-    emit("host_us_per_compiled_call_in_bursts", host_us([&] { (void)compiled(a, b); }, 50, 200), "us");
+    emit("host_us_per_compiled_call_in_bursts", host_us([&] { (void)compiled(a, b); }, 50, 200),
+         "us");
     // A module's call also checks its parameters' slots and its modules'
     // training flags (4 batch norms, 8 parameters, 12 buffers here).
     nn::Sequential net(std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::BatchNorm1d>(16),
@@ -115,13 +121,17 @@ int run(int iters) {
   namespace F = nn::functional;
   for (int64_t batch : {1, 8, 32}) {
     Generator g(0);
-    const Tensor q = randn({batch, 12, 128, 64}, {}, &g).to(dev), k = randn({batch, 12, 128, 64}, {}, &g).to(dev),
+    const Tensor q = randn({batch, 12, 128, 64}, {}, &g).to(dev),
+                 k = randn({batch, 12, 128, 64}, {}, &g).to(dev),
                  v = randn({batch, 12, 128, 64}, {}, &g).to(dev);
     const Tensor mask = zeros({batch, 1, 1, 128}, {.dtype = kFloat32, .device = dev});
     emit("sdpa_bert_b" + std::to_string(batch),
-         device_ms([&] { (void)F::scaled_dot_product_attention(q, k, v, {.attn_mask = mask}); }, iters), "ms");
+         device_ms([&] { (void)F::scaled_dot_product_attention(q, k, v, {.attn_mask = mask}); },
+                   iters),
+         "ms");
   }
-  for (const Shape& shape : {Shape{32, 64, 112, 112}, Shape{32, 2048, 7, 7}, Shape{1, 2048, 7, 7}}) {
+  for (const Shape& shape :
+       {Shape{32, 64, 112, 112}, Shape{32, 2048, 7, 7}, Shape{1, 2048, 7, 7}}) {
     Generator g(0);
     const Tensor x = randn(shape, {}, &g).to(dev);
     const int64_t ch = shape[1];
@@ -130,6 +140,40 @@ int run(int iters) {
     std::string name = "batch_norm_eval";
     for (int64_t d : shape) name += "_" + std::to_string(d);
     emit(name, device_ms([&] { (void)F::batch_norm(x, mean, var, w, b, false); }, iters), "ms");
+  }
+  {
+    // A residual block's tail, compiled in default mode: the fused call's
+    // worth is its device time less its host cost, which shows without a
+    // CUDA graph to hide it.
+    Generator g(0);
+    const Tensor x = randn({1, 64, 56, 56}, {}, &g).to(dev),
+                 r = randn({1, 64, 56, 56}, {}, &g).to(dev),
+                 w = randn({64, 64, 3, 3}, {}, &g).to(dev), b = randn({64}, {}, &g).to(dev);
+    NoGradGuard no_grad;
+    const auto block = [&](const Tensor& a, const Tensor& res) {
+      Tensor y = conv2d(a, w, b, {.padding = {1, 1}});
+      y += res;
+      return y.relu_();
+    };
+    const char* before = std::getenv("KILN_CUDA_PREVIEW");
+    const std::string saved = before ? before : "";
+    for (const bool fused : {false, true}) {
+      // The gate is read when a graph is lowered: each compiled function
+      // below lowers its graph under its own setting.
+      setenv("KILN_CUDA_PREVIEW", fused ? "1" : "0", 1);
+      const auto compiled = compile(block, {.name = fused ? "conv_fused" : "conv_apart"});
+      (void)compiled(x, r);
+      const std::string how = fused ? "fused" : "apart";
+      emit("host_us_per_conv_add_relu_" + how + "_in_bursts",
+           host_us([&] { (void)compiled(x, r); }, 50, 200), "us");
+      emit("conv_add_relu_1_64_56_56_" + how, device_ms([&] { (void)compiled(x, r); }, iters),
+           "ms");
+    }
+    if (before) {
+      setenv("KILN_CUDA_PREVIEW", saved.c_str(), 1);
+    } else {
+      unsetenv("KILN_CUDA_PREVIEW");
+    }
   }
   return 0;
 }

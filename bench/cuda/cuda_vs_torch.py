@@ -3,7 +3,10 @@ run: host time per eager op on tiny tensors and per call of a compiled
 function of tiny tensors (kiln::compile against torch.compile, both in
 reduce-overhead mode), 4096^3 matmul in float32 (no
 TF32) and bfloat16, an add of 64M floats, scaled_dot_product_attention at
-BERT-base's shapes and batch_norm (eval) at ResNet-50's.
+BERT-base's shapes, batch_norm (eval) at ResNet-50's, and a residual block's
+conv2d + bias + add + relu at ResNet-50's first stage (kiln compiled in
+default mode, its ops apart and fused into one cuDNN call; PyTorch eager,
+whose ops run apart, in both rows).
 
     python3 bench/cuda/cuda_vs_torch.py --kiln-bin build-release/bench/kiln_bench_cuda [--iters 20]
 
@@ -90,6 +93,13 @@ def torch_figures(iters):
         wb = [torch.randn(ch, generator=g).to(dev) for _ in range(2)]
         name = "batch_norm_eval_" + "_".join(str(d) for d in shape)
         out[name] = device_ms(lambda: F.batch_norm(x, *stats, *wb, training=False))
+    x, r = (torch.randn(1, 64, 56, 56, generator=g).to(dev) for _ in range(2))
+    w, bias = torch.randn(64, 64, 3, 3, generator=g).to(dev), torch.randn(64, generator=g).to(dev)
+    with torch.inference_mode():
+        block = lambda: torch.relu_(F.conv2d(x, w, bias, padding=1).add_(r))
+        for how in ("apart", "fused"):
+            out[f"host_us_per_conv_add_relu_{how}_in_bursts"] = host_us(block, 50, 200)
+            out[f"conv_add_relu_1_64_56_56_{how}"] = device_ms(block)
     return out
 
 
