@@ -2,6 +2,7 @@
 // and the CPU, and the casts.
 #include "ops/autocast.h"
 
+#include <algorithm>
 #include <array>
 
 #include "kiln/amp.h"
@@ -85,19 +86,15 @@ bool cast_inputs(OpId op, std::span<const Tensor> inputs, TensorList& cast) {
     }
     if (!any) return false;
   }
-  bool changes = false;
-  for (const Tensor& t : inputs) {
+  const auto changes = [&](const Tensor& t) {
     const bool moves =
         policy == Policy::kPromote ? t.defined() && is_floating(t.dtype()) : eligible(t);
-    changes = changes || (moves && t.dtype() != target);
-  }
-  if (!changes) return false;
+    return moves && t.dtype() != target;
+  };
+  if (std::none_of(inputs.begin(), inputs.end(), changes)) return false;
   cast.assign(inputs.begin(), inputs.end());
-  for (Tensor& t : cast) {
-    const bool moves =
-        policy == Policy::kPromote ? t.defined() && is_floating(t.dtype()) : eligible(t);
-    if (moves && t.dtype() != target) t = t.to(target);
-  }
+  for (Tensor& t : cast)
+    if (changes(t)) t = t.to(target);
   return true;
 }
 

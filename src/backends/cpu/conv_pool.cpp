@@ -171,11 +171,13 @@ std::shared_ptr<const ConvPrimitive> conv_primitive(const ForwardGeometry& g) {
 
 // x, w, bias, y of g.type. weight: the tensor w points into, or undefined
 // when w is a temporary. prepared: the weights as prepare_conv_weights made
-// them (then w is null).
-void conv_onednn(const ForwardGeometry& g, const void* x, const void* w, const void* bias, void* y,
+// them (then w is null). False, with nothing done, for a 16-bit type oneDNN
+// has only reference loops for on this CPU.
+bool conv_onednn(const ForwardGeometry& g, const void* x, const void* w, const void* bias, void* y,
                  const Tensor& weight, const dnnl::memory* prepared = nullptr) {
+  const auto conv = conv_primitive(g);
+  if (conv->reference && g.type != dnnl::memory::data_type::f32) return false;
   try {
-    const auto conv = conv_primitive(g);
     const dnnl::engine& engine = onednn_engine();
     // One thread-local block holds the scratchpad and the reordered source and result.
     constexpr size_t kAlign = 64;
@@ -226,6 +228,7 @@ void conv_onednn(const ForwardGeometry& g, const void* x, const void* w, const v
   } catch (const dnnl::error& e) {
     throw Error(detail::str_cat("conv: oneDNN convolution failed: ", e.what()));
   }
+  return true;
 }
 
 // Rows (ci, kh, kw) x columns (oh, ow) of the input patches of one image and group.
@@ -307,9 +310,8 @@ void conv_kernel(const KernelCall& call) {
   } else if (t == kFloat64) {
     conv_f64(g, x.data<double>(), w.data<double>(), g.has_bias ? b.data<double>() : nullptr,
              y.data<double>());
-  } else if (!conv_primitive(g)->reference) {  // the 16-bit float itself
-    conv_onednn(g, x.data_ptr(), w.data_ptr(), bias(), y.data_ptr(), w);
-  } else {
+  } else if (!conv_onednn(g, x.data_ptr(), w.data_ptr(), bias(), y.data_ptr(), w)) {
+    // No kernel for the 16-bit float itself here: float32 around oneDNN.
     const Tensor x32 = x.to(kFloat32), w32 = w.to(kFloat32);
     const Tensor b32 = g.has_bias ? b.to(kFloat32) : Tensor();
     Tensor y32 = empty(y.sizes(), {.dtype = kFloat32});
@@ -404,7 +406,7 @@ std::shared_ptr<const void> prepare_conv_weights(const KernelCall& call, const I
       (!g.dst_nhwc && !y.is_contiguous()))
     return nullptr;
   try {
-    const auto conv = conv_primitive_cache().get(g.key(), [&] { return make_conv_primitive(g); });
+    const auto conv = conv_primitive(g);
     if (auto shared = prepared_weights().find(values, conv->weights_run)) return shared;
     std::shared_ptr<const dnnl::memory> packed = pack_weights(g, conv->weights_run, rows);
     if (!packed) {  // another kind of layout: oneDNN reorders the whole weight
